@@ -1,0 +1,51 @@
+// Gated diagonal scan with an optional fused SiLU output gate (DESIGN.md §1 "gated scan"):
+//   h_t = a_t ⊙ h_{t-1} + b_t,   y_t = h_t ⊙ SiLU(z_t)   (y_t = h_t without z)
+// elementwise over D channels. With `log_decay` the decay is given as log a (≤ 0) and
+// the scan uses exp(a_t).
+//
+// Layouts: a, b, z, y  [B, T, D] (bf16, f16, f32 or f64, all the same dtype);
+//          initial_state, final_state  [N, D] f32 (f64 allowed with f64 inputs),
+//          N = B, or N = len(cu_seqlens) - 1 with B = 1 for variable length.
+#pragma once
+
+#include <optional>
+
+#include "seqmix/common.hpp"
+#include "seqmix/tensor.hpp"
+
+namespace seqmix {
+
+struct GatedScanOptions : CommonOptions {
+  bool log_decay = false;  // a holds log decays: h_t = exp(a_t) ⊙ h_{t-1} + b_t
+};
+
+struct GatedScanInputs {
+  Tensor a;                              // [B, T, D] decay (or log decay)
+  Tensor b;                              // [B, T, D] input
+  std::optional<Tensor> z;               // [B, T, D] output gate, optional
+  std::optional<Tensor> initial_state;   // [N, D]
+  std::optional<Tensor> cu_seqlens;      // [N + 1] int32/int64 offsets (CPU), B must be 1
+};
+
+struct GatedScanOutputs {
+  Tensor y;                              // [B, T, D], dtype of b
+  std::optional<Tensor> final_state;     // [N, D]
+};
+
+// Forward. Writes y and, when given, final_state.
+void gated_scan_forward(const GatedScanInputs& in, const GatedScanOutputs& out,
+                        const GatedScanOptions& options = {});
+
+struct GatedScanGrads {
+  Tensor da, db;                         // [B, T, D], dtype of the inputs
+  std::optional<Tensor> dz;              // required when z is given
+  std::optional<Tensor> d_initial_state; // required when initial_state is given
+};
+
+// Backward: from dy (and the gradient of the final state, optional) to the gradient
+// of every differentiable input. Recomputes h from the inputs.
+void gated_scan_backward(const GatedScanInputs& in, const Tensor& dy,
+                         const std::optional<Tensor>& d_final_state,
+                         const GatedScanGrads& grads, const GatedScanOptions& options = {});
+
+}  // namespace seqmix

@@ -1,0 +1,13 @@
+// CUDA runtime helpers: device queries, and turning a failed call or launch into a
+// seqmix::Error that says where it happened.
+#pragma once
+
+#include <cuda_runtime.h>
+
+namespace seqmix::cuda {
+
+int device_count();
+void check(cudaError_t status, const char* what);
+inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+}  // namespace seqmix::cuda
