@@ -1,0 +1,20 @@
+"""seqmix: sequence-mixing kernels with a float64 oracle.
+
+Every function accepts numpy arrays (CPU, forward) or torch tensors (CPU or CUDA, with
+autograd and torch.compile support through ``seqmix.torch``). ``impl`` selects the
+implementation: ``"automatic"``, ``"reference"`` (the float64 oracle) or ``"fast"``.
+"""
+
+from . import _C
+from ._C import SeqmixError
+from ._ops.gated_scan import gated_scan, gated_scan_backward
+
+__version__ = "0.1.0"
+
+
+def cuda_available() -> bool:
+    """True when this build has its CUDA backend and a CUDA device is visible."""
+    return _C.built_with_cuda() and _C.cuda_device_count() > 0
+
+
+__all__ = ["SeqmixError", "cuda_available", "gated_scan", "gated_scan_backward"]

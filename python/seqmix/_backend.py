@@ -1,0 +1,96 @@
+"""Array backends: how the Python surface allocates outputs and finds the CUDA stream.
+
+Each op's Python code (``seqmix._ops.<op>``) is written once against this small
+interface and serves both numpy arrays and torch tensors.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class NumpyBackend:
+    """numpy arrays on the CPU (no bf16 in numpy: use torch for bf16)."""
+
+    float32 = np.float32
+    float64 = np.float64
+
+    @staticmethod
+    def empty(shape, dtype, like=None):
+        return np.empty(tuple(shape), dtype=dtype)
+
+    @staticmethod
+    def empty_like(x, dtype=None):
+        return np.empty(x.shape, dtype=dtype or x.dtype)
+
+    @staticmethod
+    def is_float64(x) -> bool:
+        return x.dtype == np.float64
+
+    @staticmethod
+    def dtype(x):
+        return x.dtype
+
+    @staticmethod
+    def stream(_x) -> int:
+        return 0
+
+    @staticmethod
+    def arg(x):
+        """What _C receives: the array itself, with a contiguous last dimension."""
+        if x is None:
+            return None
+        return x if x.ndim == 0 or x.strides[-1] == x.itemsize or x.shape[-1] == 1 else np.ascontiguousarray(x)
+
+
+class TorchBackend:
+    """torch tensors on the CPU or a CUDA device; outputs on the inputs' device."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.float32 = torch.float32
+        self.float64 = torch.float64
+
+    def empty(self, shape, dtype, like):
+        return self.torch.empty(tuple(shape), dtype=dtype, device=like.device)
+
+    def empty_like(self, x, dtype=None):
+        return self.torch.empty(x.shape, dtype=dtype or x.dtype, device=x.device)
+
+    def is_float64(self, x) -> bool:
+        return x.dtype == self.torch.float64
+
+    @staticmethod
+    def dtype(x):
+        return x.dtype
+
+    def stream(self, x) -> int:
+        if x.device.type == "cuda":
+            return self.torch.cuda.current_stream(x.device).cuda_stream
+        return 0
+
+    @staticmethod
+    def arg(x):
+        """What _C receives: a detached tensor with a contiguous last dimension."""
+        if x is None:
+            return None
+        x = x.detach()
+        return x if x.dim() == 0 or x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+
+
+NUMPY = NumpyBackend()
+
+
+def is_torch(x) -> bool:
+    """True for a torch.Tensor, without importing torch."""
+    return type(x).__module__.startswith("torch")
+
+
+def state_dtype(xp, x):
+    """Recurrent states are float32, or float64 when the inputs are float64."""
+    return xp.float64 if xp.is_float64(x) else xp.float32
+
+
+def num_sequences(batch: int, cu_seqlens) -> int:
+    """N: the batch size, or the number of sequences described by cu_seqlens."""
+    return batch if cu_seqlens is None else int(cu_seqlens.shape[0]) - 1

@@ -1,0 +1,9 @@
+"""seqmix ops as torch custom ops (torch.library), with fake kernels and autograd, so
+``torch.compile(fullgraph=True)`` traces models that use them without graph breaks.
+
+Import it explicitly or call the functions of ``seqmix`` with torch tensors.
+"""
+
+from .gated_scan import gated_scan
+
+__all__ = ["gated_scan"]

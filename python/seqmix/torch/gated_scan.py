@@ -1,0 +1,60 @@
+"""torch custom ops for the gated scan, with fake kernels and autograd."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .._ops import gated_scan as ops
+from ._common import XP, absent, num_sequences, present, state_dtype
+
+
+@torch.library.custom_op("seqmix::gated_scan_fwd", mutates_args=())
+def _forward(a: torch.Tensor, b: torch.Tensor, z: Optional[torch.Tensor], initial_state: Optional[torch.Tensor],
+             cu_seqlens: Optional[torch.Tensor], log_decay: bool, impl: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return ops.forward(XP, a, b, z, initial_state, cu_seqlens, log_decay, impl)
+
+
+@_forward.register_fake
+def _(a, b, z, initial_state, cu_seqlens, log_decay, impl):
+    return torch.empty_like(b), b.new_empty((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]),
+                                            dtype=state_dtype(b))
+
+
+@torch.library.custom_op("seqmix::gated_scan_bwd", mutates_args=())
+def _backward(a: torch.Tensor, b: torch.Tensor, z: Optional[torch.Tensor], initial_state: Optional[torch.Tensor],
+              cu_seqlens: Optional[torch.Tensor], dy: torch.Tensor, d_final_state: torch.Tensor, log_decay: bool,
+              impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    da, db, dz, dh0 = ops.backward(XP, a, b, z, initial_state, cu_seqlens, dy, d_final_state, log_decay, impl)
+    return da, db, present(dz, b), present(dh0, b)
+
+
+@_backward.register_fake
+def _(a, b, z, initial_state, cu_seqlens, dy, d_final_state, log_decay, impl):
+    return (torch.empty_like(a), torch.empty_like(b), present(None if z is None else torch.empty_like(z), b),
+            present(None if initial_state is None else torch.empty_like(initial_state), b))
+
+
+def _setup_context(ctx, inputs, output):
+    a, b, z, initial_state, cu_seqlens, log_decay, impl = inputs
+    ctx.save_for_backward(a, b, z, initial_state, cu_seqlens)
+    ctx.log_decay, ctx.impl = log_decay, impl
+
+
+def _autograd_backward(ctx, dy, d_final_state):
+    a, b, z, initial_state, cu_seqlens = ctx.saved_tensors
+    da, db, dz, dh0 = _backward(a, b, z, initial_state, cu_seqlens, dy.contiguous(), d_final_state.contiguous(),
+                                ctx.log_decay, ctx.impl)
+    return da, db, absent(dz, z), absent(dh0, initial_state), None, None, None
+
+
+_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def gated_scan(a, b, z=None, initial_state=None, output_final_state=False, cu_seqlens=None, log_decay=False,
+               impl="automatic"):
+    """torch version of :func:`seqmix.gated_scan` (same arguments), differentiable in
+    a, b, z and initial_state."""
+    y, final_state = _forward(a, b, z, initial_state, cu_seqlens, log_decay, impl)
+    return (y, final_state) if output_final_state else y

@@ -1,0 +1,7 @@
+#include "bindings.hpp"
+
+namespace seqmix::python {
+
+void bind_attention(nb::module_&) {}  // filled in with the op's bindings
+
+}  // namespace seqmix::python

@@ -1,0 +1,7 @@
+#include "bindings.hpp"
+
+namespace seqmix::python {
+
+void bind_delta_rule(nb::module_&) {}  // filled in with the op's bindings
+
+}  // namespace seqmix::python
