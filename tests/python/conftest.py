@@ -1,0 +1,46 @@
+"""Shared pytest helpers: relative-norm errors, dtype bounds, and the torch/GPU markers."""
+
+from __future__ import annotations
+
+import importlib.util
+
+import numpy as np
+import pytest
+
+HAS_TORCH = importlib.util.find_spec("torch") is not None
+
+
+def rel_err(got, want) -> float:
+    """‖got − want‖ / ‖want‖ in float64 (inf when got has a non-finite value)."""
+    got = np.asarray(_to_numpy(got), dtype=np.float64)
+    want = np.asarray(_to_numpy(want), dtype=np.float64)
+    assert got.shape == want.shape, (got.shape, want.shape)
+    if not np.all(np.isfinite(got)):
+        return float("inf")
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-300))
+
+
+def _to_numpy(x):
+    if type(x).__module__.startswith("torch"):
+        return x.detach().float().cpu().numpy() if x.dtype != _torch().float64 else x.detach().cpu().numpy()
+    return x
+
+
+def _torch():
+    import torch
+
+    return torch
+
+
+# Bound on ‖fast − oracle‖/‖oracle‖ by input dtype name.
+TOLERANCE = {"float64": 1e-12, "float32": 1e-5, "float16": 2e-3, "bfloat16": 1e-2}
+
+requires_torch = pytest.mark.skipif(not HAS_TORCH, reason="torch is not installed")
+
+
+def cuda_or_skip():
+    """Skips (visibly, with the reason) when no CUDA device can run seqmix kernels."""
+    import seqmix
+
+    if not seqmix.cuda_available():
+        pytest.skip("no CUDA device: GPU test not run on this machine")

@@ -1,0 +1,95 @@
+import numpy as np
+import pytest
+import seqmix
+
+from conftest import TOLERANCE, rel_err, requires_torch
+
+rng = np.random.default_rng(7)
+
+
+def inputs(B, T, D, log_decay=False):
+    a = rng.uniform(-2, -0.01, (B, T, D)) if log_decay else rng.uniform(0.5, 0.999, (B, T, D))
+    return a, rng.standard_normal((B, T, D)), rng.standard_normal((B, T, D)), rng.standard_normal((B, D))
+
+
+@pytest.mark.parametrize("log_decay", [False, True])
+def test_numpy_fast_matches_oracle(log_decay):
+    a, b, z, h0 = inputs(2, 37, 5, log_decay)
+    ref, ref_state = seqmix.gated_scan(a, b, z, h0, True, log_decay=log_decay, impl="reference")
+    fast, fast_state = seqmix.gated_scan(a.astype(np.float32), b.astype(np.float32), z.astype(np.float32),
+                                         h0.astype(np.float32), True, log_decay=log_decay, impl="fast")
+    assert fast.dtype == np.float32 and fast_state.dtype == np.float32
+    assert rel_err(fast, ref) < TOLERANCE["float32"]
+    assert rel_err(fast_state, ref_state) < TOLERANCE["float32"]
+
+
+def test_numpy_matches_python_loop_and_varlen_restarts():
+    a, b, _, _ = inputs(1, 12, 3)
+    cu = np.array([0, 5, 12], dtype=np.int32)
+    y = seqmix.gated_scan(a, b, cu_seqlens=cu)
+    want = np.empty_like(b)
+    for start, end in [(0, 5), (5, 12)]:
+        h = np.zeros(3)
+        for t in range(start, end):
+            h = a[0, t] * h + b[0, t]
+            want[0, t] = h
+    assert rel_err(y, want) < 1e-14
+
+
+def test_bad_input_raises_seqmix_error():
+    a, b, _, _ = inputs(2, 8, 4)
+    with pytest.raises(seqmix.SeqmixError, match="argument 'a': expected shape \\[2, 8, 4\\]"):
+        seqmix.gated_scan(a[:, :7], b)
+    with pytest.raises(ValueError, match="expected dtype f64 \\(the dtype of b\\), got f32"):
+        seqmix.gated_scan(a.astype(np.float32), b)
+
+
+@requires_torch
+@pytest.mark.parametrize("gated,with_state,log_decay", [(True, True, False), (False, False, True)])
+def test_torch_gradcheck_float64(gated, with_state, log_decay):
+    import torch
+
+    a, b, z, h0 = (torch.tensor(x, requires_grad=True) for x in inputs(2, 6, 3, log_decay))
+    cu = None
+
+    def f(a, b, z, h0):
+        y, hT = seqmix.gated_scan(a, b, z if gated else None, h0 if with_state else None, True, cu,
+                                  log_decay=log_decay)
+        return y, hT
+
+    assert torch.autograd.gradcheck(f, (a, b, z, h0))
+
+
+@requires_torch
+def test_torch_fast_grads_match_oracle_bf16():
+    import torch
+
+    a, b, z, h0 = (torch.tensor(x) for x in inputs(1, 20, 8))
+    cu = torch.tensor([0, 7, 20], dtype=torch.int32)
+    dy = torch.randn(1, 20, 8, dtype=torch.float64)
+
+    def grads(dtype, impl):
+        leaves = [t.to(dtype).requires_grad_() for t in (a, b, z)] + [h0[:1].repeat(2, 1).float().requires_grad_()]
+        y = seqmix.gated_scan(*leaves, cu_seqlens=cu, impl=impl)
+        y.backward(dy.to(dtype))
+        return [t.grad for t in leaves]
+
+    for got, want in zip(grads(torch.bfloat16, "fast"), grads(torch.bfloat16, "reference")):
+        assert rel_err(got, want) < TOLERANCE["bfloat16"]
+
+
+@requires_torch
+def test_torch_compile_fullgraph_has_no_graph_break():
+    import torch
+
+    a, b, z, h0 = (torch.tensor(x, dtype=torch.float32) for x in inputs(2, 9, 4))
+    b.requires_grad_()
+
+    def layer(a, b, z):
+        return (seqmix.gated_scan(a, b, z) * 2).sum()
+
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    loss = compiled(a, b, z)
+    loss.backward()
+    assert torch.allclose(loss, layer(a, b, z))
+    assert b.grad is not None and torch.isfinite(b.grad).all()
