@@ -12,6 +12,12 @@ struct ScanCase {
   std::vector<int64_t> cu;  // non-empty: variable length with these offsets (B = 1)
 };
 
+// Readable parameter names in test output, e.g. "B2 T63 D5 f32 gated state".
+void PrintTo(const ScanCase& c, std::ostream* os) {
+  *os << "B" << c.B << " T" << c.T << " D" << c.D << " " << dtype_name(c.dtype) << (c.gated ? " gated" : "")
+      << (c.with_state ? " state" : "") << (c.log_decay ? " log" : "") << (c.cu.empty() ? "" : " varlen");
+}
+
 struct ScanData {
   HostTensor a, b, z, h0, cu;
   int64_t N;

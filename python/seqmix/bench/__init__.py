@@ -1,0 +1,1 @@
+"""``seqmix bench``: times seqmix against its references, side by side, same inputs."""
