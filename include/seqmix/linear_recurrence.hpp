@@ -1,0 +1,77 @@
+// Dense linear recurrence (DESIGN.md §1 "dense recurrence"), per group g:
+//   h_t = A_t h_{t-1} + b_t,   t = 1..T,   h_0 = initial state (zeros when absent)
+// with A_t a dense n×n transition and b_t, h_t n×m (m = 1: a vector state; m > 1:
+// a matrix state whose columns evolve independently under the same A_t).
+//
+// Layouts: A              [G, T, n, n]
+//          b, h           [G, T, n, m]   (h holds every state h_1..h_T)
+//          initial_state, final_state  [G, n, m]   (final_state = h[:, T-1])
+// A, b and initial_state share one dtype (bf16, f16, f32 or f64); outputs and
+// gradients have that dtype too.
+//
+// Four methods compute the same h and must agree (their backward runs the same
+// method on the reverse-time recurrence through A_tᵀ):
+//   sequential        step by step, O(T·n²·m) work, parallel only over G and columns.
+//   chunked           chunk-local prefix products and zero-start states, a short
+//                     sequential pass over chunk summaries, then h = local + P·h_start.
+//   scan              Hillis–Steele prefix scan of the affine maps (A_t, b_t):
+//                     log2 T rounds, each composing every map with the one 2^k back.
+//   cyclic_reduction  odd–even elimination: pair steps, solve the half-length
+//                     system recursively, back-substitute the eliminated states.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "seqmix/common.hpp"
+#include "seqmix/tensor.hpp"
+
+namespace seqmix {
+
+// Which algorithm Impl::fast runs. `automatic` picks the fastest one measured on the
+// CPU for the shape (bench/cpu_linear_recurrence.md). Impl::reference always runs the
+// float64 sequential oracle, whatever the method.
+enum class LinearRecurrenceMethod { automatic, sequential, chunked, scan, cyclic_reduction };
+
+// "automatic", "sequential", "chunked", "scan", "cyclic_reduction".
+const char* linear_recurrence_method_name(LinearRecurrenceMethod method);
+// Inverse of linear_recurrence_method_name ("auto" is accepted for automatic);
+// throws seqmix::Error on anything else.
+LinearRecurrenceMethod parse_linear_recurrence_method(const std::string& name);
+
+struct LinearRecurrenceOptions : CommonOptions {
+  LinearRecurrenceMethod method = LinearRecurrenceMethod::automatic;
+  // Steps per chunk of the chunked method; 0 picks one from T and the thread count.
+  int64_t chunk_size = 0;
+};
+
+struct LinearRecurrenceInputs {
+  Tensor A;                              // [G, T, n, n] transitions
+  Tensor b;                              // [G, T, n, m] inputs
+  std::optional<Tensor> initial_state;   // [G, n, m], zeros when absent
+};
+
+struct LinearRecurrenceOutputs {
+  Tensor h;                              // [G, T, n, m] every state
+  std::optional<Tensor> final_state;     // [G, n, m] the state after step T
+};
+
+// Forward. Writes h and, when given, final_state.
+void linear_recurrence_forward(const LinearRecurrenceInputs& in, const LinearRecurrenceOutputs& out,
+                               const LinearRecurrenceOptions& options = {});
+
+struct LinearRecurrenceGrads {
+  Tensor dA;                             // [G, T, n, n]
+  Tensor db;                             // [G, T, n, m]
+  std::optional<Tensor> d_initial_state; // [G, n, m], required when initial_state is given
+};
+
+// Backward: from dh (the gradient with respect to every h_t) and, optionally, the
+// gradient of the final state, runs g_T = dh_T + d_final, g_t = dh_t + A_{t+1}ᵀ g_{t+1}
+// and writes dA_t = g_t h_{t-1}ᵀ, db_t = g_t, d_initial_state = A_1ᵀ g_1.
+// Recomputes h from the inputs with the same method.
+void linear_recurrence_backward(const LinearRecurrenceInputs& in, const Tensor& dh,
+                                const std::optional<Tensor>& d_final_state, const LinearRecurrenceGrads& grads,
+                                const LinearRecurrenceOptions& options = {});
+
+}  // namespace seqmix
