@@ -1,7 +1,46 @@
 #include "bindings.hpp"
+#include "seqmix/linear_recurrence.hpp"
 
 namespace seqmix::python {
+namespace {
 
-void bind_linear_recurrence(nb::module_&) {}  // filled in with the op's bindings
+LinearRecurrenceOptions recurrence_options(const std::string& method, const std::string& impl, uintptr_t stream) {
+  auto o = options<LinearRecurrenceOptions>(impl, stream);
+  o.method = parse_linear_recurrence_method(method);
+  return o;
+}
+
+}  // namespace
+
+void bind_linear_recurrence(nb::module_& m) {
+  m.def(
+      "linear_recurrence_forward",
+      [](In A, In b, OptIn initial_state, Out h, OptOut final_state, const std::string& method,
+         const std::string& impl, uintptr_t stream) {
+        LinearRecurrenceInputs in{view(A, "A"), view(b, "b"), view(initial_state, "initial_state")};
+        LinearRecurrenceOutputs out{view(h, "h"), view(final_state, "final_state")};
+        const auto o = recurrence_options(method, impl, stream);
+        nb::gil_scoped_release release;
+        linear_recurrence_forward(in, out, o);
+      },
+      nb::arg("A"), nb::arg("b"), nb::arg("initial_state").none(), nb::arg("h"), nb::arg("final_state").none(),
+      nb::arg("method"), nb::arg("impl"), nb::arg("stream"),
+      "Dense linear recurrence forward into preallocated h [G, T, n, m] and final_state [G, n, m].");
+  m.def(
+      "linear_recurrence_backward",
+      [](In A, In b, OptIn initial_state, In dh, OptIn d_final_state, Out dA, Out db, OptOut d_initial_state,
+         const std::string& method, const std::string& impl, uintptr_t stream) {
+        LinearRecurrenceInputs in{view(A, "A"), view(b, "b"), view(initial_state, "initial_state")};
+        LinearRecurrenceGrads grads{view(dA, "dA"), view(db, "db"), view(d_initial_state, "d_initial_state")};
+        const Tensor dh_view = view(dh, "dh");
+        const auto d_final = view(d_final_state, "d_final_state");
+        const auto o = recurrence_options(method, impl, stream);
+        nb::gil_scoped_release release;
+        linear_recurrence_backward(in, dh_view, d_final, grads, o);
+      },
+      nb::arg("A"), nb::arg("b"), nb::arg("initial_state").none(), nb::arg("dh"), nb::arg("d_final_state").none(),
+      nb::arg("dA"), nb::arg("db"), nb::arg("d_initial_state").none(), nb::arg("method"), nb::arg("impl"),
+      nb::arg("stream"), "Dense linear recurrence backward into preallocated gradients.");
+}
 
 }  // namespace seqmix::python

@@ -5,5 +5,6 @@ Import it explicitly or call the functions of ``seqmix`` with torch tensors.
 """
 
 from .gated_scan import gated_scan
+from .linear_recurrence import linear_recurrence  # noqa: F401
 
 __all__ = ["gated_scan"]

@@ -1,0 +1,72 @@
+"""Dense linear recurrence h_t = A_t h_{t-1} + b_t: allocation and _C calls."""
+
+from __future__ import annotations
+
+from .. import _C
+from .._backend import NUMPY, is_torch
+
+METHODS = ("auto", "sequential", "chunked", "scan", "cyclic_reduction")
+
+
+def forward(xp, A, b, initial_state, method, impl):
+    """Returns (h [G, T, n, m], final_state [G, n, m]), both in b's dtype."""
+    h = xp.empty_like(b)
+    final_state = xp.empty((b.shape[0], b.shape[2], b.shape[3]), xp.dtype(b), b)
+    _C.linear_recurrence_forward(xp.arg(A), xp.arg(b), xp.arg(initial_state), h, final_state, method, impl,
+                                 xp.stream(b))
+    return h, final_state
+
+
+def backward(xp, A, b, initial_state, dh, d_final_state, method, impl):
+    """Returns (dA, db, d_initial_state or None)."""
+    dA, db = xp.empty_like(A), xp.empty_like(b)
+    dh0 = None if initial_state is None else xp.empty_like(initial_state)
+    _C.linear_recurrence_backward(xp.arg(A), xp.arg(b), xp.arg(initial_state), xp.arg(dh), xp.arg(d_final_state),
+                                  dA, db, dh0, method, impl, xp.stream(b))
+    return dA, db, dh0
+
+
+def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, impl="automatic"):
+    """Dense linear recurrence ``h_t = A_t h_{t-1} + b_t`` for ``t = 1..T``, per group.
+
+    Args:
+        A: ``[G, T, n, n]`` transitions; bf16, fp16, fp32 or fp64 (A, b and h0 share
+            this dtype; numpy has no bf16, use torch for it).
+        b: ``[G, T, n, m]`` inputs; ``m = 1`` for a vector state, more for a matrix
+            state whose columns evolve independently under the same ``A_t``.
+        h0: optional ``[G, n, m]`` initial state (zeros when absent).
+        method: how the fast path computes it; all give the same result up to rounding:
+            ``"auto"`` (the fastest measured on the CPU for the shape, see
+            ``bench/cpu_linear_recurrence.md``), ``"sequential"`` (step by step),
+            ``"chunked"`` (independent chunks, then a pass over chunk summaries),
+            ``"scan"`` (Hillis–Steele prefix scan of the affine maps) or
+            ``"cyclic_reduction"`` (odd–even elimination). Ignored by
+            ``impl="reference"``, which is always the float64 sequential oracle.
+        output_final_state: also return the ``[G, n, m]`` state after step T
+            (equal to ``h[:, -1]``).
+        impl: ``"automatic"`` (the oracle for float64 inputs, the float32 fast path
+            otherwise), ``"reference"`` (float64 oracle) or ``"fast"``.
+
+    Returns:
+        ``h`` ``[G, T, n, m]`` holding every state ``h_1..h_T`` in the input dtype, and
+        the final state when ``output_final_state``.
+
+    numpy arrays give numpy results (forward only; see ``linear_recurrence_backward``);
+    torch tensors go through ``seqmix.torch`` and are differentiable in A, b and h0,
+    with torch.compile support.
+    """
+    if is_torch(b):
+        from ..torch.linear_recurrence import linear_recurrence as torch_linear_recurrence
+
+        return torch_linear_recurrence(A, b, h0, method, output_final_state, impl)
+    h, final_state = forward(NUMPY, A, b, h0, method, impl)
+    return (h, final_state) if output_final_state else h
+
+
+def linear_recurrence_backward(A, b, dh, h0=None, d_final_state=None, method="auto", impl="automatic"):
+    """Gradients of ``linear_recurrence`` for numpy arrays: returns ``(dA, db, dh0)``,
+    ``dh0`` being ``None`` when ``h0`` was not given. ``dh`` ``[G, T, n, m]`` is the
+    gradient with respect to every state; ``d_final_state`` ``[G, n, m]`` (optional) the
+    gradient with respect to the final state. ``method`` and ``impl`` as in the forward:
+    the reverse-time recurrence through ``A_tᵀ`` runs with the same method."""
+    return backward(NUMPY, A, b, h0, dh, d_final_state, method, impl)

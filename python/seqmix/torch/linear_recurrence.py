@@ -1,0 +1,56 @@
+"""torch custom ops for the dense linear recurrence, with fake kernels and autograd."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from .._ops import linear_recurrence as ops
+from ._common import XP, absent, present
+
+
+@torch.library.custom_op("seqmix::linear_recurrence_fwd", mutates_args=())
+def _forward(A: torch.Tensor, b: torch.Tensor, initial_state: Optional[torch.Tensor], method: str,
+             impl: str) -> tuple[torch.Tensor, torch.Tensor]:
+    return ops.forward(XP, A, b, initial_state, method, impl)
+
+
+@_forward.register_fake
+def _(A, b, initial_state, method, impl):
+    return torch.empty_like(b), b.new_empty((b.shape[0], b.shape[2], b.shape[3]))
+
+
+@torch.library.custom_op("seqmix::linear_recurrence_bwd", mutates_args=())
+def _backward(A: torch.Tensor, b: torch.Tensor, initial_state: Optional[torch.Tensor], dh: torch.Tensor,
+              d_final_state: torch.Tensor, method: str, impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    dA, db, dh0 = ops.backward(XP, A, b, initial_state, dh, d_final_state, method, impl)
+    return dA, db, present(dh0, b)
+
+
+@_backward.register_fake
+def _(A, b, initial_state, dh, d_final_state, method, impl):
+    return (torch.empty_like(A), torch.empty_like(b),
+            present(None if initial_state is None else torch.empty_like(initial_state), b))
+
+
+def _setup_context(ctx, inputs, output):
+    A, b, initial_state, method, impl = inputs
+    ctx.save_for_backward(A, b, initial_state)
+    ctx.method, ctx.impl = method, impl
+
+
+def _autograd_backward(ctx, dh, d_final_state):
+    A, b, initial_state = ctx.saved_tensors
+    dA, db, dh0 = _backward(A, b, initial_state, dh.contiguous(), d_final_state.contiguous(), ctx.method, ctx.impl)
+    return dA, db, absent(dh0, initial_state), None, None
+
+
+_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+
+
+def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, impl="automatic"):
+    """torch version of :func:`seqmix.linear_recurrence` (same arguments), differentiable
+    in A, b and h0."""
+    h, final_state = _forward(A, b, h0, method, impl)
+    return (h, final_state) if output_final_state else h
