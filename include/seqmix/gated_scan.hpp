@@ -24,7 +24,8 @@ struct GatedScanInputs {
   Tensor b;                              // [B, T, D] input
   std::optional<Tensor> z;               // [B, T, D] output gate, optional
   std::optional<Tensor> initial_state;   // [N, D]
-  std::optional<Tensor> cu_seqlens;      // [N + 1] int32/int64 offsets (CPU), B must be 1
+  std::optional<Tensor> cu_seqlens;      // [N + 1] int32/int64 offsets, B must be 1; on the
+                                         // CPU or the inputs' device (copied to the host to check)
 };
 
 struct GatedScanOutputs {
@@ -40,7 +41,14 @@ struct GatedScanGrads {
   Tensor da, db;                         // [B, T, D], dtype of the inputs
   std::optional<Tensor> dz;              // required when z is given
   std::optional<Tensor> d_initial_state; // required when initial_state is given
+  // CUDA only: f32 scratch of gated_scan_backward_workspace_size(...) elements on the
+  // inputs' device (the state entering each tile, recomputed by the backward).
+  std::optional<Tensor> workspace;
 };
+
+// Elements of the f32 workspace the CUDA backward needs for N sequences padded to
+// length T with D channels (0 is never returned; the CPU backward needs none).
+int64_t gated_scan_backward_workspace_size(int64_t N, int64_t T, int64_t D);
 
 // Backward: from dy (and the gradient of the final state, optional) to the gradient
 // of every differentiable input. Recomputes h from the inputs.

@@ -32,6 +32,10 @@ class NumpyBackend:
         return x.dtype
 
     @staticmethod
+    def is_cuda(_x) -> bool:
+        return False
+
+    @staticmethod
     def stream(_x) -> int:
         return 0
 
@@ -63,6 +67,10 @@ class TorchBackend:
     @staticmethod
     def dtype(x):
         return x.dtype
+
+    @staticmethod
+    def is_cuda(x) -> bool:
+        return x.device.type == "cuda"
 
     def stream(self, x) -> int:
         if x.device.type == "cuda":

@@ -22,10 +22,12 @@ void bind_gated_scan(nb::module_& m) {
   m.def(
       "gated_scan_backward",
       [](In a, In b, OptIn z, OptIn initial_state, OptIn cu_seqlens, In dy, OptIn d_final_state, Out da, Out db,
-         OptOut dz, OptOut d_initial_state, bool log_decay, const std::string& impl, uintptr_t stream) {
+         OptOut dz, OptOut d_initial_state, OptOut workspace, bool log_decay, const std::string& impl,
+         uintptr_t stream) {
         GatedScanInputs in{view(a, "a"), view(b, "b"), view(z, "z"), view(initial_state, "initial_state"),
                            view(cu_seqlens, "cu_seqlens")};
-        GatedScanGrads grads{view(da, "da"), view(db, "db"), view(dz, "dz"), view(d_initial_state, "d_initial_state")};
+        GatedScanGrads grads{view(da, "da"), view(db, "db"), view(dz, "dz"), view(d_initial_state, "d_initial_state"),
+                             view(workspace, "workspace")};
         auto o = options<GatedScanOptions>(impl, stream);
         o.log_decay = log_decay;
         const Tensor dy_view = view(dy, "dy");
@@ -35,8 +37,11 @@ void bind_gated_scan(nb::module_& m) {
       },
       nb::arg("a"), nb::arg("b"), nb::arg("z").none(), nb::arg("initial_state").none(),
       nb::arg("cu_seqlens").none(), nb::arg("dy"), nb::arg("d_final_state").none(), nb::arg("da"), nb::arg("db"),
-      nb::arg("dz").none(), nb::arg("d_initial_state").none(), nb::arg("log_decay"), nb::arg("impl"),
-      nb::arg("stream"), "Gated scan backward into preallocated gradients.");
+      nb::arg("dz").none(), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("log_decay"),
+      nb::arg("impl"), nb::arg("stream"),
+      "Gated scan backward into preallocated gradients (workspace: f32 scratch, CUDA only).");
+  m.def("gated_scan_backward_workspace_size", &gated_scan_backward_workspace_size, nb::arg("N"), nb::arg("T"),
+        nb::arg("D"), "Elements of the f32 workspace the CUDA backward needs.");
 }
 
 }  // namespace seqmix::python

@@ -4,6 +4,10 @@
 
 #include "seqmix/error.hpp"
 
+#ifdef SEQMIX_WITH_CUDA
+#include "cuda/common/device.hpp"
+#endif
+
 namespace seqmix::core {
 
 void Checker::fail(const std::string& arg, const std::string& expected, const std::string& got) const {
@@ -76,8 +80,25 @@ int64_t read_offset(const Tensor& cu, int64_t i) {
 }
 }  // namespace
 
+// cu_seqlens as a host view: itself, or a host copy (in `storage`) of a device tensor.
+static Tensor host_offsets(const Checker& check, const Tensor& cu, std::vector<int64_t>& storage, void* stream) {
+  if (cu.device.is_cpu()) return cu;
+#ifdef SEQMIX_WITH_CUDA
+  storage.resize(static_cast<size_t>(cu.shape[0]));
+  Tensor host = Tensor::contiguous(storage.data(), cu.dtype, cu.shape);
+  if (cu.strides[0] != 1) check.fail("cu_seqlens", "a contiguous tensor", "stride " + std::to_string(cu.strides[0]));
+  const cuda::DeviceGuard guard(cu.device.index);
+  cuda::copy_to_host(storage.data(), cu.data, static_cast<size_t>(cu.shape[0]) * dtype_size(cu.dtype), stream);
+  return host;
+#else
+  (void)storage;
+  (void)stream;
+  check.fail("cu_seqlens", "a CPU tensor (this build has no CUDA backend)", cu.device.str());
+#endif
+}
+
 std::vector<Sequence> make_sequences(const Checker& check, int64_t B, int64_t T,
-                                     const std::optional<Tensor>& cu_seqlens) {
+                                     const std::optional<Tensor>& cu_seqlens, void* stream) {
   check.positive(B, "B", "batch size B");
   check.positive(T, "T", "sequence length T");
   std::vector<Sequence> seqs;
@@ -85,13 +106,13 @@ std::vector<Sequence> make_sequences(const Checker& check, int64_t B, int64_t T,
     for (int64_t b = 0; b < B; ++b) seqs.push_back({b, 0, T});
     return seqs;
   }
-  const Tensor& cu = *cu_seqlens;
   const char* arg = "cu_seqlens";
-  check.rank(cu, arg, 1, "[N + 1]");
-  check.dtype_in(cu, arg, {DType::i32, DType::i64});
-  if (!cu.device.is_cpu()) check.fail(arg, "a CPU tensor (its values are read on the host)", cu.device.str());
-  if (cu.shape[0] < 2) check.fail(arg, "at least 2 offsets (one sequence)", std::to_string(cu.shape[0]));
-  check.not_null(cu, arg);
+  check.rank(*cu_seqlens, arg, 1, "[N + 1]");
+  check.dtype_in(*cu_seqlens, arg, {DType::i32, DType::i64});
+  if (cu_seqlens->shape[0] < 2) check.fail(arg, "at least 2 offsets (one sequence)", std::to_string(cu_seqlens->shape[0]));
+  check.not_null(*cu_seqlens, arg);
+  std::vector<int64_t> storage;
+  const Tensor cu = host_offsets(check, *cu_seqlens, storage, stream);
   if (B != 1) check.fail("q/x", "batch size 1 when cu_seqlens is given", "batch size " + std::to_string(B));
   if (read_offset(cu, 0) != 0) check.fail(arg, "cu_seqlens[0] == 0", std::to_string(read_offset(cu, 0)));
   for (int64_t i = 0; i + 1 < cu.shape[0]; ++i) {

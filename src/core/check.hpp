@@ -57,10 +57,11 @@ struct Sequence {
   int64_t row0(int64_t T) const { return batch * T + start; }
 };
 
-// Validates cu_seqlens (rank 1, int32/int64, on the CPU, at least 2 entries, starts at
-// 0, strictly increasing — no empty sequence — and ends at T) or T ≥ 1 and B ≥ 1.
+// Validates cu_seqlens (rank 1, int32/int64, at least 2 entries, starts at 0, strictly
+// increasing — no empty sequence — and ends at T) or T ≥ 1 and B ≥ 1. cu_seqlens on a
+// CUDA device is copied to the host on `stream` to be checked (a synchronisation).
 std::vector<Sequence> make_sequences(const Checker& check, int64_t B, int64_t T,
-                                     const std::optional<Tensor>& cu_seqlens);
+                                     const std::optional<Tensor>& cu_seqlens, void* stream = nullptr);
 
 // Which implementation runs: `automatic` picks `reference` for f64 inputs on the CPU
 // and `fast` otherwise. CUDA inputs are refused until an op has a CUDA kernel.

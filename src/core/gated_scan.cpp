@@ -4,6 +4,11 @@
 #include "core/check.hpp"
 #include "cpu/gated_scan.hpp"
 
+#ifdef SEQMIX_WITH_CUDA
+#include "cuda/common/device.hpp"
+#include "cuda/gated_scan/params.hpp"
+#endif
+
 namespace seqmix {
 namespace {
 
@@ -23,7 +28,8 @@ cpu::GatedScanProblem check_inputs(const core::Checker& check, const GatedScanIn
   };
   same_as_b(in.a, "a");
   if (in.z) same_as_b(*in.z, "z");
-  auto sequences = core::make_sequences(check, B, T, in.cu_seqlens);
+  if (in.cu_seqlens && device.is_cuda()) check.same_device(*in.cu_seqlens, "cu_seqlens", device, "b");
+  auto sequences = core::make_sequences(check, B, T, in.cu_seqlens, options.stream);
   const int64_t N = static_cast<int64_t>(sequences.size());
   if (in.initial_state) {
     check.view(*in.initial_state, "initial_state", 2, "[N, D]", device);
@@ -38,7 +44,8 @@ void check_state_out(const core::Checker& check, const std::optional<Tensor>& t,
   if (!t) return;
   check.view(*t, arg, 2, "[N, D]", device);
   check.shape(*t, arg, {static_cast<int64_t>(p.sequences.size()), p.D}, "[N, D]");
-  check.dtype_in(*t, arg, {DType::f32, DType::f64});
+  check.dtype_in(*t, arg, device.is_cuda() ? std::initializer_list<DType>{DType::f32}
+                                           : std::initializer_list<DType>{DType::f32, DType::f64});
 }
 
 void check_like_b(const core::Checker& check, const std::optional<Tensor>& t, const char* arg,
@@ -49,7 +56,76 @@ void check_like_b(const core::Checker& check, const std::optional<Tensor>& t, co
   check.same_dtype(*t, arg, in.b.dtype, "b");
 }
 
+#ifdef SEQMIX_WITH_CUDA
+cuda::BtdView btd(const std::optional<Tensor>& t) {
+  if (!t) return {};
+  return {t->data, t->strides[0], t->strides[1]};
+}
+
+cuda::StateView state(const std::optional<Tensor>& t) {
+  if (!t) return {};
+  return {static_cast<float*>(t->data), t->strides[0]};
+}
+
+// Pointers and row strides allow 16-byte vectors (and D fills whole vectors).
+bool vector_aligned(std::initializer_list<std::optional<Tensor>> tensors) {
+  for (const auto& t : tensors) {
+    if (!t) continue;
+    const int64_t vec = 16 / dtype_size(t->dtype);
+    if (reinterpret_cast<uintptr_t>(t->data) % 16 != 0 || t->shape[2] % vec != 0 || t->strides[0] % vec != 0 ||
+        t->strides[1] % vec != 0)
+      return false;
+  }
+  return true;
+}
+
+cuda::GatedScanParams cuda_params(const core::Checker& check, const GatedScanInputs& in,
+                                  const cpu::GatedScanProblem& p, const GatedScanOptions& options) {
+  if (in.initial_state) check.dtype_in(*in.initial_state, "initial_state", {DType::f32});
+  if (in.b.dtype == DType::f64) check.fail("b", "dtype bf16, f16 or f32 on a CUDA device", "f64");
+  if (p.sequences.size() > 65535)
+    check.fail("cu_seqlens", "at most 65535 sequences on a CUDA device", std::to_string(p.sequences.size()));
+  cuda::GatedScanParams params;
+  int64_t max_length = 0;
+  for (const auto& s : p.sequences) max_length = std::max(max_length, s.length);
+  params.seq = {static_cast<int64_t>(p.sequences.size()), in.cu_seqlens ? max_length : p.T,
+                in.cu_seqlens ? in.cu_seqlens->data : nullptr, in.cu_seqlens && in.cu_seqlens->dtype == DType::i64};
+  params.D = p.D;
+  params.log_decay = p.log_decay;
+  params.a = btd(in.a);
+  params.b = btd(in.b);
+  params.z = btd(in.z);
+  params.initial_state = state(in.initial_state);
+  params.stream = options.stream;
+  return params;
+}
+
+template <class Launch>
+void launch_by_dtype(DType dtype, const Launch& launch) {
+  switch (dtype) {
+    case DType::bf16: launch(std::integral_constant<cuda::ScanDtype, cuda::ScanDtype::bf16>{}); break;
+    case DType::f16: launch(std::integral_constant<cuda::ScanDtype, cuda::ScanDtype::f16>{}); break;
+    default: launch(std::integral_constant<cuda::ScanDtype, cuda::ScanDtype::f32>{}); break;
+  }
+}
+#endif
+
+#ifndef SEQMIX_WITH_CUDA
+[[noreturn]] void no_cuda(const core::Checker& check, const Tensor& b) {
+  check.fail("b", "a CPU tensor (this build has no CUDA backend)", b.device.str());
+}
+#endif
+
 }  // namespace
+
+int64_t gated_scan_backward_workspace_size(int64_t N, int64_t T, int64_t D) {
+#ifdef SEQMIX_WITH_CUDA
+  return std::max<int64_t>(1, cuda::gated_scan_backward_workspace_floats(N, T, D));
+#else
+  (void)N, (void)T, (void)D;
+  return 1;
+#endif
+}
 
 void gated_scan_forward(const GatedScanInputs& in, const GatedScanOutputs& out,
                         const GatedScanOptions& options) {
@@ -57,6 +133,20 @@ void gated_scan_forward(const GatedScanInputs& in, const GatedScanOutputs& out,
   const auto problem = check_inputs(check, in, options);
   check_like_b(check, out.y, "y", in);
   check_state_out(check, out.final_state, "final_state", problem, in.b.device);
+  if (in.b.device.is_cuda()) {
+#ifdef SEQMIX_WITH_CUDA
+    if (options.impl == Impl::reference) check.fail("impl", "fast or automatic on a CUDA device", "reference");
+    auto params = cuda_params(check, in, problem, options);
+    params.y = btd(out.y);
+    params.final_state = state(out.final_state);
+    params.vector_aligned = vector_aligned({in.a, in.b, in.z, out.y});
+    const cuda::DeviceGuard guard(in.b.device.index);
+    launch_by_dtype(in.b.dtype, [&](auto dtype) { cuda::gated_scan_forward<decltype(dtype)::value>(params); });
+    return;
+#else
+    no_cuda(check, in.b);
+#endif
+  }
   const Impl impl = core::resolve_cpu_impl(check, options.impl, in.b);
   cpu::gated_scan_forward(problem, in, out, impl);
 }
@@ -77,6 +167,32 @@ void gated_scan_backward(const GatedScanInputs& in, const Tensor& dy,
     check.fail("d_initial_state", in.initial_state ? "a tensor (initial_state is given)" : "none",
                grads.d_initial_state ? "a tensor" : "none");
   check_state_out(check, grads.d_initial_state, "d_initial_state", problem, in.b.device);
+  if (in.b.device.is_cuda()) {
+#ifdef SEQMIX_WITH_CUDA
+    if (options.impl == Impl::reference) check.fail("impl", "fast or automatic on a CUDA device", "reference");
+    auto params = cuda_params(check, in, problem, options);
+    const int64_t needed = gated_scan_backward_workspace_size(params.seq.num_sequences, params.seq.T, problem.D);
+    if (!grads.workspace) check.fail("workspace", "an f32 tensor of " + std::to_string(needed) + " elements", "none");
+    check.view(*grads.workspace, "workspace", 1, "[elements]", in.b.device);
+    check.dtype_in(*grads.workspace, "workspace", {DType::f32});
+    if (grads.workspace->shape[0] < needed)
+      check.fail("workspace", "at least " + std::to_string(needed) + " elements",
+                 std::to_string(grads.workspace->shape[0]));
+    params.dy = btd(dy);
+    params.d_final_state = state(d_final_state);
+    params.da = btd(grads.da);
+    params.db = btd(grads.db);
+    params.dz = btd(grads.dz);
+    params.d_initial_state = state(grads.d_initial_state);
+    params.workspace = static_cast<float*>(grads.workspace->data);
+    params.vector_aligned = vector_aligned({in.a, in.b, in.z, dy, grads.da, grads.db, grads.dz});
+    const cuda::DeviceGuard guard(in.b.device.index);
+    launch_by_dtype(in.b.dtype, [&](auto dtype) { cuda::gated_scan_backward<decltype(dtype)::value>(params); });
+    return;
+#else
+    no_cuda(check, in.b);
+#endif
+  }
   const Impl impl = core::resolve_cpu_impl(check, options.impl, in.b);
   cpu::gated_scan_backward(problem, in, dy, d_final_state, grads, impl);
 }

@@ -20,8 +20,13 @@ def backward(xp, a, b, z, initial_state, cu_seqlens, dy, d_final_state, log_deca
     da, db = xp.empty_like(a), xp.empty_like(b)
     dz = None if z is None else xp.empty_like(z)
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
+    workspace = None
+    if xp.is_cuda(b):
+        size = _C.gated_scan_backward_workspace_size(num_sequences(b.shape[0], cu_seqlens), b.shape[1], b.shape[-1])
+        workspace = xp.empty((size,), xp.float32, b)
     _C.gated_scan_backward(xp.arg(a), xp.arg(b), xp.arg(z), xp.arg(initial_state), xp.arg(cu_seqlens),
-                           xp.arg(dy), xp.arg(d_final_state), da, db, dz, dh0, log_decay, impl, xp.stream(b))
+                           xp.arg(dy), xp.arg(d_final_state), da, db, dz, dh0, workspace, log_decay, impl,
+                           xp.stream(b))
     return da, db, dz, dh0
 
 

@@ -24,3 +24,25 @@ void check(cudaError_t status, const char* what) {
 }
 
 }  // namespace seqmix::cuda
+
+#include "cuda/common/device.hpp"
+
+namespace seqmix::cuda {
+
+DeviceGuard::DeviceGuard(int index) : previous_(-1) {
+  check(cudaGetDevice(&previous_), "cudaGetDevice");
+  if (previous_ != index) check(cudaSetDevice(index), "cudaSetDevice");
+}
+
+DeviceGuard::~DeviceGuard() {
+  int current = -1;
+  if (cudaGetDevice(&current) == cudaSuccess && current != previous_) cudaSetDevice(previous_);
+}
+
+void copy_to_host(void* host, const void* device, size_t bytes, void* stream) {
+  auto s = static_cast<cudaStream_t>(stream);
+  check(cudaMemcpyAsync(host, device, bytes, cudaMemcpyDeviceToHost, s), "cudaMemcpyAsync (device to host)");
+  check(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+}
+
+}  // namespace seqmix::cuda

@@ -1,0 +1,11 @@
+// Explicit instantiation: gated scan backward, f16.
+#include "cuda/gated_scan/backward.cuh"
+
+namespace seqmix::cuda {
+
+template <>
+void gated_scan_backward<ScanDtype::f16>(const GatedScanParams& p) {
+  scan::launch_backward<__half>(p);
+}
+
+}  // namespace seqmix::cuda

@@ -1,0 +1,11 @@
+// Explicit instantiation: gated scan backward, f32.
+#include "cuda/gated_scan/backward.cuh"
+
+namespace seqmix::cuda {
+
+template <>
+void gated_scan_backward<ScanDtype::f32>(const GatedScanParams& p) {
+  scan::launch_backward<float>(p);
+}
+
+}  // namespace seqmix::cuda

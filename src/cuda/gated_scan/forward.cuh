@@ -1,0 +1,105 @@
+// Gated scan forward: y_t = h_t ⊙ SiLU(z_t), h_t = a_t ⊙ h_{t-1} + b_t.
+// One block per (sequence, channel slab), tiles of 128 steps, the next tile's loads in
+// flight while the current one is scanned (see tile.cuh for the scan itself).
+#pragma once
+
+#include "cuda/common/runtime.cuh"
+#include "cuda/gated_scan/tile.cuh"
+
+namespace seqmix::cuda::scan {
+
+template <class T>
+struct ForwardTile {
+  Pack<T> a[kSteps], b[kSteps], z[kSteps];
+
+  __device__ void load(const GatedScanParams& p, const BlockCoords& c, int64_t tile, bool gated) {
+    const float decay_identity = p.log_decay ? 0.f : 1.f;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t t = c.step(tile, s);
+      a[s] = scan::load<T>(p.a, c, t, p.D, p.vector_aligned, decay_identity);
+      b[s] = scan::load<T>(p.b, c, t, p.D, p.vector_aligned, 0.f);
+      if (gated) z[s] = scan::load<T>(p.z, c, t, p.D, p.vector_aligned, 0.f);
+    }
+  }
+  __device__ float decay(const GatedScanParams& p, int s, int i) const {
+    return p.log_decay ? __expf(a[s][i]) : a[s][i];
+  }
+};
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams p) {
+  constexpr int kVec = Pack<T>::kVec;
+  __shared__ ScanShared<kVec> shared;
+  const BlockCoords c = BlockCoords::make<T>(p.seq);
+  const bool gated = p.z.data != nullptr;
+  const int64_t n = blockIdx.y;
+
+  if (c.segment == 0) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      shared.carry[i][c.lane] = p.initial_state.data && c.d0 + i < p.D
+                                    ? p.initial_state.data[n * p.initial_state.stride + c.d0 + i] : 0.f;
+  }  // the scan's first barrier publishes the carry
+
+  const int64_t tiles = (c.length + kScanTileSteps - 1) / kScanTileSteps;
+  ForwardTile<T> cur, next;
+  cur.load(p, c, 0, gated);
+  for (int64_t tile = 0; tile < tiles; ++tile) {
+    if (tile + 1 < tiles) next.load(p, c, tile + 1, gated);
+
+    float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      A[i] = 1.f;
+      H[i] = 0.f;
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        const float a = cur.decay(p, s, i);
+        H[i] = a * H[i] + cur.b[s][i];
+        A[i] *= a;
+      }
+    }
+    exclusive_segment_scan(shared, c.lane, c.segment, false, A, H, tile_A, tile_H);
+
+    float h[kVec], carry[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      carry[i] = shared.carry[i][c.lane];
+      h[i] = A[i] * carry[i] + H[i];
+    }
+    __syncthreads();  // every thread has read the carry before segment 0 replaces it
+    if (c.segment == 0) {
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) shared.carry[i][c.lane] = tile_A[i] * carry[i] + tile_H[i];
+    }
+
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      float y[kVec];
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        h[i] = cur.decay(p, s, i) * h[i] + cur.b[s][i];
+        y[i] = gated ? h[i] * silu(cur.z[s][i]) : h[i];
+      }
+      store<T>(p.y, c, c.step(tile, s), p.D, p.vector_aligned, y);
+    }
+    cur = next;
+  }
+
+  __syncthreads();
+  if (c.segment == 0 && p.final_state.data) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (c.d0 + i < p.D) p.final_state.data[n * p.final_state.stride + c.d0 + i] = shared.carry[i][c.lane];
+  }
+}
+
+template <class T>
+void launch_forward(const GatedScanParams& p) {
+  const dim3 grid(static_cast<unsigned>(num_slabs<T>(p.D)), static_cast<unsigned>(p.seq.num_sequences));
+  forward_kernel<T><<<grid, kThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(p);
+  check_launch("gated_scan forward");
+}
+
+}  // namespace seqmix::cuda::scan

@@ -1,0 +1,59 @@
+// Host-side description of a gated-scan launch: plain pointers and strides, no CUDA
+// types, so src/core can fill it in without including CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace seqmix::cuda {
+
+// Where the sequences of a [B, T, D] batch live: B rows of length T, or with
+// cu_seqlens (B = 1) N variable-length sequences.
+struct SequenceLayout {
+  int64_t num_sequences;         // N
+  int64_t T;                     // the padded length (max length with cu_seqlens)
+  const void* cu_seqlens;        // device pointer or nullptr
+  bool cu_seqlens_int64;
+};
+
+// A [B, T, D] operand: element (b, t, d) lives at data + b*stride_batch + t*stride_time + d.
+struct BtdView {
+  void* data = nullptr;
+  int64_t stride_batch = 0, stride_time = 0;
+};
+
+// A [N, D] float state: element (n, d) at data + n*stride + d.
+struct StateView {
+  float* data = nullptr;
+  int64_t stride = 0;
+};
+
+struct GatedScanParams {
+  SequenceLayout seq;
+  int64_t D;
+  bool log_decay;
+  bool vector_aligned;  // every row start and pointer allows 16-byte accesses
+  BtdView a, b, z, y;   // z.data == nullptr: no gate
+  StateView initial_state, final_state;
+  // Backward only.
+  BtdView dy, da, db, dz;
+  StateView d_final_state, d_initial_state;
+  float* workspace = nullptr;  // [N, tiles, D] carries at tile starts
+  void* stream = nullptr;
+};
+
+enum class ScanDtype { bf16, f16, f32 };
+
+// Time steps one block scans per tile (see tile.cuh).
+inline constexpr int64_t kScanTileSteps = 128;
+
+// Floats of workspace the backward needs: N · ceil(T / tile) · D.
+inline int64_t gated_scan_backward_workspace_floats(int64_t N, int64_t T, int64_t D) {
+  return N * ((T + kScanTileSteps - 1) / kScanTileSteps) * D;
+}
+
+template <ScanDtype dtype>
+void gated_scan_forward(const GatedScanParams& p);
+template <ScanDtype dtype>
+void gated_scan_backward(const GatedScanParams& p);
+
+}  // namespace seqmix::cuda

@@ -1,0 +1,193 @@
+// The tile machinery shared by the gated-scan kernels.
+//
+// A block owns one sequence and a slab of channels (kLanes × 16-byte vectors) and walks
+// the sequence in tiles of kSteps·kSegments time steps. Thread (lane, segment) holds
+// kSteps consecutive steps of one 16-byte channel vector in registers. A tile is scanned
+// in three moves: each thread composes its own steps into one affine map h ↦ A·h + H;
+// a Hillis–Steele scan over the segments in shared memory gives every thread the map of
+// all earlier segments; applying that to the carry from the previous tile gives the
+// thread's starting state. Every input is read once and every output written once.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "cuda/gated_scan/params.hpp"
+
+namespace seqmix::cuda::scan {
+
+constexpr int kThreads = 256;
+constexpr int kLanes = 4;                       // 16-byte vectors across the channel slab
+constexpr int kSegments = kThreads / kLanes;    // 64 time segments per tile
+constexpr int kSteps = 2;                       // time steps per thread per tile
+static_assert(kSteps * kSegments == kScanTileSteps, "tile length must match params.hpp");
+
+template <class T>
+struct Traits;
+template <>
+struct Traits<__nv_bfloat16> {
+  static __device__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+  static __device__ __nv_bfloat16 from_float(float x) { return __float2bfloat16(x); }
+};
+template <>
+struct Traits<__half> {
+  static __device__ float to_float(__half x) { return __half2float(x); }
+  static __device__ __half from_float(float x) { return __float2half(x); }
+};
+template <>
+struct Traits<float> {
+  static __device__ float to_float(float x) { return x; }
+  static __device__ float from_float(float x) { return x; }
+};
+
+// One 16-byte vector of channels.
+template <class T>
+union Pack {
+  static constexpr int kVec = 16 / sizeof(T);
+  uint4 raw;
+  T e[kVec];
+  __device__ float operator[](int i) const { return Traits<T>::to_float(e[i]); }
+};
+
+// Where a block works: its sequence's first row and length, and its channel slab.
+struct BlockCoords {
+  int64_t batch, start, length;
+  int64_t d0;  // first channel of this thread's vector
+  int lane, segment;
+
+  template <class T>
+  __device__ static BlockCoords make(const SequenceLayout& seq) {
+    BlockCoords c;
+    const int64_t n = blockIdx.y;
+    if (seq.cu_seqlens) {
+      int64_t begin, end;
+      if (seq.cu_seqlens_int64) {
+        begin = static_cast<const int64_t*>(seq.cu_seqlens)[n];
+        end = static_cast<const int64_t*>(seq.cu_seqlens)[n + 1];
+      } else {
+        begin = static_cast<const int32_t*>(seq.cu_seqlens)[n];
+        end = static_cast<const int32_t*>(seq.cu_seqlens)[n + 1];
+      }
+      c.batch = 0;
+      c.start = begin;
+      c.length = end - begin;
+    } else {
+      c.batch = n;
+      c.start = 0;
+      c.length = seq.T;
+    }
+    c.lane = threadIdx.x % kLanes;
+    c.segment = threadIdx.x / kLanes;
+    c.d0 = (static_cast<int64_t>(blockIdx.x) * kLanes + c.lane) * Pack<T>::kVec;
+    return c;
+  }
+  // Time step (within the sequence) of this thread's step `i` in tile `tile`.
+  __device__ int64_t step(int64_t tile, int i) const { return tile * kScanTileSteps + segment * kSteps + i; }
+};
+
+template <class T>
+__device__ T* row_ptr(const BtdView& v, const BlockCoords& c, int64_t t) {
+  return static_cast<T*>(v.data) + c.batch * v.stride_batch + (c.start + t) * v.stride_time;
+}
+
+// Loads the thread's vector at step t; elements past D or steps past the sequence get
+// `fill` (the identity of the scan for decays, 0 otherwise).
+template <class T>
+__device__ Pack<T> load(const BtdView& v, const BlockCoords& c, int64_t t, int64_t D, bool aligned, float fill) {
+  Pack<T> p;
+  constexpr int kVec = Pack<T>::kVec;
+  if (t < c.length && aligned && c.d0 + kVec <= D) {
+    p.raw = __ldcs(reinterpret_cast<const uint4*>(row_ptr<T>(v, c, t) + c.d0));
+    return p;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    const bool inside = t < c.length && c.d0 + i < D;
+    p.e[i] = inside ? row_ptr<T>(v, c, t)[c.d0 + i] : Traits<T>::from_float(fill);
+  }
+  return p;
+}
+
+template <class T>
+__device__ void store(const BtdView& v, const BlockCoords& c, int64_t t, int64_t D, bool aligned,
+                      const float (&values)[Pack<T>::kVec]) {
+  if (t >= c.length) return;
+  constexpr int kVec = Pack<T>::kVec;
+  Pack<T> p;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) p.e[i] = Traits<T>::from_float(values[i]);
+  if (aligned && c.d0 + kVec <= D) {
+    __stcs(reinterpret_cast<uint4*>(row_ptr<T>(v, c, t) + c.d0), p.raw);
+    return;
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i)
+    if (c.d0 + i < D) row_ptr<T>(v, c, t)[c.d0 + i] = p.e[i];
+}
+
+// Shared memory of the segment scan: an affine map (A, H) per segment and channel,
+// laid out [channel-in-vector][segment][lane] so a warp's accesses hit distinct banks.
+template <int kVec>
+struct ScanShared {
+  float A[kVec][kSegments][kLanes];
+  float H[kVec][kSegments][kLanes];
+  float carry[kVec][kLanes];  // state entering the tile (forward) or leaving it (reverse)
+};
+
+// Given each thread's own map (A, H) over its steps, returns in (A, H) the map of all
+// segments strictly before it (forward) — or strictly after it when `reverse` — and
+// in (tile_A, tile_H) the map of the whole tile. Ends with a barrier.
+template <int kVec>
+__device__ void exclusive_segment_scan(ScanShared<kVec>& s, int lane, int segment, bool reverse, float (&A)[kVec],
+                                       float (&H)[kVec], float (&tile_A)[kVec], float (&tile_H)[kVec]) {
+  const int pos = reverse ? kSegments - 1 - segment : segment;  // order of composition
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    s.A[i][pos][lane] = A[i];
+    s.H[i][pos][lane] = H[i];
+  }
+  __syncthreads();
+#pragma unroll
+  for (int distance = 1; distance < kSegments; distance *= 2) {
+    float prev_A[kVec], prev_H[kVec];
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {
+      prev_A[i] = pos >= distance ? s.A[i][pos - distance][lane] : 1.f;
+      prev_H[i] = pos >= distance ? s.H[i][pos - distance][lane] : 0.f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) {  // first prev, then self: h ↦ A·(prev_A·h + prev_H) + H
+      H[i] = A[i] * prev_H[i] + H[i];
+      A[i] = A[i] * prev_A[i];
+      s.A[i][pos][lane] = A[i];
+      s.H[i][pos][lane] = H[i];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    tile_A[i] = s.A[i][kSegments - 1][lane];
+    tile_H[i] = s.H[i][kSegments - 1][lane];
+    A[i] = pos > 0 ? s.A[i][pos - 1][lane] : 1.f;
+    H[i] = pos > 0 ? s.H[i][pos - 1][lane] : 0.f;
+  }
+  __syncthreads();
+}
+
+__device__ inline float silu(float x) { return x / (1.f + __expf(-x)); }
+__device__ inline float silu_grad(float x) {
+  const float s = 1.f / (1.f + __expf(-x));
+  return s * (1.f + x * (1.f - s));
+}
+
+// Number of channel slabs (grid.x) for D channels of dtype T.
+template <class T>
+inline int64_t num_slabs(int64_t D) {
+  constexpr int64_t slab = kLanes * (16 / sizeof(T));
+  return (D + slab - 1) / slab;
+}
+
+}  // namespace seqmix::cuda::scan
