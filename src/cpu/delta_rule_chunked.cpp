@@ -98,16 +98,18 @@ Chunk make_chunk(const DeltaRuleHead<float>& x, int64_t t0) {
   c.k = rows_of(x.k, t0, L, x.K);
   c.v = rows_of(x.v, t0, L, x.V);
   c.beta.assign(x.beta.begin() + t0, x.beta.begin() + t0 + L);
-  std::vector<float> G(L);
-  float running = 0;
+  // The running sum is kept in double: with strong decays G reaches hundreds within a
+  // chunk, and a float sum would leave the differences G_i − G_j few correct bits.
+  std::vector<double> G(L);
+  double running = 0;
   for (int64_t i = 0; i < L; ++i) G[i] = running += x.g[t0 + i];
   c.gamma.resize(L);
   c.lambda.resize(L);
   c.decay = Mat(L, L);
   for (int64_t i = 0; i < L; ++i) {
-    c.gamma[i] = std::exp(G[i]);
-    c.lambda[i] = std::exp(G[L - 1] - G[i]);
-    for (int64_t j = 0; j <= i; ++j) c.decay(i, j) = std::exp(G[i] - G[j]);
+    c.gamma[i] = static_cast<float>(std::exp(G[i]));
+    c.lambda[i] = static_cast<float>(std::exp(G[L - 1] - G[i]));
+    for (int64_t j = 0; j <= i; ++j) c.decay(i, j) = static_cast<float>(std::exp(G[i] - G[j]));
   }
   c.kk = matmul_nt(c.k, c.k);
   c.qk_decay = hadamard(matmul_nt(c.q, c.k), c.decay);
