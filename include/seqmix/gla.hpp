@@ -1,0 +1,52 @@
+// Gated linear attention (DESIGN.md §1 "gla"), per sequence and head:
+//   S_t = diag(exp g_t)·S_{t-1} + k_tᵀ v_t,    o_t = scale · q_t S_t
+// with S a [K, V] state, g_t ≤ 0 a log decay per key channel. Matches fla's chunk_gla.
+//
+// Layouts: q, k, g  [B, T, H, K];  v, o  [B, T, H, V]  (bf16, f16, f32 or f64, all the
+//          same dtype; o in that dtype);
+//          initial_state, final_state  [N, H, K, V] f32 (f64 allowed with f64 inputs),
+//          N = B, or N = len(cu_seqlens) - 1 with B = 1 for variable length.
+// g must be ≤ 0: the fast path relies on it to keep every exponent it evaluates ≤ 0.
+#pragma once
+
+#include <optional>
+
+#include "seqmix/common.hpp"
+#include "seqmix/tensor.hpp"
+
+namespace seqmix {
+
+struct GlaOptions : CommonOptions {
+  // Multiplies q_t S_t. Python's chunk_gla passes K^-0.5 unless told otherwise; here it
+  // is explicit and must be finite.
+  double scale = 1.0;
+};
+
+struct GlaInputs {
+  Tensor q;                              // [B, T, H, K] queries
+  Tensor k;                              // [B, T, H, K] keys
+  Tensor v;                              // [B, T, H, V] values
+  Tensor g;                              // [B, T, H, K] log decays (≤ 0)
+  std::optional<Tensor> initial_state;   // [N, H, K, V]
+  std::optional<Tensor> cu_seqlens;      // [N + 1] int32/int64 offsets (CPU), B must be 1
+};
+
+struct GlaOutputs {
+  Tensor o;                              // [B, T, H, V], dtype of q
+  std::optional<Tensor> final_state;     // [N, H, K, V], the state after each sequence's last token
+};
+
+// Forward. Writes o and, when given, final_state.
+void gla_forward(const GlaInputs& in, const GlaOutputs& out, const GlaOptions& options = {});
+
+struct GlaGrads {
+  Tensor dq, dk, dv, dg;                 // shapes and dtype of q, k, v, g
+  std::optional<Tensor> d_initial_state; // required when initial_state is given
+};
+
+// Backward: from do (and the gradient of the final state, optional) to the gradient of
+// every differentiable input. Recomputes the states from the inputs.
+void gla_backward(const GlaInputs& in, const Tensor& d_o, const std::optional<Tensor>& d_final_state,
+                  const GlaGrads& grads, const GlaOptions& options = {});
+
+}  // namespace seqmix

@@ -1,0 +1,77 @@
+"""Gated linear attention (fla's chunk_gla): allocation and _C calls."""
+
+from __future__ import annotations
+
+from .. import _C
+from .._backend import NUMPY, is_torch, num_sequences, state_dtype
+
+
+def state_shape(q, v, cu_seqlens):
+    """[N, H, K, V]: one [K, V] state per sequence and head."""
+    return (num_sequences(q.shape[0], cu_seqlens), q.shape[2], q.shape[3], v.shape[3])
+
+
+def default_scale(q, scale):
+    """fla's default: K^-0.5."""
+    return q.shape[-1] ** -0.5 if scale is None else float(scale)
+
+
+def forward(xp, q, k, v, g, initial_state, cu_seqlens, scale, impl):
+    """Returns (o [B, T, H, V] in q's dtype, final_state [N, H, K, V] in the state dtype)."""
+    o = xp.empty(tuple(v.shape), xp.dtype(q), q)
+    final_state = xp.empty(state_shape(q, v, cu_seqlens), state_dtype(xp, q), q)
+    _C.gla_forward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(initial_state), xp.arg(cu_seqlens),
+                   o, final_state, scale, impl, xp.stream(q))
+    return o, final_state
+
+
+def backward(xp, q, k, v, g, initial_state, cu_seqlens, do, d_final_state, scale, impl):
+    """Returns (dq, dk, dv, dg, d_initial_state or None)."""
+    dq, dk, dv, dg = xp.empty_like(q), xp.empty_like(k), xp.empty_like(v), xp.empty_like(g)
+    dh0 = None if initial_state is None else xp.empty_like(initial_state)
+    _C.gla_backward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(initial_state), xp.arg(cu_seqlens),
+                    xp.arg(do), xp.arg(d_final_state), dq, dk, dv, dg, dh0, scale, impl, xp.stream(q))
+    return dq, dk, dv, dg, dh0
+
+
+def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+              impl="automatic"):
+    """Gated linear attention, ``S_t = diag(exp g_t) S_{t-1} + k_t^T v_t``, ``o_t = scale * q_t S_t``.
+
+    Same arguments and results as fla's ``chunk_gla``.
+
+    Args:
+        q: ``[B, T, H, K]`` queries; bf16, fp16, fp32 or fp64 (all inputs share this dtype).
+        k: ``[B, T, H, K]`` keys.
+        v: ``[B, T, H, V]`` values.
+        g: ``[B, T, H, K]`` log decays, ``<= 0`` (e.g. a log-sigmoid), one per key channel.
+        scale: multiplies ``q_t S_t``; ``None`` means ``K ** -0.5``.
+        initial_state: optional ``[N, H, K, V]`` float32 state (float64 with float64 inputs).
+        output_final_state: also return the ``[N, H, K, V]`` state after each sequence.
+        cu_seqlens: optional ``[N + 1]`` int32/int64 offsets for variable length (B == 1);
+            each sequence starts from its own initial state (zeros without one).
+        impl: ``"automatic"``, ``"reference"`` (float64 oracle, token by token) or
+            ``"fast"`` (float32, chunkwise as on the GPU).
+
+    Returns:
+        ``(o, final_state)``: ``o`` ``[B, T, H, V]`` in q's dtype; ``final_state``
+        ``[N, H, K, V]`` (float32, float64 with float64 inputs), or ``None`` unless
+        ``output_final_state``.
+
+    numpy arrays give numpy results (forward only; see ``chunk_gla_backward``); torch
+    tensors go through ``seqmix.torch`` with autograd and torch.compile support.
+    """
+    if is_torch(q):
+        from ..torch.gla import chunk_gla as torch_chunk_gla
+
+        return torch_chunk_gla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens, impl)
+    o, final_state = forward(NUMPY, q, k, v, g, initial_state, cu_seqlens, default_scale(q, scale), impl)
+    return o, (final_state if output_final_state else None)
+
+
+def chunk_gla_backward(q, k, v, g, do, scale=None, initial_state=None, d_final_state=None, cu_seqlens=None,
+                       impl="automatic"):
+    """Gradients of ``chunk_gla`` for numpy arrays: returns ``(dq, dk, dv, dg, d_initial_state)``,
+    ``d_initial_state`` ``None`` when no initial state was given. ``do`` is ``[B, T, H, V]``;
+    ``d_final_state`` ``[N, H, K, V]`` is optional; the other arguments are as for ``chunk_gla``."""
+    return backward(NUMPY, q, k, v, g, initial_state, cu_seqlens, do, d_final_state, default_scale(q, scale), impl)
