@@ -1,0 +1,88 @@
+"""Gated delta rule (fla's chunk_gated_delta_rule): allocation and _C calls."""
+
+from __future__ import annotations
+
+from .. import _C
+from .._backend import NUMPY, is_torch, num_sequences, state_dtype
+
+
+def state_shape(q, v, cu_seqlens):
+    """[N, H, K, V]: one [K, V] state per sequence and head."""
+    return (num_sequences(q.shape[0], cu_seqlens), q.shape[2], q.shape[3], v.shape[3])
+
+
+def default_scale(q, scale):
+    """fla's default: K^-0.5."""
+    return q.shape[-1] ** -0.5 if scale is None else float(scale)
+
+
+def forward(xp, q, k, v, g, beta, initial_state, cu_seqlens, scale, use_qk_l2norm, impl):
+    """Returns (o [B, T, H, V] in q's dtype, final_state [N, H, K, V] in the state dtype)."""
+    o = xp.empty(tuple(v.shape), xp.dtype(q), q)
+    final_state = xp.empty(state_shape(q, v, cu_seqlens), state_dtype(xp, q), q)
+    _C.delta_rule_forward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(beta), xp.arg(initial_state),
+                          xp.arg(cu_seqlens), o, final_state, scale, use_qk_l2norm, impl, xp.stream(q))
+    return o, final_state
+
+
+def backward(xp, q, k, v, g, beta, initial_state, cu_seqlens, do, d_final_state, scale, use_qk_l2norm, impl):
+    """Returns (dq, dk, dv, dg, dbeta, d_initial_state or None)."""
+    dq, dk, dv = xp.empty_like(q), xp.empty_like(k), xp.empty_like(v)
+    dg, dbeta = xp.empty_like(g), xp.empty_like(beta)
+    dh0 = None if initial_state is None else xp.empty_like(initial_state)
+    _C.delta_rule_backward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(beta), xp.arg(initial_state),
+                           xp.arg(cu_seqlens), xp.arg(do), xp.arg(d_final_state), dq, dk, dv, dg, dbeta, dh0,
+                           scale, use_qk_l2norm, impl, xp.stream(q))
+    return dq, dk, dv, dg, dbeta, dh0
+
+
+def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                           use_qk_l2norm_in_kernel=False, cu_seqlens=None, impl="automatic"):
+    """Gated delta rule, ``S_t = exp(g_t) (I - beta_t k_t^T k_t) S_{t-1} + beta_t k_t^T v_t``,
+    ``o_t = scale * q_t S_t`` (per sequence and head; ``k_t`` a row, ``S_t`` ``[K, V]``).
+
+    Same arguments and results as fla's ``chunk_gated_delta_rule``.
+
+    Args:
+        q: ``[B, T, H, K]`` queries; bf16, fp16, fp32 or fp64 (all inputs share this dtype,
+            g and beta included).
+        k: ``[B, T, H, K]`` keys.
+        v: ``[B, T, H, V]`` values.
+        g: ``[B, T, H]`` log decays, ``<= 0`` (one scalar per token and head).
+        beta: ``[B, T, H]`` write strengths, usually in (0, 1) (e.g. a sigmoid).
+        scale: multiplies ``q_t S_t``; ``None`` means ``K ** -0.5``.
+        initial_state: optional ``[N, H, K, V]`` float32 state (float64 with float64 inputs).
+        output_final_state: also return the ``[N, H, K, V]`` state after each sequence.
+        use_qk_l2norm_in_kernel: first replace q and k, per token and head, by
+            ``x / sqrt(sum(x**2) + 1e-6)`` (gradients flow through the norm).
+        cu_seqlens: optional ``[N + 1]`` int32/int64 offsets for variable length (B == 1);
+            each sequence starts from its own initial state (zeros without one).
+        impl: ``"automatic"``, ``"reference"`` (float64 oracle, token by token) or
+            ``"fast"`` (float32, chunkwise WY form as on the GPU).
+
+    Returns:
+        ``(o, final_state)``: ``o`` ``[B, T, H, V]`` in q's dtype; ``final_state``
+        ``[N, H, K, V]`` (float32, float64 with float64 inputs), or ``None`` unless
+        ``output_final_state``.
+
+    numpy arrays give numpy results (forward only; see ``chunk_gated_delta_rule_backward``);
+    torch tensors go through ``seqmix.torch`` with autograd and torch.compile support.
+    """
+    if is_torch(q):
+        from ..torch.delta_rule import chunk_gated_delta_rule as torch_chunk_gated_delta_rule
+
+        return torch_chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,
+                                            use_qk_l2norm_in_kernel, cu_seqlens, impl)
+    o, final_state = forward(NUMPY, q, k, v, g, beta, initial_state, cu_seqlens, default_scale(q, scale),
+                             use_qk_l2norm_in_kernel, impl)
+    return o, (final_state if output_final_state else None)
+
+
+def chunk_gated_delta_rule_backward(q, k, v, g, beta, do, scale=None, initial_state=None, d_final_state=None,
+                                    use_qk_l2norm_in_kernel=False, cu_seqlens=None, impl="automatic"):
+    """Gradients of ``chunk_gated_delta_rule`` for numpy arrays: returns
+    ``(dq, dk, dv, dg, dbeta, d_initial_state)``, ``d_initial_state`` ``None`` when no initial
+    state was given. ``do`` is ``[B, T, H, V]``; ``d_final_state`` ``[N, H, K, V]`` is optional;
+    the other arguments are as for ``chunk_gated_delta_rule``."""
+    return backward(NUMPY, q, k, v, g, beta, initial_state, cu_seqlens, do, d_final_state,
+                    default_scale(q, scale), use_qk_l2norm_in_kernel, impl)
