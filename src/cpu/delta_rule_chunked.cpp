@@ -172,8 +172,8 @@ void add_pair_decay_grads(const Mat& p, std::vector<float>& dG) {
 }
 
 // Backward through one chunk, from dO [L, V] and dL/dS at the chunk's end; writes the
-// chunk's rows of grads and returns dL/dS at the chunk's start. Each line differentiates
-// one line of make_chunk / advance (dX names dL/dX).
+// chunk's rows of grads and returns dL/dS at the chunk's start. Each block differentiates
+// one step of advance / make_chunk, last step first (dX names dL/dX).
 Mat chunk_backward(const Chunk& c, float scale, const Mat& S, const Mat& dO, const Mat& dS_end,
                    DeltaRuleHeadGrads<float>& grads) {
   const int64_t L = c.L, K = c.k.cols, V = c.v.cols;
