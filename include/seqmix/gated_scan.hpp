@@ -1,7 +1,8 @@
 // Gated diagonal scan with an optional fused SiLU output gate (DESIGN.md §1 "gated scan"):
 //   h_t = a_t ⊙ h_{t-1} + b_t,   y_t = h_t ⊙ SiLU(z_t)   (y_t = h_t without z)
-// elementwise over D channels. With `log_decay` the decay is given as log a (≤ 0) and
-// the scan uses exp(a_t).
+// elementwise over D channels. The decay a_t is given directly, as its log (the scan
+// uses exp(a_t)), or as a logit (the scan uses sigmoid(a_t), so a projection's raw output
+// can feed the scan with the activation fused).
 //
 // Layouts: a, b, z, y  [B, T, D] (bf16, f16, f32 or f64, all the same dtype);
 //          initial_state, final_state  [N, D] f32 (f64 allowed with f64 inputs),
@@ -15,8 +16,17 @@
 
 namespace seqmix {
 
+// How the decay input a_t becomes the factor of h_{t-1}.
+enum class Decay {
+  direct,  // a_t itself, in (0, 1)
+  log,     // exp(a_t), a_t ≤ 0
+  logit,   // sigmoid(a_t)
+};
+// "direct", "log", "logit"; throws seqmix::Error on anything else.
+Decay parse_decay(const std::string& name);
+
 struct GatedScanOptions : CommonOptions {
-  bool log_decay = false;  // a holds log decays: h_t = exp(a_t) ⊙ h_{t-1} + b_t
+  Decay decay = Decay::direct;
 };
 
 struct GatedScanInputs {

@@ -7,29 +7,29 @@ void bind_gated_scan(nb::module_& m) {
   m.def(
       "gated_scan_forward",
       [](In a, In b, OptIn z, OptIn initial_state, OptIn cu_seqlens, Out y, OptOut final_state,
-         bool log_decay, const std::string& impl, uintptr_t stream) {
+         const std::string& decay, const std::string& impl, uintptr_t stream) {
         GatedScanInputs in{view(a, "a"), view(b, "b"), view(z, "z"), view(initial_state, "initial_state"),
                            view(cu_seqlens, "cu_seqlens")};
         GatedScanOutputs out{view(y, "y"), view(final_state, "final_state")};
         auto o = options<GatedScanOptions>(impl, stream);
-        o.log_decay = log_decay;
+        o.decay = parse_decay(decay);
         nb::gil_scoped_release release;
         gated_scan_forward(in, out, o);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("z").none(), nb::arg("initial_state").none(),
-      nb::arg("cu_seqlens").none(), nb::arg("y"), nb::arg("final_state").none(), nb::arg("log_decay"),
+      nb::arg("cu_seqlens").none(), nb::arg("y"), nb::arg("final_state").none(), nb::arg("decay"),
       nb::arg("impl"), nb::arg("stream"), "Gated scan forward into preallocated y [B, T, D] and final_state [N, D].");
   m.def(
       "gated_scan_backward",
       [](In a, In b, OptIn z, OptIn initial_state, OptIn cu_seqlens, In dy, OptIn d_final_state, Out da, Out db,
-         OptOut dz, OptOut d_initial_state, OptOut workspace, bool log_decay, const std::string& impl,
+         OptOut dz, OptOut d_initial_state, OptOut workspace, const std::string& decay, const std::string& impl,
          uintptr_t stream) {
         GatedScanInputs in{view(a, "a"), view(b, "b"), view(z, "z"), view(initial_state, "initial_state"),
                            view(cu_seqlens, "cu_seqlens")};
         GatedScanGrads grads{view(da, "da"), view(db, "db"), view(dz, "dz"), view(d_initial_state, "d_initial_state"),
                              view(workspace, "workspace")};
         auto o = options<GatedScanOptions>(impl, stream);
-        o.log_decay = log_decay;
+        o.decay = parse_decay(decay);
         const Tensor dy_view = view(dy, "dy");
         const auto dhT = view(d_final_state, "d_final_state");
         nb::gil_scoped_release release;
@@ -37,7 +37,7 @@ void bind_gated_scan(nb::module_& m) {
       },
       nb::arg("a"), nb::arg("b"), nb::arg("z").none(), nb::arg("initial_state").none(),
       nb::arg("cu_seqlens").none(), nb::arg("dy"), nb::arg("d_final_state").none(), nb::arg("da"), nb::arg("db"),
-      nb::arg("dz").none(), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("log_decay"),
+      nb::arg("dz").none(), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("decay"),
       nb::arg("impl"), nb::arg("stream"),
       "Gated scan backward into preallocated gradients (workspace: f32 scratch, CUDA only).");
   m.def("gated_scan_backward_workspace_size", &gated_scan_backward_workspace_size, nb::arg("N"), nb::arg("T"),

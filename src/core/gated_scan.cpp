@@ -3,6 +3,7 @@
 
 #include "core/check.hpp"
 #include "cpu/gated_scan.hpp"
+#include "seqmix/error.hpp"
 
 #ifdef SEQMIX_WITH_CUDA
 #include "cuda/common/device.hpp"
@@ -36,7 +37,7 @@ cpu::GatedScanProblem check_inputs(const core::Checker& check, const GatedScanIn
     check.shape(*in.initial_state, "initial_state", {N, D}, "[N, D]");
     check.dtype_in(*in.initial_state, "initial_state", {DType::f32, DType::f64});
   }
-  return {B, T, D, std::move(sequences), options.log_decay};
+  return {B, T, D, std::move(sequences), options.decay};
 }
 
 void check_state_out(const core::Checker& check, const std::optional<Tensor>& t, const char* arg,
@@ -91,7 +92,7 @@ cuda::GatedScanParams cuda_params(const core::Checker& check, const GatedScanInp
   params.seq = {static_cast<int64_t>(p.sequences.size()), in.cu_seqlens ? max_length : p.T,
                 in.cu_seqlens ? in.cu_seqlens->data : nullptr, in.cu_seqlens && in.cu_seqlens->dtype == DType::i64};
   params.D = p.D;
-  params.log_decay = p.log_decay;
+  params.decay = static_cast<int>(p.decay);
   params.a = btd(in.a);
   params.b = btd(in.b);
   params.z = btd(in.z);
@@ -117,6 +118,13 @@ void launch_by_dtype(DType dtype, const Launch& launch) {
 #endif
 
 }  // namespace
+
+Decay parse_decay(const std::string& name) {
+  if (name == "direct") return Decay::direct;
+  if (name == "log") return Decay::log;
+  if (name == "logit") return Decay::logit;
+  throw Error("seqmix.gated_scan: argument 'decay': expected one of direct, log, logit, got '" + name + "'");
+}
 
 int64_t gated_scan_backward_workspace_size(int64_t N, int64_t T, int64_t D) {
 #ifdef SEQMIX_WITH_CUDA

@@ -30,7 +30,21 @@ struct Buffers {
         z(in.z ? core::to_dense<T>(*in.z) : std::vector<T>()),
         h0(core::to_dense_or_zeros<T>(in.initial_state, p.sequences.size() * p.D)),
         gated(in.z.has_value()) {}
-  T decay(const GatedScanProblem& p, size_t i) const { return p.log_decay ? std::exp(a[i]) : a[i]; }
+  T decay(const GatedScanProblem& p, size_t i) const {
+    switch (p.decay) {
+      case Decay::log: return std::exp(a[i]);
+      case Decay::logit: return T(1) / (T(1) + std::exp(-a[i]));
+      default: return a[i];
+    }
+  }
+  // d(decay)/d(a_i), given the decay value.
+  T decay_grad(const GatedScanProblem& p, T decay_value) const {
+    switch (p.decay) {
+      case Decay::log: return decay_value;
+      case Decay::logit: return decay_value * (T(1) - decay_value);
+      default: return T(1);
+    }
+  }
 };
 
 template <class T>
@@ -55,7 +69,7 @@ void forward(const GatedScanProblem& p, const GatedScanInputs& in, const GatedSc
 
 // Reverse-time recurrence: with g_t = dL/dh_t (through y_t and h_{t+1}),
 //   g_t = dy_t·SiLU(z_t) + a_{t+1}·g_{t+1},  g_T += dL/dh_T (final state),
-//   db_t = g_t,  da_t = g_t·h_{t-1} (times a_t for log decays),
+//   db_t = g_t,  da_t = g_t·h_{t-1}·d(decay)/d(a_t),
 //   dz_t = dy_t·h_t·SiLU'(z_t),  dh_0 = a_1·g_1.
 template <class T>
 void backward(const GatedScanProblem& p, const GatedScanInputs& in, const Tensor& dy_view,
@@ -82,7 +96,7 @@ void backward(const GatedScanProblem& p, const GatedScanInputs& in, const Tensor
       if (x.gated) dz[i] = dy[i] * h[t + 1] * silu_grad(x.z[i]);
       const T a = x.decay(p, i);
       db[i] = g;
-      da[i] = g * h[t] * (p.log_decay ? a : T(1));
+      da[i] = g * h[t] * x.decay_grad(p, a);
       g_next = g;
       a_next = a;
     }

@@ -12,7 +12,7 @@ namespace seqmix::cpu {
 struct GatedScanProblem {
   int64_t B, T, D;
   std::vector<core::Sequence> sequences;
-  bool log_decay;
+  Decay decay;
 };
 
 void gated_scan_forward(const GatedScanProblem& p, const GatedScanInputs& in,

@@ -8,14 +8,15 @@ namespace {
 struct ScanCase {
   int64_t B, T, D;
   DType dtype;
-  bool gated, with_state, log_decay;
+  bool gated, with_state;
+  Decay decay;
   std::vector<int64_t> cu;  // non-empty: variable length with these offsets (B = 1)
 };
 
 // Readable parameter names in test output, e.g. "B2 T63 D5 f32 gated state".
 void PrintTo(const ScanCase& c, std::ostream* os) {
   *os << "B" << c.B << " T" << c.T << " D" << c.D << " " << dtype_name(c.dtype) << (c.gated ? " gated" : "")
-      << (c.with_state ? " state" : "") << (c.log_decay ? " log" : "") << (c.cu.empty() ? "" : " varlen");
+      << (c.with_state ? " state" : "") << " decay" << static_cast<int>(c.decay) << (c.cu.empty() ? "" : " varlen");
 }
 
 struct ScanData {
@@ -33,7 +34,10 @@ struct ScanData {
 ScanData make_data(const ScanCase& c) {
   const int64_t N = c.cu.empty() ? c.B : static_cast<int64_t>(c.cu.size()) - 1;
   const DType state_dtype = c.dtype == DType::f64 ? DType::f64 : DType::f32;
-  return {c.log_decay ? uniform({c.B, c.T, c.D}, c.dtype, -2.0, -0.01) : uniform({c.B, c.T, c.D}, c.dtype, 0.5, 0.999),
+  const std::vector<int64_t> shape{c.B, c.T, c.D};
+  return {c.decay == Decay::log     ? uniform(shape, c.dtype, -2.0, -0.01)
+          : c.decay == Decay::logit ? uniform(shape, c.dtype, -4.0, 4.0)
+                                    : uniform(shape, c.dtype, 0.5, 0.999),
           uniform({c.B, c.T, c.D}, c.dtype), uniform({c.B, c.T, c.D}, c.dtype, -3, 3),
           uniform({N, c.D}, state_dtype), offsets(c.cu.empty() ? std::vector<int64_t>{0, 1} : c.cu), N};
 }
@@ -46,7 +50,7 @@ ForwardResult run_forward(const ScanCase& c, const ScanData& d, Impl impl) {
   ForwardResult r{poisoned({c.B, c.T, c.D}, c.dtype), poisoned({d.N, c.D}, DType::f32)};
   GatedScanOptions options;
   options.impl = impl;
-  options.log_decay = c.log_decay;
+  options.decay = c.decay;
   gated_scan_forward(d.inputs(c), {r.y.view, r.hT.view}, options);
   return r;
 }
@@ -64,12 +68,12 @@ TEST_P(GatedScanForward, FastMatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, GatedScanForward,
-    ::testing::Values(ScanCase{2, 63, 5, DType::f32, true, true, false, {}},
-                      ScanCase{1, 1, 7, DType::f32, false, false, false, {}},
-                      ScanCase{3, 100, 16, DType::bf16, true, false, true, {}},
-                      ScanCase{2, 33, 9, DType::f16, false, true, false, {}},
-                      ScanCase{1, 50, 4, DType::f32, true, true, true, {0, 1, 17, 50}},
-                      ScanCase{1, 40, 3, DType::bf16, true, true, false, {0, 39, 40}}));
+    ::testing::Values(ScanCase{2, 63, 5, DType::f32, true, true, Decay::direct, {}},
+                      ScanCase{1, 1, 7, DType::f32, false, false, Decay::direct, {}},
+                      ScanCase{3, 100, 16, DType::bf16, true, false, Decay::log, {}},
+                      ScanCase{2, 33, 9, DType::f16, false, true, Decay::logit, {}},
+                      ScanCase{1, 50, 4, DType::f32, true, true, Decay::log, {0, 1, 17, 50}},
+                      ScanCase{1, 40, 3, DType::bf16, true, true, Decay::direct, {0, 39, 40}}));
 
 TEST(GatedScan, OracleMatchesHandComputedValues) {
   // One channel, two steps: h1 = 0.5·1 + 2 = 2.5, h2 = 0.25·2.5 + 1 = 1.625.
@@ -93,7 +97,7 @@ TEST_P(GatedScanBackward, OracleMatchesFiniteDifferences) {
   HostTensor wy = uniform({c.B, c.T, c.D}, DType::f64), ws = uniform({d.N, c.D}, DType::f64);
   GatedScanOptions options;
   options.impl = Impl::reference;
-  options.log_decay = c.log_decay;
+  options.decay = c.decay;
   auto loss = [&] {
     HostTensor y({c.B, c.T, c.D}, DType::f64), hT({d.N, c.D}, DType::f64);
     gated_scan_forward(d.inputs(c), {y.view, hT.view}, options);
@@ -124,7 +128,7 @@ TEST_P(GatedScanBackward, FastMatchesOracle) {
     if (c.with_state) grads.d_initial_state = g[3].view;
     GatedScanOptions options;
     options.impl = impl;
-    options.log_decay = c.log_decay;
+    options.decay = c.decay;
     gated_scan_backward(d.inputs(c), dy, dhT.view, grads, options);
     return g;
   };
@@ -137,9 +141,9 @@ TEST_P(GatedScanBackward, FastMatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, GatedScanBackward,
-    ::testing::Values(ScanCase{2, 9, 3, DType::f32, true, true, false, {}},
-                      ScanCase{1, 7, 2, DType::f32, false, false, true, {}},
-                      ScanCase{1, 11, 2, DType::bf16, true, true, true, {0, 4, 5, 11}}));
+    ::testing::Values(ScanCase{2, 9, 3, DType::f32, true, true, Decay::direct, {}},
+                      ScanCase{1, 7, 2, DType::f32, false, false, Decay::log, {}},
+                      ScanCase{1, 11, 2, DType::bf16, true, true, Decay::logit, {0, 4, 5, 11}}));
 
 TEST(GatedScanErrors, EveryBadInputNamesTheArgument) {
   HostTensor a = uniform({2, 8, 4}, DType::f32), b = uniform({2, 8, 4}, DType::f32);

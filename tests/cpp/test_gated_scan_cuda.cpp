@@ -10,7 +10,8 @@ struct GpuScanCase {
   const char* name;
   int64_t B, T, D;
   DType dtype;
-  bool gated, with_state, log_decay;
+  bool gated, with_state;
+  Decay decay;
   std::vector<int64_t> cu;
   bool interleaved = false;  // a, b, z are column blocks of one [B, T, 3D] tensor (a GEMM's output)
 };
@@ -31,12 +32,12 @@ TEST_P(GatedScanCuda, ForwardAndBackwardMatchOracle) {
   const int64_t N = c.cu.empty() ? c.B : static_cast<int64_t>(c.cu.size()) - 1;
   const std::vector<int64_t> shape{c.B, c.T, c.D};
   HostTensor abz = uniform({c.B, c.T, 3 * c.D}, c.dtype);
-  {  // decays in range: (0.5, 1) directly, (-2, 0) as logs, in the first column block
+  {  // decays in range for their form, in the first column block
     std::vector<double> v = abz.values();
     for (size_t r = 0; r < v.size() / (3 * c.D); ++r)
       for (int64_t d = 0; d < c.D; ++d) {
         double& x = v[r * 3 * c.D + d];
-        x = c.log_decay ? (x - 1.0) : 0.75 + 0.24 * x;
+        x = c.decay == Decay::log ? x - 1.0 : c.decay == Decay::logit ? 4 * x : 0.75 + 0.24 * x;
       }
     abz.set(v);
   }
@@ -71,7 +72,7 @@ TEST_P(GatedScanCuda, ForwardAndBackwardMatchOracle) {
     return in;
   };
   GatedScanOptions options;
-  options.log_decay = c.log_decay;
+  options.decay = c.decay;
 
   // Oracle.
   HostTensor y_ref(shape, c.dtype), hT_ref({N, c.D}, DType::f32);
@@ -113,14 +114,14 @@ TEST_P(GatedScanCuda, ForwardAndBackwardMatchOracle) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, GatedScanCuda,
     ::testing::Values(
-        GpuScanCase{"Small_f32_T1", 2, 1, 64, DType::f32, true, true, false, {}},
-        GpuScanCase{"Small_bf16_T63_D5", 2, 63, 5, DType::bf16, true, true, true, {}},
-        GpuScanCase{"Small_f16_varlen", 1, 300, 40, DType::f16, true, true, false, {0, 1, 129, 300}},
-        GpuScanCase{"Small_bf16_interleaved", 2, 200, 64, DType::bf16, true, false, false, {}, true},
-        GpuScanCase{"f32_T1000_nogate", 3, 1000, 48, DType::f32, false, false, false, {}},
-        GpuScanCase{"bf16_T1000_log_varlen", 1, 1000, 256, DType::bf16, true, true, true, {0, 7, 500, 1000}},
-        GpuScanCase{"f16_T2048_D1000", 2, 2048, 1000, DType::f16, false, true, true, {}},
-        GpuScanCase{"bf16_interleaved_T4096", 1, 4096, 96, DType::bf16, true, true, false, {}, true}),
+        GpuScanCase{"Small_f32_T1", 2, 1, 64, DType::f32, true, true, Decay::direct, {}},
+        GpuScanCase{"Small_bf16_T63_D5", 2, 63, 5, DType::bf16, true, true, Decay::log, {}},
+        GpuScanCase{"Small_f16_varlen", 1, 300, 40, DType::f16, true, true, Decay::direct, {0, 1, 129, 300}},
+        GpuScanCase{"Small_bf16_interleaved", 2, 200, 64, DType::bf16, true, false, Decay::logit, {}, true},
+        GpuScanCase{"f32_T1000_nogate", 3, 1000, 48, DType::f32, false, false, Decay::direct, {}},
+        GpuScanCase{"bf16_T1000_log_varlen", 1, 1000, 256, DType::bf16, true, true, Decay::log, {0, 7, 500, 1000}},
+        GpuScanCase{"f16_T2048_D1000", 2, 2048, 1000, DType::f16, false, true, Decay::log, {}},
+        GpuScanCase{"bf16_interleaved_T4096", 1, 4096, 96, DType::bf16, true, true, Decay::logit, {}, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -7,17 +7,26 @@ from conftest import TOLERANCE, rel_err, requires_torch
 rng = np.random.default_rng(7)
 
 
-def inputs(B, T, D, log_decay=False):
-    a = rng.uniform(-2, -0.01, (B, T, D)) if log_decay else rng.uniform(0.5, 0.999, (B, T, D))
+def decays(decay, shape):
+    """Decay inputs in the range each form expects."""
+    if decay == "log":
+        return rng.uniform(-2, -0.01, shape)
+    if decay == "logit":
+        return rng.normal(0, 2, shape)
+    return rng.uniform(0.5, 0.999, shape)
+
+
+def inputs(B, T, D, decay="direct"):
+    a = decays(decay, (B, T, D))
     return a, rng.standard_normal((B, T, D)), rng.standard_normal((B, T, D)), rng.standard_normal((B, D))
 
 
-@pytest.mark.parametrize("log_decay", [False, True])
-def test_numpy_fast_matches_oracle(log_decay):
-    a, b, z, h0 = inputs(2, 37, 5, log_decay)
-    ref, ref_state = seqmix.gated_scan(a, b, z, h0, True, log_decay=log_decay, impl="reference")
+@pytest.mark.parametrize("decay", ["direct", "log", "logit"])
+def test_numpy_fast_matches_oracle(decay):
+    a, b, z, h0 = inputs(2, 37, 5, decay)
+    ref, ref_state = seqmix.gated_scan(a, b, z, h0, True, decay=decay, impl="reference")
     fast, fast_state = seqmix.gated_scan(a.astype(np.float32), b.astype(np.float32), z.astype(np.float32),
-                                         h0.astype(np.float32), True, log_decay=log_decay, impl="fast")
+                                         h0.astype(np.float32), True, decay=decay, impl="fast")
     assert fast.dtype == np.float32 and fast_state.dtype == np.float32
     assert rel_err(fast, ref) < TOLERANCE["float32"]
     assert rel_err(fast_state, ref_state) < TOLERANCE["float32"]
@@ -45,16 +54,16 @@ def test_bad_input_raises_seqmix_error():
 
 
 @requires_torch
-@pytest.mark.parametrize("gated,with_state,log_decay", [(True, True, False), (False, False, True)])
-def test_torch_gradcheck_float64(gated, with_state, log_decay):
+@pytest.mark.parametrize("gated,with_state,decay", [(True, True, "direct"), (False, False, "log"), (True, False, "logit")])
+def test_torch_gradcheck_float64(gated, with_state, decay):
     import torch
 
-    a, b, z, h0 = (torch.tensor(x, requires_grad=True) for x in inputs(2, 6, 3, log_decay))
+    a, b, z, h0 = (torch.tensor(x, requires_grad=True) for x in inputs(2, 6, 3, decay))
     cu = None
 
     def f(a, b, z, h0):
         y, hT = seqmix.gated_scan(a, b, z if gated else None, h0 if with_state else None, True, cu,
-                                  log_decay=log_decay)
+                                  decay=decay)
         return y, hT
 
     assert torch.autograd.gradcheck(f, (a, b, z, h0))

@@ -6,16 +6,16 @@ from .. import _C
 from .._backend import NUMPY, is_torch, num_sequences, state_dtype
 
 
-def forward(xp, a, b, z, initial_state, cu_seqlens, log_decay, impl):
+def forward(xp, a, b, z, initial_state, cu_seqlens, decay, impl):
     """Returns (y [B, T, D] in b's dtype, final_state [N, D] in the state dtype)."""
     y = xp.empty_like(b)
     final_state = xp.empty((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]), state_dtype(xp, b), b)
     _C.gated_scan_forward(xp.arg(a), xp.arg(b), xp.arg(z), xp.arg(initial_state), xp.arg(cu_seqlens),
-                          y, final_state, log_decay, impl, xp.stream(b))
+                          y, final_state, decay, impl, xp.stream(b))
     return y, final_state
 
 
-def backward(xp, a, b, z, initial_state, cu_seqlens, dy, d_final_state, log_decay, impl):
+def backward(xp, a, b, z, initial_state, cu_seqlens, dy, d_final_state, decay, impl):
     """Returns (da, db, dz or None, d_initial_state or None)."""
     da, db = xp.empty_like(a), xp.empty_like(b)
     dz = None if z is None else xp.empty_like(z)
@@ -25,23 +25,25 @@ def backward(xp, a, b, z, initial_state, cu_seqlens, dy, d_final_state, log_deca
         size = _C.gated_scan_backward_workspace_size(num_sequences(b.shape[0], cu_seqlens), b.shape[1], b.shape[-1])
         workspace = xp.empty((size,), xp.float32, b)
     _C.gated_scan_backward(xp.arg(a), xp.arg(b), xp.arg(z), xp.arg(initial_state), xp.arg(cu_seqlens),
-                           xp.arg(dy), xp.arg(d_final_state), da, db, dz, dh0, workspace, log_decay, impl,
+                           xp.arg(dy), xp.arg(d_final_state), da, db, dz, dh0, workspace, decay, impl,
                            xp.stream(b))
     return da, db, dz, dh0
 
 
 def gated_scan(a, b, z=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-               log_decay=False, impl="automatic"):
+               decay="direct", impl="automatic"):
     """Gated diagonal scan ``h_t = a_t * h_{t-1} + b_t`` with output ``y_t = h_t * SiLU(z_t)``.
 
     Args:
-        a: ``[B, T, D]`` decays in (0, 1), or log decays (<= 0) with ``log_decay=True``.
+        a: ``[B, T, D]`` decay inputs, read as ``decay`` says.
         b: ``[B, T, D]`` inputs; bf16, fp16, fp32 or fp64 (all inputs share this dtype).
         z: optional ``[B, T, D]`` output gate; without it ``y_t = h_t``.
         initial_state: optional ``[N, D]`` float32 state (float64 with float64 inputs).
         output_final_state: also return the ``[N, D]`` state after the last token.
         cu_seqlens: optional ``[N + 1]`` int32/int64 offsets for variable length (B == 1).
-        log_decay: ``a`` holds ``log a``.
+        decay: ``"direct"`` (a in (0, 1) is the factor), ``"log"`` (the factor is
+            ``exp(a)``, a <= 0, as fla's ``chunk_hgrn``) or ``"logit"`` (the factor is
+            ``sigmoid(a)``: a projection's raw output, with the activation fused).
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"``.
 
     Returns:
@@ -53,14 +55,14 @@ def gated_scan(a, b, z=None, initial_state=None, output_final_state=False, cu_se
     if is_torch(b):
         from ..torch.gated_scan import gated_scan as torch_gated_scan
 
-        return torch_gated_scan(a, b, z, initial_state, output_final_state, cu_seqlens, log_decay, impl)
-    y, final_state = forward(NUMPY, a, b, z, initial_state, cu_seqlens, log_decay, impl)
+        return torch_gated_scan(a, b, z, initial_state, output_final_state, cu_seqlens, decay, impl)
+    y, final_state = forward(NUMPY, a, b, z, initial_state, cu_seqlens, decay, impl)
     return (y, final_state) if output_final_state else y
 
 
 def gated_scan_backward(a, b, dy, z=None, initial_state=None, d_final_state=None, cu_seqlens=None,
-                        log_decay=False, impl="automatic"):
+                        decay="direct", impl="automatic"):
     """Gradients of ``gated_scan`` for numpy arrays: returns ``(da, db, dz, d_initial_state)``,
     with ``None`` for an input that was not given. ``dy`` is ``[B, T, D]``;
     ``d_final_state`` ``[N, D]`` is optional."""
-    return backward(NUMPY, a, b, z, initial_state, cu_seqlens, dy, d_final_state, log_decay, impl)
+    return backward(NUMPY, a, b, z, initial_state, cu_seqlens, dy, d_final_state, decay, impl)

@@ -1,6 +1,6 @@
 // Gated scan backward. With g_t = dL/dh_t and c_t = a_t·g_t (what step t passes back):
 //   g_t = u_t + c_{t+1},  u_t = dy_t ⊙ SiLU(z_t),  c_{T+1} = dL/dh_T (final state),
-//   db_t = g_t,  da_t = g_t·h_{t-1} (·a_t for log decays),  dz_t = dy_t·h_t·SiLU'(z_t),
+//   db_t = g_t,  da_t = g_t·h_{t-1}·decay'(a_t),  dz_t = dy_t·h_t·SiLU'(z_t),
 //   d h_0 = c_1.
 // c_t = a_t·(u_t + c_{t+1}) is an affine scan run backwards in time, so it uses the
 // same tile scan as the forward. It needs h_{t-1}, which is recomputed: a first
@@ -139,7 +139,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParam
         const float a = cur.decay(p, s, i);
         const float g = u[s][i] + flow[i];
         db[i] = g;
-        da[i] = g * h_before[s][i] * (p.log_decay ? a : 1.f);
+        da[i] = g * h_before[s][i] * ForwardTile<T>::decay_grad(p, a);
         if (gated) dz[i] = cur.dy[s][i] * h_before[s + 1][i] * silu_grad(cur.z[s][i]);
         flow[i] = a * g;
       }

@@ -13,7 +13,8 @@ struct ForwardTile {
   Pack<T> a[kSteps], b[kSteps], z[kSteps];
 
   __device__ void load(const GatedScanParams& p, const BlockCoords& c, int64_t tile, bool gated) {
-    const float decay_identity = p.log_decay ? 0.f : 1.f;
+    // Masked steps must be the identity map: a factor of 1 (log 0; the logit saturates).
+    const float decay_identity = p.decay == 1 ? 0.f : p.decay == 2 ? 1e30f : 1.f;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int64_t t = c.step(tile, s);
@@ -23,7 +24,12 @@ struct ForwardTile {
     }
   }
   __device__ float decay(const GatedScanParams& p, int s, int i) const {
-    return p.log_decay ? __expf(a[s][i]) : a[s][i];
+    const float x = a[s][i];
+    return p.decay == 1 ? __expf(x) : p.decay == 2 ? 1.f / (1.f + __expf(-x)) : x;
+  }
+  // d(decay)/d(a), given the decay value.
+  __device__ static float decay_grad(const GatedScanParams& p, float decay_value) {
+    return p.decay == 1 ? decay_value : p.decay == 2 ? decay_value * (1.f - decay_value) : 1.f;
   }
 };
 

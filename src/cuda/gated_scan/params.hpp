@@ -30,7 +30,7 @@ struct StateView {
 struct GatedScanParams {
   SequenceLayout seq;
   int64_t D;
-  bool log_decay;
+  int decay;            // seqmix::Decay: 0 direct, 1 log, 2 logit
   bool vector_aligned;  // every row start and pointer allows 16-byte accesses
   BtdView a, b, z, y;   // z.data == nullptr: no gate
   StateView initial_state, final_state;
