@@ -61,6 +61,44 @@ void chunked_forward(const HeadShape& s, const HeadInputs<float>& in, const Head
   std::copy(S.data.begin(), S.data.end(), out.hT);
 }
 
+namespace {
+
+// The gradients of one chunk's tokens. dq and dk are kept in parts because the decay
+// gradient needs them apart (see decay_gradient).
+struct ChunkGrads {
+  Mat dq_pairs, dk_pairs;   // intra-chunk pairs j < i
+  Mat dq_state, dk_state;   // through S_0 (queries) and through S_end (keys)
+  std::vector<float> dA_diagonal;  // the i = j pairs, which carry no decay
+};
+
+// dg_t collects every term whose decay spans token t: the q-side terms of tokens i ≥ t,
+// the pairs j < t ≤ i, and the S_end terms of keys j < t plus the carried S_0. Summing
+// q ⊙ dq − k ⊙ dk over i ≥ t gives the same in exact arithmetic, but there the i = j
+// pairs and the last key's state term cancel as O(1) values, which in float32 swamps a
+// gradient of size e^{g} when decays are strong; this form never forms them.
+Mat decay_gradient(const Chunk& c, const ChunkGrads& d, const Mat& S0, const Mat& H, const Mat& from_start) {
+  const int64_t L = c.length(), K = c.q.cols, V = S0.cols;
+  Mat dg(L, K);
+  std::vector<float> queries_after(L + 1);  // Σ_{i≥t} q ⊙ (dq_pairs + dq_state) − k ⊙ dk_pairs
+  for (int64_t ch = 0; ch < K; ++ch) {
+    float spans_chunk = 0;  // e^{b_last} ⊙ Σ_v H ⊙ S_0: the carried state crosses every token
+    for (int64_t j = 0; j < V; ++j) spans_chunk += H[ch][j] * S0[ch][j];
+    spans_chunk *= from_start[L - 1][ch];
+    queries_after[L] = 0;
+    for (int64_t i = L - 1; i >= 0; --i)
+      queries_after[i] = queries_after[i + 1] + c.q[i][ch] * (d.dq_pairs[i][ch] + d.dq_state[i][ch]) -
+                         c.k[i][ch] * d.dk_pairs[i][ch];
+    float keys_before = 0;  // Σ_{j<t} k ⊙ dk_state
+    for (int64_t t = 0; t < L; ++t) {
+      dg[t][ch] = queries_after[t] + keys_before + spans_chunk;
+      keys_before += c.k[t][ch] * d.dk_state[t][ch];
+    }
+  }
+  return dg;
+}
+
+}  // namespace
+
 // Backward chunk by chunk in reverse, with H = dL/dS_end flowing in from later chunks
 // (the final-state gradient at the last one) and the entering states recomputed by a
 // forward pass over the chunks. With dA_ij = scale·do_i·v_j (j ≤ i):
@@ -68,11 +106,6 @@ void chunked_forward(const HeadShape& s, const HeadInputs<float>& in, const Head
 //   dk = gather_future(dA, q) + e^{b_last − b} ⊙ (v Hᵀ)
 //   dv = scale·Aᵀ do + (k ⊙ e^{b_last − b}) H
 //   dL/dS_0 = scale·(q ⊙ e^{b})ᵀ do + e^{b_last} ⊙ H,   H for the chunk before.
-// dg_t collects every term whose decay spans token t: the q-side terms of tokens i ≥ t,
-// the pairs j < t ≤ i, and the state terms of keys j < t plus the carried S_0. Summing
-// q ⊙ dq − k ⊙ dk over i ≥ t gives the same in exact arithmetic, but there the i = j
-// pairs and the last key's state term cancel as O(1) values, which in float32 swamps a
-// gradient of size e^{g} when decays are strong; the form below never forms them.
 void chunked_backward(const HeadShape& s, const HeadInputs<float>& in, const HeadBackward<float>& grads) {
   const int64_t chunks = chunk_count(s);
   const float scale = static_cast<float>(s.scale);
@@ -81,55 +114,41 @@ void chunked_backward(const HeadShape& s, const HeadInputs<float>& in, const Hea
     states.push_back(states.back());
     advance_state(load_chunk(s, in, chunk * kChunk, chunk_length(s, chunk)), states.back());
   }
-  Mat H = load_state(s, grads.dhT);
+  Mat H = load_state(s, grads.dhT);  // [K, V]
   for (int64_t chunk = chunks - 1; chunk >= 0; --chunk) {
     const int64_t start = chunk * kChunk, L = chunk_length(s, chunk);
     const Chunk c = load_chunk(s, in, start, L);
     const Mat d_o = load_rows(grads.d_o, start, L, s.V);
     const Mat& S0 = states[chunk];
     const Mat from_start = c.decay_from_start(), to_end = c.decay_to_end();
-    const Mat decayed_q = hadamard(c.q, from_start), decayed_k = hadamard(c.k, to_end);
 
-    // dA without its diagonal: the i = j pairs carry no decay, so they join dq and dk
-    // after the decay gradient is taken from the strictly causal pairs.
+    ChunkGrads d{Mat(), Mat(), Mat(L, s.K), Mat(L, s.K), std::vector<float>(L)};
     Mat dA(L, L);
     gemm_acc(dA, d_o, false, c.v, true, scale);
-    std::vector<float> dA_diagonal(L);
-    for (int64_t i = 0; i < L; ++i) std::swap(dA_diagonal[i], dA[i][i]);
-    const Mat dq_pairs = gather_past(c, dA, c.k), dk_pairs = gather_future(c, dA, c.q);
-    Mat dq_state(L, s.K), dk_state(L, s.K);
-    gemm_acc(dq_state, d_o, false, S0, true, scale);
-    dq_state = hadamard(dq_state, from_start);
-    gemm_acc(dk_state, c.v, false, H, true);
-    dk_state = hadamard(dk_state, to_end);
+    for (int64_t i = 0; i < L; ++i) std::swap(d.dA_diagonal[i], dA[i][i]);  // dA now strictly causal
+    d.dq_pairs = gather_past(c, dA, c.k);
+    d.dk_pairs = gather_future(c, dA, c.q);
+    gemm_acc(d.dq_state, d_o, false, S0, true, scale);
+    d.dq_state = hadamard(d.dq_state, from_start);
+    gemm_acc(d.dk_state, c.v, false, H, true);
+    d.dk_state = hadamard(d.dk_state, to_end);
 
-    Mat dq(L, s.K), dk(L, s.K), dg(L, s.K);
-    for (int64_t ch = 0; ch < s.K; ++ch) {
-      float spans_chunk = 0;  // e^{b_last} ⊙ (H ⊙ S_0) summed over V: spans every token
-      for (int64_t j = 0; j < s.V; ++j) spans_chunk += H[ch][j] * S0[ch][j];
-      spans_chunk *= from_start[L - 1][ch];
-      float keys_before = 0;  // Σ_{j<t} k_j ⊙ dk_state_j
-      std::vector<float> queries_after(L + 1, 0.0f);  // Σ_{i≥t} (q ⊙ dq − k ⊙ dk) without i = j pairs
-      for (int64_t i = L - 1; i >= 0; --i)
-        queries_after[i] = queries_after[i + 1] + c.q[i][ch] * (dq_pairs[i][ch] + dq_state[i][ch]) -
-                           c.k[i][ch] * dk_pairs[i][ch];
-      for (int64_t t = 0; t < L; ++t) {
-        dg[t][ch] = queries_after[t] + keys_before + spans_chunk;
-        keys_before += c.k[t][ch] * dk_state[t][ch];
-        dq[t][ch] = dq_pairs[t][ch] + dq_state[t][ch] + dA_diagonal[t] * c.k[t][ch];
-        dk[t][ch] = dk_pairs[t][ch] + dk_state[t][ch] + dA_diagonal[t] * c.q[t][ch];
+    Mat dq(L, s.K), dk(L, s.K);
+    for (int64_t i = 0; i < L; ++i)
+      for (int64_t ch = 0; ch < s.K; ++ch) {
+        dq[i][ch] = d.dq_pairs[i][ch] + d.dq_state[i][ch] + d.dA_diagonal[i] * c.k[i][ch];
+        dk[i][ch] = d.dk_pairs[i][ch] + d.dk_state[i][ch] + d.dA_diagonal[i] * c.q[i][ch];
       }
-    }
     Mat dv(L, s.V);
     gemm_acc(dv, causal_scores(c, c.q, c.k), true, d_o, false, scale);
-    gemm_acc(dv, decayed_k, false, H, false);
+    gemm_acc(dv, hadamard(c.k, to_end), false, H, false);
     store_rows(dq, grads.dq, start);
     store_rows(dk, grads.dk, start);
     store_rows(dv, grads.dv, start);
-    store_rows(dg, grads.dg, start);
+    store_rows(decay_gradient(c, d, S0, H, from_start), grads.dg, start);
 
     scale_rows(H, from_start[L - 1]);
-    gemm_acc(H, decayed_q, true, d_o, false, scale);
+    gemm_acc(H, hadamard(c.q, from_start), true, d_o, false, scale);
   }
   std::copy(H.data.begin(), H.data.end(), grads.dh0);
 }
