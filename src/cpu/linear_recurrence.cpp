@@ -4,6 +4,8 @@
 #include "cpu/linear_recurrence.hpp"
 
 #include <algorithm>
+#include <functional>
+#include <optional>
 #include <vector>
 
 #include "core/dense.hpp"
@@ -20,7 +22,8 @@ using recurrence::Workers;
 // How one call uses the cores: with at least one group per thread each group runs
 // whole on one thread; with fewer groups they run one after the other and the
 // method spreads its own independent pieces over the threads (never both, so
-// threads never start threads).
+// threads never start threads). The float32 path flushes subnormals on every thread
+// it computes on.
 struct Plan {
   LinearRecurrenceMethod method;
   int64_t chunk_size;
@@ -30,29 +33,88 @@ struct Plan {
   Plan(const LinearRecurrenceProblem& p, Impl impl) {
     over_groups = p.G >= core::num_threads();
     inner.parallel = !over_groups;
+    inner.flush_subnormals = impl != Impl::reference;
     if (impl == Impl::reference) method = LinearRecurrenceMethod::sequential;
     else if (p.method == LinearRecurrenceMethod::automatic) method = recurrence::choose_method(p.G, p.T, p.n, p.m);
     else method = p.method;
     chunk_size = p.chunk_size > 0 ? p.chunk_size : recurrence::choose_chunk_size(p.T, inner);
   }
 
-  template <class Body>
-  void for_each_group(int64_t G, const Body& body) const {
-    if (over_groups) core::parallel_for(G, body);
-    else
-      for (int64_t g = 0; g < G; ++g) body(g);
+  void for_each_group(int64_t G, const std::function<void(int64_t)>& body) const {
+    if (over_groups) {
+      core::parallel_for(G, [&](int64_t g) {
+        recurrence::FlushSubnormals flush(inner.flush_subnormals);
+        body(g);
+      });
+      return;
+    }
+    recurrence::FlushSubnormals flush(inner.flush_subnormals);
+    for (int64_t g = 0; g < G; ++g) body(g);
   }
 };
 
+// True when t's memory already is a row-major array of S.
 template <class S>
-struct Buffers {
+bool holds(const Tensor& t) {
+  return t.dtype == (sizeof(S) == sizeof(float) ? DType::f32 : DType::f64) && t.is_contiguous();
+}
+
+// An input as a contiguous array of S: the tensor's own memory when it already is one
+// (float32 inputs of the fast path, float64 ones of the oracle), else a converted copy.
+// core::to_dense converts element by element through a dtype switch, which costs
+// more than the whole sequential method at n = 32, m = 1.
+template <class S>
+class DenseIn {
+ public:
+  DenseIn(const std::optional<Tensor>& t, size_t count) {
+    if (t && holds<S>(*t)) {
+      data_ = static_cast<const S*>(t->data);
+      return;
+    }
+    copy_ = core::to_dense_or_zeros<S>(t, count);
+    data_ = copy_.data();
+  }
+  const S* data() const { return data_; }
+
+ private:
+  std::vector<S> copy_;
+  const S* data_;
+};
+
+// Where an output is computed: in the tensor itself when it is a contiguous array of
+// S, else in a buffer that write_back() converts into it (an absent output gets a
+// scratch buffer and no write-back).
+template <class S>
+class DenseOut {
+ public:
+  DenseOut(const std::optional<Tensor>& t, size_t count) : target_(t) {
+    if (t && holds<S>(*t)) {
+      data_ = static_cast<S*>(t->data);
+      return;
+    }
+    buffer_.assign(count, S(0));
+    data_ = buffer_.data();
+  }
+  S* data() const { return data_; }
+  void write_back() const {
+    if (target_ && !buffer_.empty()) core::from_dense(buffer_, *target_);
+  }
+
+ private:
+  std::optional<Tensor> target_;
+  std::vector<S> buffer_;
+  S* data_;
+};
+
+template <class S>
+struct Inputs {
   const int64_t T, n, m;
-  std::vector<S> A, b, h0;  // [G, T, n, n], [G, T, n, m], [G, n, m]
-  Buffers(const LinearRecurrenceProblem& p, const LinearRecurrenceInputs& in)
+  DenseIn<S> A, b, h0;  // [G, T, n, n], [G, T, n, m], [G, n, m]
+  Inputs(const LinearRecurrenceProblem& p, const LinearRecurrenceInputs& in)
       : T(p.T), n(p.n), m(p.m),
-        A(core::to_dense<S>(in.A)),
-        b(core::to_dense<S>(in.b)),
-        h0(core::to_dense_or_zeros<S>(in.initial_state, p.G * p.n * p.m)) {}
+        A(in.A, p.G * p.T * p.n * p.n),
+        b(in.b, p.G * p.T * p.n * p.m),
+        h0(in.initial_state, p.G * p.n * p.m) {}
   const S* A_of(int64_t g) const { return A.data() + g * T * n * n; }
   const S* h0_of(int64_t g) const { return h0.data() + g * n * m; }
   Chain<S> chain(int64_t g) const { return {A_of(g), b.data() + g * T * n * m, h0_of(g), T, n, m}; }
@@ -67,16 +129,16 @@ void transpose(S* out, const S* A, int64_t n) {
 template <class S>
 void forward(const LinearRecurrenceProblem& p, const LinearRecurrenceInputs& in, const LinearRecurrenceOutputs& out,
              const Plan& plan) {
-  const Buffers<S> x(p, in);
+  const Inputs<S> x(p, in);
   const int64_t step = p.n * p.m;
-  std::vector<S> h(x.b.size()), final_state(p.G * step);
+  const DenseOut<S> h(out.h, p.G * p.T * step), final_state(out.final_state, p.G * step);
   plan.for_each_group(p.G, [&](int64_t g) {
     S* h_g = h.data() + g * p.T * step;
     recurrence::solve(plan.method, x.chain(g), h_g, plan.chunk_size, plan.inner);
     std::copy(h_g + (p.T - 1) * step, h_g + p.T * step, final_state.data() + g * step);
   });
-  core::from_dense(h, out.h);
-  core::from_dense(final_state, out.final_state);
+  h.write_back();
+  final_state.write_back();
 }
 
 // The gradient g_t = dL/dh_t (through h_t itself and through h_{t+1}) obeys
@@ -87,11 +149,11 @@ void forward(const LinearRecurrenceProblem& p, const LinearRecurrenceInputs& in,
 template <class S>
 void backward(const LinearRecurrenceProblem& p, const LinearRecurrenceInputs& in, const Tensor& dh_view,
               const std::optional<Tensor>& d_final_state, const LinearRecurrenceGrads& grads, const Plan& plan) {
-  const Buffers<S> x(p, in);
+  const Inputs<S> x(p, in);
   const int64_t T = p.T, n = p.n, m = p.m, nn = n * n, step = n * m;
-  const std::vector<S> dh = core::to_dense<S>(dh_view);
-  const std::vector<S> d_final = core::to_dense_or_zeros<S>(d_final_state, p.G * step);
-  std::vector<S> dA(x.A.size()), db(x.b.size()), dh0(x.h0.size());
+  const DenseIn<S> dh(dh_view, p.G * T * step), d_final(d_final_state, p.G * step);
+  const DenseOut<S> dA(grads.dA, p.G * T * nn), db(grads.db, p.G * T * step);
+  const DenseOut<S> dh0(grads.d_initial_state, p.G * step);
   plan.for_each_group(p.G, [&](int64_t g) {
     std::vector<S> h(T * step);  // [T, n, m] recomputed states
     recurrence::solve(plan.method, x.chain(g), h.data(), plan.chunk_size, plan.inner);
@@ -122,9 +184,9 @@ void backward(const LinearRecurrenceProblem& p, const LinearRecurrenceInputs& in
     transpose(A0_transposed.data(), x.A_of(g), n);
     recurrence::affine<S>(dh0.data() + g * step, A0_transposed.data(), u.data() + (T - 1) * step, nullptr, n, m);
   });
-  core::from_dense(dA, grads.dA);
-  core::from_dense(db, grads.db);
-  core::from_dense(dh0, grads.d_initial_state);
+  dA.write_back();
+  db.write_back();
+  dh0.write_back();
 }
 
 }  // namespace

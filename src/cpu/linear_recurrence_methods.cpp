@@ -13,10 +13,28 @@
 #include <algorithm>
 #include <vector>
 
+#if defined(__SSE__) || defined(_M_X64)
+#include <xmmintrin.h>
+#endif
+
 #include "core/parallel.hpp"
 #include "cpu/linear_recurrence_kernels.hpp"
 
 namespace seqmix::cpu::recurrence {
+
+#if defined(__SSE__) || defined(_M_X64)
+FlushSubnormals::FlushSubnormals(bool active) : active_(active) {
+  if (!active_) return;
+  saved_ = _mm_getcsr();
+  _mm_setcsr(saved_ | _MM_FLUSH_ZERO_ON | 0x0040 /* denormals are zero */);
+}
+FlushSubnormals::~FlushSubnormals() {
+  if (active_) _mm_setcsr(saved_);
+}
+#else
+FlushSubnormals::FlushSubnormals(bool active) : active_(active) {}
+FlushSubnormals::~FlushSubnormals() {}
+#endif
 
 int Workers::count() const { return parallel ? core::num_threads() : 1; }
 
@@ -25,7 +43,10 @@ void Workers::for_each(int64_t items, int64_t flops_per_item, const std::functio
   // much arithmetic a single thread is done sooner.
   constexpr int64_t kMinParallelFlops = 1 << 16;
   if (parallel && items > 1 && items * flops_per_item >= kMinParallelFlops) {
-    core::parallel_for(items, body);
+    core::parallel_for(items, [&](int64_t i) {
+      FlushSubnormals flush(flush_subnormals);
+      body(i);
+    });
     return;
   }
   for (int64_t i = 0; i < items; ++i) body(i);

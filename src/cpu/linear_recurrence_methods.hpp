@@ -18,11 +18,31 @@ struct Chain {
   int64_t T, n, m;
 };
 
+// While alive, float arithmetic on this thread flushes subnormal results and inputs
+// to zero (x86 FTZ and DAZ; a no-op elsewhere or when `active` is false). Products of
+// many contracting transitions, which the chunked, scan and cyclic-reduction methods
+// form, underflow into the subnormal range, where x86 arithmetic is about 100× slower;
+// GPU float32 kernels flush them too. Values below 1e-38 do not change a result
+// whose norm is order one.
+class FlushSubnormals {
+ public:
+  explicit FlushSubnormals(bool active);
+  ~FlushSubnormals();
+  FlushSubnormals(const FlushSubnormals&) = delete;
+  FlushSubnormals& operator=(const FlushSubnormals&) = delete;
+
+ private:
+  bool active_;
+  unsigned saved_ = 0;
+};
+
 // Runs the independent pieces of a method (pairs, chunks, time steps, column blocks)
 // on all cores, or serially when the caller already spreads groups over the cores.
-// Pieces too small to pay for starting threads run serially too.
+// Pieces too small to pay for starting threads run serially too. Threads it starts
+// flush subnormals when asked (the calling thread sets its own FlushSubnormals).
 struct Workers {
   bool parallel = false;
+  bool flush_subnormals = false;
   int count() const;  // threads a for_each may use
   void for_each(int64_t items, int64_t flops_per_item, const std::function<void(int64_t)>& body) const;
 };

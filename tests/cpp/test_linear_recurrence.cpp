@@ -216,17 +216,32 @@ TEST(LinearRecurrence, SpectralRadiusNearOne) {
   }
 }
 
-// Inputs with padded rows (last dimension contiguous, others not) give the same result.
-TEST(LinearRecurrence, StridedInputsMatchContiguous) {
+// Padded rows (last dimension contiguous, others not) in an input and an output give
+// the same result as contiguous arrays, which the float32 path uses in place.
+TEST(LinearRecurrence, StridedTensorsMatchContiguous) {
   const Shape s{2, 9, 3, 2, true};
   Data d(s, DType::f32);
-  HostTensor padded({s.G, s.T, s.n, s.n + 5}, DType::f32);
-  Tensor A_strided = padded.view;
-  A_strided.shape = {s.G, s.T, s.n, s.n};
+  auto padded = [](HostTensor& storage, std::vector<int64_t> shape) {
+    Tensor view = storage.view;
+    view.shape = std::move(shape);
+    return view;
+  };
+  HostTensor A_storage({s.G, s.T, s.n, s.n + 5}, DType::f32), h_storage({s.G, s.T, s.n, s.m + 3}, DType::f32);
+  const Tensor A_strided = padded(A_storage, {s.G, s.T, s.n, s.n}), h_strided = padded(h_storage, {s.G, s.T, s.n, s.m});
   core::from_dense(d.A.values(), A_strided);
-  auto got = run_forward(s, {A_strided, d.b, d.h0.view}, DType::f32, options_for(Impl::fast));
+  h_storage.poison();
+  linear_recurrence_forward({A_strided, d.b, d.h0.view}, {h_strided}, options_for(Impl::fast));
   auto want = run_forward(s, d.inputs(s), DType::f32, options_for(Impl::fast));
-  EXPECT_EQ(got.h.values(), want.h.values());
+  EXPECT_EQ(core::to_dense<double>(h_strided), want.h.values());
+}
+
+// The float32 path flushes subnormals only on its own threads, for its own duration.
+TEST(LinearRecurrence, LeavesTheCallersSubnormalsAlone) {
+  const Shape s{1, 50, 4, 1, false};
+  Data d(s, DType::f32);
+  run_forward(s, d.inputs(s), DType::f32, options_for(Impl::fast, Method::scan));
+  volatile float tiny = 1e-38f;
+  EXPECT_GT(tiny * 0.5f, 0.0f);
 }
 
 TEST(LinearRecurrenceErrors, EveryBadInputNamesTheArgument) {
