@@ -8,6 +8,7 @@ implementation: ``"automatic"``, ``"reference"`` (the float64 oracle) or ``"fast
 from . import _C
 from ._C import SeqmixError
 from ._ops.gated_scan import gated_scan, gated_scan_backward
+from ._ops.chains import low_rank_gate, output_chain, output_chain_backward, projection_chain, projection_chain_backward  # noqa: F401,E501
 from ._ops.attention import attention_backward, flash_attn_func, flash_attn_varlen_func  # noqa: F401
 from ._ops.delta_rule import chunk_gated_delta_rule, chunk_gated_delta_rule_backward  # noqa: F401
 from ._ops.gla import chunk_gla, chunk_gla_backward  # noqa: F401

@@ -1,0 +1,220 @@
+"""Projection chain and output chain: segment specs, allocation and _C calls."""
+
+from __future__ import annotations
+
+from .. import _C
+from .._backend import NUMPY, is_torch
+
+ACTIVATIONS = ("identity", "silu", "sigmoid", "logsigmoid", "softplus")
+
+# Spellings accepted for a segment's output dtype, mapped to the numpy/torch name.
+_DTYPE_NAMES = {
+    "float16": "float16", "f16": "float16", "half": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "f32": "float32", "float": "float32",
+    "float64": "float64", "f64": "float64", "double": "float64",
+}
+
+
+def _dtype_name(dtype):
+    """'float32', 'bfloat16', ... for a string, a numpy dtype or a torch.dtype; None stays None."""
+    if dtype is None:
+        return None
+    text = dtype.__name__ if isinstance(dtype, type) else str(dtype).removeprefix("torch.")  # np.float32, torch.float32
+    if text not in _DTYPE_NAMES:
+        raise _C.SeqmixError(f"seqmix.projection_chain: argument 'segments': expected a floating dtype "
+                             f"(float16, bfloat16, float32 or float64), got {dtype!r}")
+    return _DTYPE_NAMES[text]
+
+
+def parse_segments(segments):
+    """Normalises segment specs to four lists: widths, activation names, taus, dtype names
+    (None: the dtype of x). See ``projection_chain`` for the accepted forms."""
+    if isinstance(segments, (str, dict)) or not hasattr(segments, "__iter__"):
+        raise _C.SeqmixError("seqmix.projection_chain: argument 'segments': expected a list of segments, "
+                             f"got {type(segments).__name__}")
+    widths, activations, taus, dtypes = [], [], [], []
+    for i, seg in enumerate(segments):
+        if isinstance(seg, dict):
+            unknown = set(seg) - {"width", "activation", "tau", "dtype", "name"}
+            if "width" not in seg or unknown:
+                raise _C.SeqmixError(f"seqmix.projection_chain: argument 'segments[{i}]': expected a dict with "
+                                     f"'width' and optional 'activation', 'tau', 'dtype', got keys {sorted(seg)}")
+            width, activation = seg["width"], seg.get("activation", "identity")
+            tau, dtype = seg.get("tau", 1.0), seg.get("dtype")
+        elif isinstance(seg, (tuple, list)) and len(seg) in (2, 3):
+            width, activation, tau, dtype = seg[0], seg[1], seg[2] if len(seg) == 3 else 1.0, None
+        else:
+            raise _C.SeqmixError(f"seqmix.projection_chain: argument 'segments[{i}]': expected (width, activation), "
+                                 f"(width, activation, tau) or a dict, got {seg!r}")
+        if activation not in ACTIVATIONS:
+            raise _C.SeqmixError(f"seqmix.projection_chain: argument 'segments[{i}]': expected an activation in "
+                                 f"{', '.join(ACTIVATIONS)}, got {activation!r}")
+        widths.append(int(width))
+        activations.append(str(activation))
+        taus.append(float(tau))
+        dtypes.append(_dtype_name(dtype))
+    return widths, activations, taus, dtypes
+
+
+def _numpy_dtype(name):
+    import numpy as np
+
+    if name == "bfloat16":
+        raise _C.SeqmixError("seqmix.projection_chain: argument 'segments': numpy has no bfloat16 "
+                             "(use torch tensors for bfloat16 outputs)")
+    return np.dtype(name)
+
+
+def projection_forward(xp, x, weight, bias, widths, activations, taus, dtypes, impl):
+    """x [tokens, d]; dtypes holds resolved backend dtypes. Returns one [tokens, width] per segment."""
+    tokens = x.shape[0] if x.ndim >= 1 else 0
+    outputs = [xp.empty((tokens, w), dtype, x) for w, dtype in zip(widths, dtypes)]
+    _C.projection_chain_forward(xp.arg(x), xp.arg(weight), xp.arg(bias), widths, activations, taus, outputs, impl,
+                                xp.stream(x))
+    return outputs
+
+
+def projection_backward(xp, x, weight, bias, widths, activations, taus, d_outputs, impl):
+    """Returns (dx, dweight, dbias or None)."""
+    dx, dweight = xp.empty_like(x), xp.empty_like(weight)
+    dbias = None if bias is None else xp.empty_like(bias)
+    _C.projection_chain_backward(xp.arg(x), xp.arg(weight), xp.arg(bias), widths, activations, taus,
+                                 [xp.arg(d) for d in d_outputs], dx, dweight, dbias, impl, xp.stream(x))
+    return dx, dweight, dbias
+
+
+def output_shape(o, out_weight):
+    """y's shape: o's leading dims (tokens, or B and T), then d_out."""
+    d_out = out_weight.shape[0] if out_weight.ndim >= 1 else 0
+    return (*o.shape[:-2], d_out)
+
+
+def output_forward(xp, o, g, norm_weight, out_weight, eps, impl):
+    y = xp.empty(output_shape(o, out_weight), xp.dtype(o), o)
+    _C.output_chain_forward(xp.arg(o), xp.arg(g), xp.arg(norm_weight), xp.arg(out_weight), y, float(eps), impl,
+                            xp.stream(o))
+    return y
+
+
+def output_backward(xp, o, g, norm_weight, out_weight, dy, eps, impl):
+    """Returns (do, dg, dnorm_weight, dout_weight)."""
+    d_o, dg = xp.empty_like(o), xp.empty_like(g)
+    dnorm_weight, dout_weight = xp.empty_like(norm_weight), xp.empty_like(out_weight)
+    _C.output_chain_backward(xp.arg(o), xp.arg(g), xp.arg(norm_weight), xp.arg(out_weight), xp.arg(dy), d_o, dg,
+                             dnorm_weight, dout_weight, float(eps), impl, xp.stream(o))
+    return d_o, dg, dnorm_weight, dout_weight
+
+
+def _flatten_tokens(x):
+    """[..., d] -> [tokens, d] (rank <= 2 passes through, so validation sees the real rank)."""
+    return x.reshape(-1, x.shape[-1]) if x.ndim > 2 else x
+
+
+def _unflatten_tokens(y, x):
+    return y.reshape(*x.shape[:-1], y.shape[-1]) if x.ndim > 2 else y
+
+
+def projection_chain(x, weight, segments, bias=None, impl="automatic"):
+    """One GEMM ``z = x @ weight.T + bias`` whose columns are split into segments, each
+    activated and returned as its own array.
+
+    Args:
+        x: ``[..., d]`` inputs (leading dims are flattened into tokens and restored on
+            every output); bf16, fp16, fp32 or fp64.
+        weight: ``[W_total, d]`` in x's dtype (the nn.Linear convention: rows are output
+            columns), typically ``torch.cat([W_q, W_k, W_v, W_g, ...])``.
+        segments: consecutive column segments, widths summing to ``W_total``. Each is
+            ``(width, activation)``, ``(width, activation, tau)`` or a dict with keys
+            ``"width"``, ``"activation"`` (default ``"identity"``), ``"tau"`` (default 1)
+            and ``"dtype"`` (default: x's dtype; any floating dtype, e.g. ``"float32"`` for
+            a log-decay gate computed from bf16 inputs; numpy has no bfloat16). A
+            ``"name"`` key is allowed and ignored. Activations: ``"identity"``,
+            ``"silu"``, ``"sigmoid"``, ``"logsigmoid"`` (``logsigmoid(z) / tau``, fla's GLA
+            gate with ``gate_logit_normalizer = tau``; other activations need tau = 1) and
+            ``"softplus"``.
+        bias: optional ``[W_total]`` in x's dtype.
+        impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"`` (float32
+            blocked GEMM with the activation fused into its tile epilogue).
+
+    Returns:
+        A list with one ``[..., width]`` array per segment, in the segment's dtype. To use
+        one as ``[B, T, H, D]``, reshape it (a view: outputs are contiguous).
+
+    The backward (torch autograd, or ``projection_chain_backward``) recomputes the
+    pre-activation ``x @ weight.T + bias`` rather than storing it, and gives gradients for
+    x, weight and bias. numpy arrays give numpy results; torch tensors go through
+    ``seqmix.torch`` custom ops (autograd, torch.compile).
+    """
+    if is_torch(x):
+        from ..torch.chains import projection_chain as torch_projection_chain
+
+        return torch_projection_chain(x, weight, segments, bias, impl)
+    widths, activations, taus, dtypes = parse_segments(segments)
+    dtypes = [x.dtype if d is None else _numpy_dtype(d) for d in dtypes]
+    outputs = projection_forward(NUMPY, _flatten_tokens(x), weight, bias, widths, activations, taus, dtypes, impl)
+    return [_unflatten_tokens(y, x) for y in outputs]
+
+
+def low_rank_gate(u, weight, bias=None, tau=16.0, dtype=None, impl="automatic"):
+    """The second GEMM of GLA's low-rank gate (fla's ``gk_proj[1]`` followed by
+    ``logsigmoid(·) / gate_logit_normalizer``), as a projection chain with one segment:
+    ``logsigmoid(u @ weight.T + bias) / tau``.
+
+    Args:
+        u: ``[..., r]`` the rank-r code (r = 16 in GLA), e.g. an identity segment of the
+            layer's main projection chain.
+        weight: ``[H*K, r]``; bias: optional ``[H*K]``; both in u's dtype.
+        tau: the gate normaliser (> 0), 16 in fla's GLA.
+        dtype: the gate's dtype (default: u's dtype); ``"float32"`` keeps the log decays exact.
+        impl: as for ``projection_chain``.
+
+    Returns:
+        ``[..., H*K]`` log decays (<= 0), differentiable in u, weight and bias for torch.
+        Reshape to ``[B, T, H, K]`` for ``chunk_gla``.
+    """
+    width = weight.shape[0]
+    segment = {"width": width, "activation": "logsigmoid", "tau": tau, "dtype": dtype}
+    return projection_chain(u, weight, [segment], bias, impl)[0]
+
+
+def projection_chain_backward(x, weight, d_outputs, segments, bias=None, impl="automatic"):
+    """Gradients of ``projection_chain`` for numpy arrays: ``(dx, dweight, dbias)`` with
+    ``dbias`` None when no bias is given. ``d_outputs`` holds one ``[..., width]`` array per
+    segment (same leading dims as x); the gradients have x's dtype."""
+    widths, activations, taus, _ = parse_segments(segments)
+    d_flat = [d.reshape(-1, d.shape[-1]) if x.ndim > 2 else d for d in d_outputs]
+    dx, dweight, dbias = projection_backward(NUMPY, _flatten_tokens(x), weight, bias, widths, activations, taus,
+                                             d_flat, impl)
+    return dx.reshape(x.shape), dweight, dbias
+
+
+def output_chain(o, g, norm_weight, out_weight, eps=1e-5, impl="automatic"):
+    """Per-head RMSNorm, SiLU output gate and output projection, fused (fla's
+    ``FusedRMSNormGated`` followed by ``o_proj``):
+    ``y = (o / sqrt(mean(o**2, -1) + eps) * norm_weight * silu(g)).reshape(tokens, H*Dv) @ out_weight.T``.
+
+    Args:
+        o: ``[tokens, H, Dv]`` or ``[B, T, H, Dv]`` the mixer's output; bf16, fp16, fp32 or fp64.
+        g: the output gate, same shape and dtype as o (SiLU is applied here).
+        norm_weight: ``[Dv]`` RMSNorm scale shared by the heads, o's dtype.
+        out_weight: ``[d_out, H*Dv]`` o_proj weight (nn.Linear convention, no bias), o's dtype.
+        eps: added to the mean square (> 0).
+        impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"`` (float32 GEMM).
+
+    Returns:
+        ``y`` ``[tokens, d_out]`` (``[B, T, d_out]`` for rank-4 o) in o's dtype. torch
+        tensors are differentiable in o, g, norm_weight and out_weight (the normalised
+        gated heads are recomputed in the backward, not stored).
+    """
+    if is_torch(o):
+        from ..torch.chains import output_chain as torch_output_chain
+
+        return torch_output_chain(o, g, norm_weight, out_weight, eps, impl)
+    return output_forward(NUMPY, o, g, norm_weight, out_weight, eps, impl)
+
+
+def output_chain_backward(o, g, norm_weight, out_weight, dy, eps=1e-5, impl="automatic"):
+    """Gradients of ``output_chain`` for numpy arrays: ``(do, dg, dnorm_weight, dout_weight)``
+    from ``dy`` (y's shape, o's dtype)."""
+    return output_backward(NUMPY, o, g, norm_weight, out_weight, dy, eps, impl)
