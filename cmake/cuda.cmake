@@ -1,7 +1,11 @@
 # The CUDA backend: on when SEQMIX_CUDA is ON, or AUTO and nvcc is found.
-# Kernels build for Hopper only (sm_90a: wgmma and TMA need the "a" target).
 include(CheckLanguage)
 set(SEQMIX_WITH_CUDA OFF)
+# Hopper only: wgmma and TMA need the "a" target. Set before enable_language, which
+# would otherwise pick nvcc's default (sm_75). -DCMAKE_CUDA_ARCHITECTURES=... overrides.
+if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+  set(CMAKE_CUDA_ARCHITECTURES 90a)
+endif()
 if(SEQMIX_CUDA STREQUAL "ON")
   enable_language(CUDA)
   set(SEQMIX_WITH_CUDA ON)
@@ -15,9 +19,6 @@ endif()
 message(STATUS "seqmix: CUDA backend ${SEQMIX_WITH_CUDA}")
 
 if(SEQMIX_WITH_CUDA)
-  if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES OR CMAKE_CUDA_ARCHITECTURES STREQUAL "52")
-    set(CMAKE_CUDA_ARCHITECTURES 90a)
-  endif()
   find_package(CUDAToolkit REQUIRED)
   # CMake 3.25 does not know nvcc 13's C++20 flag: tell it.
   if(NOT CMAKE_CUDA20_STANDARD_COMPILE_OPTION)

@@ -41,6 +41,9 @@ struct GatedScanInputs {
 struct GatedScanOutputs {
   Tensor y;                              // [B, T, D], dtype of b
   std::optional<Tensor> final_state;     // [N, D]
+  // CUDA only, optional: f32 scratch of gated_scan_workspace_size(...) elements on the
+  // inputs' device. With it, short batches are split along time to fill the GPU.
+  std::optional<Tensor> workspace;
 };
 
 // Forward. Writes y and, when given, final_state.
@@ -51,14 +54,14 @@ struct GatedScanGrads {
   Tensor da, db;                         // [B, T, D], dtype of the inputs
   std::optional<Tensor> dz;              // required when z is given
   std::optional<Tensor> d_initial_state; // required when initial_state is given
-  // CUDA only: f32 scratch of gated_scan_backward_workspace_size(...) elements on the
-  // inputs' device (the state entering each tile, recomputed by the backward).
+  // CUDA only, required there: f32 scratch of gated_scan_workspace_size(...) elements on
+  // the inputs' device (states recomputed by the backward, split maps).
   std::optional<Tensor> workspace;
 };
 
-// Elements of the f32 workspace the CUDA backward needs for N sequences padded to
-// length T with D channels (0 is never returned; the CPU backward needs none).
-int64_t gated_scan_backward_workspace_size(int64_t N, int64_t T, int64_t D);
+// Elements of the f32 workspace a CUDA call may use for N sequences of (padded or
+// maximum) length T with D channels; at least 1. The CPU backend uses none.
+int64_t gated_scan_workspace_size(int64_t N, int64_t T, int64_t D);
 
 // Backward: from dy (and the gradient of the final state, optional) to the gradient
 // of every differentiable input. Recomputes h from the inputs.

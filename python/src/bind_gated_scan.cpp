@@ -6,18 +6,18 @@ namespace seqmix::python {
 void bind_gated_scan(nb::module_& m) {
   m.def(
       "gated_scan_forward",
-      [](In a, In b, OptIn z, OptIn initial_state, OptIn cu_seqlens, Out y, OptOut final_state,
+      [](In a, In b, OptIn z, OptIn initial_state, OptIn cu_seqlens, Out y, OptOut final_state, OptOut workspace,
          const std::string& decay, const std::string& impl, uintptr_t stream) {
         GatedScanInputs in{view(a, "a"), view(b, "b"), view(z, "z"), view(initial_state, "initial_state"),
                            view(cu_seqlens, "cu_seqlens")};
-        GatedScanOutputs out{view(y, "y"), view(final_state, "final_state")};
+        GatedScanOutputs out{view(y, "y"), view(final_state, "final_state"), view(workspace, "workspace")};
         auto o = options<GatedScanOptions>(impl, stream);
         o.decay = parse_decay(decay);
         nb::gil_scoped_release release;
         gated_scan_forward(in, out, o);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("z").none(), nb::arg("initial_state").none(),
-      nb::arg("cu_seqlens").none(), nb::arg("y"), nb::arg("final_state").none(), nb::arg("decay"),
+      nb::arg("cu_seqlens").none(), nb::arg("y"), nb::arg("final_state").none(), nb::arg("workspace").none(), nb::arg("decay"),
       nb::arg("impl"), nb::arg("stream"), "Gated scan forward into preallocated y [B, T, D] and final_state [N, D].");
   m.def(
       "gated_scan_backward",
@@ -40,8 +40,8 @@ void bind_gated_scan(nb::module_& m) {
       nb::arg("dz").none(), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("decay"),
       nb::arg("impl"), nb::arg("stream"),
       "Gated scan backward into preallocated gradients (workspace: f32 scratch, CUDA only).");
-  m.def("gated_scan_backward_workspace_size", &gated_scan_backward_workspace_size, nb::arg("N"), nb::arg("T"),
-        nb::arg("D"), "Elements of the f32 workspace the CUDA backward needs.");
+  m.def("gated_scan_workspace_size", &gated_scan_workspace_size, nb::arg("N"), nb::arg("T"),
+        nb::arg("D"), "Elements of the f32 workspace a CUDA call may use.");
 }
 
 }  // namespace seqmix::python

@@ -101,6 +101,21 @@ cuda::GatedScanParams cuda_params(const core::Checker& check, const GatedScanInp
   return params;
 }
 
+// The workspace's data pointer after checking it (nullptr when absent and optional).
+float* checked_workspace(const core::Checker& check, const std::optional<Tensor>& workspace,
+                         const cuda::GatedScanParams& params, const Device& device, bool required) {
+  const int64_t needed = cuda::gated_scan_workspace_floats(params.seq.num_sequences, params.seq.T, params.D);
+  if (!workspace) {
+    if (required) check.fail("workspace", "an f32 tensor of " + std::to_string(needed) + " elements", "none");
+    return nullptr;
+  }
+  check.view(*workspace, "workspace", 1, "[elements]", device);
+  check.dtype_in(*workspace, "workspace", {DType::f32});
+  if (workspace->shape[0] < needed)
+    check.fail("workspace", "at least " + std::to_string(needed) + " elements", std::to_string(workspace->shape[0]));
+  return static_cast<float*>(workspace->data);
+}
+
 template <class Launch>
 void launch_by_dtype(DType dtype, const Launch& launch) {
   switch (dtype) {
@@ -126,9 +141,9 @@ Decay parse_decay(const std::string& name) {
   throw Error("seqmix.gated_scan: argument 'decay': expected one of direct, log, logit, got '" + name + "'");
 }
 
-int64_t gated_scan_backward_workspace_size(int64_t N, int64_t T, int64_t D) {
+int64_t gated_scan_workspace_size(int64_t N, int64_t T, int64_t D) {
 #ifdef SEQMIX_WITH_CUDA
-  return std::max<int64_t>(1, cuda::gated_scan_backward_workspace_floats(N, T, D));
+  return std::max<int64_t>(1, cuda::gated_scan_workspace_floats(N, T, D));
 #else
   (void)N, (void)T, (void)D;
   return 1;
@@ -147,6 +162,7 @@ void gated_scan_forward(const GatedScanInputs& in, const GatedScanOutputs& out,
     auto params = cuda_params(check, in, problem, options);
     params.y = btd(out.y);
     params.final_state = state(out.final_state);
+    params.workspace = checked_workspace(check, out.workspace, params, in.b.device, false);
     params.vector_aligned = vector_aligned({in.a, in.b, in.z, out.y});
     const cuda::DeviceGuard guard(in.b.device.index);
     launch_by_dtype(in.b.dtype, [&](auto dtype) { cuda::gated_scan_forward<decltype(dtype)::value>(params); });
@@ -179,20 +195,13 @@ void gated_scan_backward(const GatedScanInputs& in, const Tensor& dy,
 #ifdef SEQMIX_WITH_CUDA
     if (options.impl == Impl::reference) check.fail("impl", "fast or automatic on a CUDA device", "reference");
     auto params = cuda_params(check, in, problem, options);
-    const int64_t needed = gated_scan_backward_workspace_size(params.seq.num_sequences, params.seq.T, problem.D);
-    if (!grads.workspace) check.fail("workspace", "an f32 tensor of " + std::to_string(needed) + " elements", "none");
-    check.view(*grads.workspace, "workspace", 1, "[elements]", in.b.device);
-    check.dtype_in(*grads.workspace, "workspace", {DType::f32});
-    if (grads.workspace->shape[0] < needed)
-      check.fail("workspace", "at least " + std::to_string(needed) + " elements",
-                 std::to_string(grads.workspace->shape[0]));
     params.dy = btd(dy);
     params.d_final_state = state(d_final_state);
     params.da = btd(grads.da);
     params.db = btd(grads.db);
     params.dz = btd(grads.dz);
     params.d_initial_state = state(grads.d_initial_state);
-    params.workspace = static_cast<float*>(grads.workspace->data);
+    params.workspace = checked_workspace(check, grads.workspace, params, in.b.device, true);
     params.vector_aligned = vector_aligned({in.a, in.b, in.z, dy, grads.da, grads.db, grads.dz});
     const cuda::DeviceGuard guard(in.b.device.index);
     launch_by_dtype(in.b.dtype, [&](auto dtype) { cuda::gated_scan_backward<decltype(dtype)::value>(params); });

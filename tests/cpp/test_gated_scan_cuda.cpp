@@ -14,6 +14,7 @@ struct GpuScanCase {
   Decay decay;
   std::vector<int64_t> cu;
   bool interleaved = false;  // a, b, z are column blocks of one [B, T, 3D] tensor (a GEMM's output)
+  bool split = true;         // give the forward a workspace (short batches are split in time)
 };
 
 void PrintTo(const GpuScanCase& c, std::ostream* os) { *os << c.name; }
@@ -93,9 +94,9 @@ TEST_P(GatedScanCuda, ForwardAndBackwardMatchOracle) {
   for (int k = 0; k < 3; ++k) g.push_back(poisoned(shape, c.dtype));
   g.push_back(poisoned({N, c.D}, DType::f32));
   DeviceTensor d_y(y), d_hT(hT), d_da(g[0]), d_db(g[1]), d_dz(g[2]), d_dh0(g[3]);
-  HostTensor workspace({gated_scan_backward_workspace_size(N, c.T, c.D)}, DType::f32);
+  HostTensor workspace = poisoned({gated_scan_workspace_size(N, c.T, c.D)}, DType::f32);
   DeviceTensor d_workspace(workspace);
-  gated_scan_forward(inputs(true), {d_y.view, d_hT.view}, options);
+  gated_scan_forward(inputs(true), {d_y.view, d_hT.view, c.split ? std::optional<Tensor>(d_workspace.view) : std::nullopt}, options);
   GatedScanGrads grads{d_da.view, d_db.view};
   if (c.gated) grads.dz = d_dz.view;
   if (c.with_state) grads.d_initial_state = d_dh0.view;

@@ -6,12 +6,20 @@ from .. import _C
 from .._backend import NUMPY, is_torch, num_sequences, state_dtype
 
 
+def _workspace(xp, b, cu_seqlens):
+    """Scratch for a CUDA call (None on the CPU, which needs none)."""
+    if not xp.is_cuda(b):
+        return None
+    size = _C.gated_scan_workspace_size(num_sequences(b.shape[0], cu_seqlens), b.shape[1], b.shape[-1])
+    return xp.empty((size,), xp.float32, b)
+
+
 def forward(xp, a, b, z, initial_state, cu_seqlens, decay, impl):
     """Returns (y [B, T, D] in b's dtype, final_state [N, D] in the state dtype)."""
     y = xp.empty_like(b)
     final_state = xp.empty((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]), state_dtype(xp, b), b)
     _C.gated_scan_forward(xp.arg(a), xp.arg(b), xp.arg(z), xp.arg(initial_state), xp.arg(cu_seqlens),
-                          y, final_state, decay, impl, xp.stream(b))
+                          y, final_state, _workspace(xp, b, cu_seqlens), decay, impl, xp.stream(b))
     return y, final_state
 
 
@@ -20,10 +28,7 @@ def backward(xp, a, b, z, initial_state, cu_seqlens, dy, d_final_state, decay, i
     da, db = xp.empty_like(a), xp.empty_like(b)
     dz = None if z is None else xp.empty_like(z)
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
-    workspace = None
-    if xp.is_cuda(b):
-        size = _C.gated_scan_backward_workspace_size(num_sequences(b.shape[0], cu_seqlens), b.shape[1], b.shape[-1])
-        workspace = xp.empty((size,), xp.float32, b)
+    workspace = _workspace(xp, b, cu_seqlens)
     _C.gated_scan_backward(xp.arg(a), xp.arg(b), xp.arg(z), xp.arg(initial_state), xp.arg(cu_seqlens),
                            xp.arg(dy), xp.arg(d_final_state), da, db, dz, dh0, workspace, decay, impl,
                            xp.stream(b))

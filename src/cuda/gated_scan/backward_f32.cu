@@ -1,5 +1,5 @@
 // Explicit instantiation: gated scan backward, f32.
-#include "cuda/gated_scan/backward.cuh"
+#include "cuda/gated_scan/launch.cuh"
 
 namespace seqmix::cuda {
 

@@ -1,6 +1,9 @@
 // Gated scan forward: y_t = h_t ⊙ SiLU(z_t), h_t = a_t ⊙ h_{t-1} + b_t.
-// One block per (sequence, channel slab), tiles of 128 steps, the next tile's loads in
-// flight while the current one is scanned (see tile.cuh for the scan itself).
+// One block per (sequence, channel slab, split of the sequence), tiles of 128 steps, the
+// next tile's loads in flight while the current one is scanned (tile.cuh). When there
+// are too few (sequence, slab) pairs to fill the GPU, the sequence is split: a first
+// launch (summary.cuh) reduces each split to one affine map, and each block of the main
+// launch composes the maps of the splits before it to find its starting state.
 #pragma once
 
 #include "cuda/common/runtime.cuh"
@@ -12,14 +15,14 @@ template <class T>
 struct ForwardTile {
   Pack<T> a[kSteps], b[kSteps], z[kSteps];
 
-  __device__ void load(const GatedScanParams& p, const BlockCoords& c, int64_t tile, bool gated) {
+  __device__ void load(const GatedScanParams& p, const BlockCoords& c, int64_t tile, bool gated, bool need_b = true) {
     // Masked steps must be the identity map: a factor of 1 (log 0; the logit saturates).
     const float decay_identity = p.decay == 1 ? 0.f : p.decay == 2 ? 1e30f : 1.f;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int64_t t = c.step(tile, s);
       a[s] = scan::load<T>(p.a, c, t, p.D, p.vector_aligned, decay_identity);
-      b[s] = scan::load<T>(p.b, c, t, p.D, p.vector_aligned, 0.f);
+      if (need_b) b[s] = scan::load<T>(p.b, c, t, p.D, p.vector_aligned, 0.f);
       if (gated) z[s] = scan::load<T>(p.z, c, t, p.D, p.vector_aligned, 0.f);
     }
   }
@@ -31,41 +34,59 @@ struct ForwardTile {
   __device__ static float decay_grad(const GatedScanParams& p, float decay_value) {
     return p.decay == 1 ? decay_value : p.decay == 2 ? decay_value * (1.f - decay_value) : 1.f;
   }
-};
-
-template <class T>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams p) {
-  constexpr int kVec = Pack<T>::kVec;
-  __shared__ ScanShared<kVec> shared;
-  const BlockCoords c = BlockCoords::make<T>(p.seq);
-  const bool gated = p.z.data != nullptr;
-  const int64_t n = blockIdx.y;
-
-  if (c.segment == 0) {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i)
-      shared.carry[i][c.lane] = p.initial_state.data && c.d0 + i < p.D
-                                    ? p.initial_state.data[n * p.initial_state.stride + c.d0 + i] : 0.f;
-  }  // the scan's first barrier publishes the carry
-
-  const int64_t tiles = (c.length + kScanTileSteps - 1) / kScanTileSteps;
-  ForwardTile<T> cur, next;
-  cur.load(p, c, 0, gated);
-  for (int64_t tile = 0; tile < tiles; ++tile) {
-    if (tile + 1 < tiles) next.load(p, c, tile + 1, gated);
-
-    float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
+  // The thread's own map h ↦ A·h + H over its steps.
+  template <int kVec>
+  __device__ void own_map(const GatedScanParams& p, float (&A)[kVec], float (&H)[kVec]) const {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       A[i] = 1.f;
       H[i] = 0.f;
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
-        const float a = cur.decay(p, s, i);
-        H[i] = a * H[i] + cur.b[s][i];
-        A[i] *= a;
+        const float x = decay(p, s, i);
+        H[i] = x * H[i] + b[s][i];
+        A[i] *= x;
       }
     }
+  }
+};
+
+// The state entering the block's first tile, for the thread's channels: the initial
+// state, carried through the maps of all earlier splits.
+template <int kVec>
+__device__ void entering_state(const GatedScanParams& p, const BlockCoords& c, int64_t n, float (&carry)[kVec]) {
+#pragma unroll
+  for (int i = 0; i < kVec; ++i)
+    carry[i] = p.initial_state.data && c.d0 + i < p.D ? p.initial_state.data[n * p.initial_state.stride + c.d0 + i]
+                                                      : 0.f;
+  if (p.split_tiles > 0)
+    apply_split_maps(Workspace::make(p).forward_maps, n, 0, blockIdx.z, 1, p.D, c.d0, carry);
+}
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams p) {
+  constexpr int kVec = Pack<T>::kVec;
+  __shared__ ScanShared<kVec> shared;
+  const BlockCoords c = BlockCoords::make<T>(p.seq);
+  const TileRange range = TileRange::make(p, c);
+  if (range.empty()) return;
+  const bool gated = p.z.data != nullptr;
+  const int64_t n = blockIdx.y;
+
+  if (c.segment == 0) {
+    float carry[kVec];
+    entering_state(p, c, n, carry);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) shared.carry[i][c.lane] = carry[i];
+  }  // the scan's first barrier publishes the carry
+
+  ForwardTile<T> cur, next;
+  cur.load(p, c, range.first, gated);
+  for (int64_t tile = range.first; tile < range.end; ++tile) {
+    if (tile + 1 < range.end) next.load(p, c, tile + 1, gated);
+
+    float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
+    cur.own_map(p, A, H);
     exclusive_segment_scan(shared, c.lane, c.segment, false, A, H, tile_A, tile_H);
 
     float h[kVec], carry[kVec];
@@ -94,18 +115,11 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams
   }
 
   __syncthreads();
-  if (c.segment == 0 && p.final_state.data) {
+  if (c.segment == 0 && p.final_state.data && range.end == range.tiles) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i)
       if (c.d0 + i < p.D) p.final_state.data[n * p.final_state.stride + c.d0 + i] = shared.carry[i][c.lane];
   }
-}
-
-template <class T>
-void launch_forward(const GatedScanParams& p) {
-  const dim3 grid(static_cast<unsigned>(num_slabs<T>(p.D)), static_cast<unsigned>(p.seq.num_sequences));
-  forward_kernel<T><<<grid, kThreads, 0, static_cast<cudaStream_t>(p.stream)>>>(p);
-  check_launch("gated_scan forward");
 }
 
 }  // namespace seqmix::cuda::scan

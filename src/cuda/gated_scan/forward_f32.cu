@@ -1,5 +1,5 @@
 // Explicit instantiation: gated scan forward, f32.
-#include "cuda/gated_scan/forward.cuh"
+#include "cuda/gated_scan/launch.cuh"
 
 namespace seqmix::cuda {
 

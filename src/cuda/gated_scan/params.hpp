@@ -37,7 +37,11 @@ struct GatedScanParams {
   // Backward only.
   BtdView dy, da, db, dz;
   StateView d_final_state, d_initial_state;
-  float* workspace = nullptr;  // [N, tiles, D] carries at tile starts
+  // Scratch of gated_scan_workspace_floats(...) floats, or nullptr (forward only: then
+  // the sequence is not split). Regions: [N, tiles, D] states entering each tile
+  // (backward), then [N, splits, 2, D] forward and [N, splits, 2, D] reverse split maps.
+  float* workspace = nullptr;
+  int64_t split_tiles = 0;  // tiles per split (grid.z = splits); set by the launcher
   void* stream = nullptr;
 };
 
@@ -46,9 +50,12 @@ enum class ScanDtype { bf16, f16, f32 };
 // Time steps one block scans per tile (see tile.cuh).
 inline constexpr int64_t kScanTileSteps = 128;
 
-// Floats of workspace the backward needs: N · ceil(T / tile) · D.
-inline int64_t gated_scan_backward_workspace_floats(int64_t N, int64_t T, int64_t D) {
-  return N * ((T + kScanTileSteps - 1) / kScanTileSteps) * D;
+inline constexpr int64_t scan_tiles(int64_t T) { return (T + kScanTileSteps - 1) / kScanTileSteps; }
+
+// Floats of workspace a launch may use: the tile states plus both split-map regions
+// (at most one split per tile).
+inline constexpr int64_t gated_scan_workspace_floats(int64_t N, int64_t T, int64_t D) {
+  return 5 * N * scan_tiles(T) * D;
 }
 
 template <ScanDtype dtype>

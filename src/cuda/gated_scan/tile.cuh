@@ -87,6 +87,51 @@ struct BlockCoords {
   __device__ int64_t step(int64_t tile, int i) const { return tile * kScanTileSteps + segment * kSteps + i; }
 };
 
+// The tiles a block scans: its split of the sequence's tiles (all of them unsplit).
+struct TileRange {
+  int64_t first, end, tiles;
+  __device__ static TileRange make(const GatedScanParams& p, const BlockCoords& c) {
+    TileRange r;
+    r.tiles = scan_tiles(c.length);
+    const int64_t per_split = p.split_tiles > 0 ? p.split_tiles : r.tiles;
+    r.first = blockIdx.z * per_split;
+    r.end = r.first + per_split < r.tiles ? r.first + per_split : r.tiles;
+    return r;
+  }
+  __device__ bool empty() const { return first >= end; }
+};
+
+// Workspace regions (see GatedScanParams::workspace).
+struct Workspace {
+  float* tile_states;   // [N, max tiles, D]
+  float* forward_maps;  // [N, splits, 2, D]: (A, H) of h ↦ A·h + H over each split
+  float* reverse_maps;  // [N, splits, 2, D]: the same for c flowing backwards in time
+  __device__ static Workspace make(const GatedScanParams& p) {
+    const int64_t N = p.seq.num_sequences, splits = gridDim.z;
+    Workspace w;
+    w.tile_states = p.workspace;
+    w.forward_maps = p.workspace + N * scan_tiles(p.seq.T) * p.D;
+    w.reverse_maps = w.forward_maps + N * splits * 2 * p.D;
+    return w;
+  }
+  __device__ static float* map(float* maps, int64_t n, int64_t split, int64_t D) {
+    return maps + (n * gridDim.z + split) * 2 * D;
+  }
+};
+
+// Applies the split maps of splits [from, to) (forward) or (to, from] walking down
+// (step -1) to `carry`, for the thread's channels.
+template <int kVec>
+__device__ void apply_split_maps(float* maps, int64_t n, int64_t from, int64_t to, int step, int64_t D,
+                                 int64_t d0, float (&carry)[kVec]) {
+  for (int64_t k = from; k != to; k += step) {
+    const float* m = Workspace::map(maps, n, k, D);
+#pragma unroll
+    for (int i = 0; i < kVec; ++i)
+      if (d0 + i < D) carry[i] = m[d0 + i] * carry[i] + m[D + d0 + i];
+  }
+}
+
 template <class T>
 __device__ T* row_ptr(const BtdView& v, const BlockCoords& c, int64_t t) {
   return static_cast<T*>(v.data) + c.batch * v.stride_batch + (c.start + t) * v.stride_time;
