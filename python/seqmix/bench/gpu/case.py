@@ -1,0 +1,88 @@
+"""The data model of the GPU suite.
+
+A Case is one op at one shape. It builds its inputs on demand (so only one case's
+tensors live at a time) and offers Methods: seqmix and its baselines, all run on the
+same inputs. Each method is timed per direction ("fwd", "bwd", "fwd+bwd") into a Row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Callable, Optional
+
+DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
+
+
+@dataclasses.dataclass
+class Method:
+    name: str
+    run: Callable[[dict], Any]      # the case's inputs -> output y (autograd graph recorded)
+    work: dict                      # direction -> bytes that must move (unit GB/s) or FLOP (TFLOP/s)
+    reference: str = "main"         # which of the case's references y must match
+    baseline: bool = False          # a baseline: an exception reads as "refused: <reason>"
+
+
+@dataclasses.dataclass
+class Case:
+    op: str
+    name: str                       # the kind of case; the report has one section per (op, name)
+    shape: str
+    params: dict                    # the numbers behind the shape (B, T, ...), for the plots
+    make_inputs: Callable[[], dict]  # -> {"leaves": [tensors needing grads], "dy": tensor, ...}
+    methods: list
+    # (inputs, reference name) -> (y, [grad per leaf or None]): the truth, as observed slices
+    references: Callable[[dict, str], tuple]
+    # (inputs, y or None, [leaf grads] or None) -> the same slices of a method's results
+    observe: Callable[[dict, Any, Optional[list]], tuple]
+    directions: tuple = DIRECTIONS
+    unit: str = "GB/s"              # "GB/s" (work in bytes) or "TFLOP/s" (work in FLOP)
+    speedup_over: tuple = ()        # baseline methods every row is compared with
+    headline: Optional[tuple] = None  # (method, baseline): the speed-up the report lifts out
+    tolerance: float = 1e-2         # max rel err above this is reported as an error
+    notes: tuple = ()               # Markdown lines: inputs, formulas, what the reference is
+    plot: Optional[str] = None      # "bandwidth" or "speedup_vs_T" (see plots.py)
+
+    def steps(self) -> int:
+        return len(self.methods) * len(self.directions)
+
+    def meta(self) -> dict:
+        """What the report needs of the case kind (JSON-serialisable)."""
+        return {"op": self.op, "name": self.name, "unit": self.unit, "directions": list(self.directions),
+                "methods": [m.name for m in self.methods], "speedup_over": list(self.speedup_over),
+                "headline": list(self.headline) if self.headline else None, "tolerance": self.tolerance,
+                "notes": list(self.notes), "plot": self.plot}
+
+
+@dataclasses.dataclass
+class Row:
+    op: str
+    case: str
+    shape: str
+    direction: str
+    method: str
+    ms: Optional[float]
+    work: Optional[float]            # in `unit`
+    unit: str
+    pct_of_ceiling: Optional[float]
+    speedup: dict                    # baseline -> t_baseline / t_method
+    max_rel_err: Optional[float]
+    status: str                      # "ok", "refused: <reason>" or "error: <msg>"
+    params: dict
+
+
+def rate(work: float, ms: float, unit: str) -> float:
+    """GB/s from bytes or TFLOP/s from FLOP."""
+    scale = {"GB/s": 1e9, "TFLOP/s": 1e12}[unit]
+    return work / (ms * 1e-3) / scale
+
+
+def rel_err(got, want) -> float:
+    """‖got − want‖ / ‖want‖ in float64 on the tensors' device; inf for a missing or
+    non-finite result or a shape mismatch."""
+    if got is None or tuple(got.shape) != tuple(want.shape):
+        return math.inf
+    got, want = got.detach().double(), want.detach().double()
+    if not bool(got.isfinite().all()):
+        return math.inf
+    return float((got - want).norm() / want.norm().clamp_min(1e-300))

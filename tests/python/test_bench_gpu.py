@@ -1,0 +1,532 @@
+"""The GPU suite of `seqmix bench` on the CPU: argument handling, the gated-scan case
+builders on tiny CPU tensors, a whole case run with a wall-clock timer, the Markdown and
+JSON reports, and the plots. (The CUDA timing itself runs only on a GPU machine.)"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import statistics
+import time
+
+import pytest
+
+from conftest import requires_torch
+
+pytestmark = requires_torch
+
+
+@pytest.fixture
+def torch():
+    import torch
+
+    return torch
+
+
+@pytest.fixture
+def gs(monkeypatch):
+    """The gated-scan cases, with torch.compile replaced by the function itself (the
+    Inductor compile takes tens of seconds on the CPU; the GPU run compiles for real)."""
+    from seqmix.bench.gpu import gated_scan
+
+    monkeypatch.setattr(gated_scan, "compiled", lambda fn: fn)
+    return gated_scan
+
+
+class WallTimer:
+    """Stands in for CudaTimer on the CPU: same interface, wall-clock median."""
+
+    flush_size = 0
+
+    def __init__(self):
+        self.calls = 0
+
+    def median_ms(self, fn, reps, warmup, before=None):
+        times = []
+        for i in range(warmup + reps):
+            if before:
+                before()
+            t0 = time.perf_counter()
+            fn()
+            self.calls += 1
+            if i >= warmup:
+                times.append((time.perf_counter() - t0) * 1e3)
+        return statistics.median(times)
+
+
+class NoProgress:
+    def step(self, label):
+        pass
+
+
+CEILINGS = {"copy": {"GB/s": 100.0, "bytes": 2 << 30, "ms": 1.0}, "gemm": {"TFLOP/s": 1.0, "n": 4096, "ms": 1.0}}
+
+
+def run_cases(torch, cases, reps=2):
+    from seqmix.bench.gpu import suite
+
+    settings = suite.Settings(True, reps, 1)
+    return [row for case in cases for row in suite.run_case(torch, WallTimer(), case, settings, CEILINGS,
+                                                             NoProgress())]
+
+
+# --- arguments -------------------------------------------------------------------------
+
+def test_parse_ops_accepts_known_and_names_them_on_error():
+    from seqmix.bench.gpu.suite import OPS, parse_ops
+
+    assert parse_ops(" gated_scan ,") == ["gated_scan"]
+    with pytest.raises(ValueError, match="unknown op.*attention_x.*known: " + ", ".join(OPS)):
+        parse_ops("gated_scan,attention_x")
+    with pytest.raises(ValueError, match="none given"):
+        parse_ops(",")
+
+
+def test_cli_passes_cuda_options_to_the_suite(monkeypatch, tmp_path):
+    from seqmix import cli
+    from seqmix.bench.gpu import suite
+
+    calls = []
+    monkeypatch.setattr(suite, "run", lambda *args, **kwargs: calls.append((args, kwargs)) or 0)
+    assert cli.main(["bench", "--device", "cuda", "--quick", "--out", str(tmp_path), "--ops", "gated_scan",
+                     "--json", "r.json", "--markdown", "r.md"]) == 0
+    assert calls == [((["gated_scan"], True), {"out": str(tmp_path), "json_path": "r.json", "markdown_path": "r.md"})]
+    assert cli.main(["bench", "--device", "cuda"]) == 0
+    assert calls[1] == ((list(suite.OPS), False), {"out": None, "json_path": None, "markdown_path": None})
+    assert cli.main(["bench", "--device", "cuda", "--full", "--out", "d"]) == 0  # as scripts/gpu_check.sh asks
+    assert calls[2] == ((list(suite.OPS), False), {"out": "d", "json_path": None, "markdown_path": None})
+
+
+def test_cli_rejects_unknown_ops_and_gpu_options_on_the_cpu(capsys):
+    from seqmix import cli
+
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["bench", "--device", "cuda", "--ops", "nope"])
+    assert exit_.value.code == 2
+    assert "unknown op(s) nope; known: gated_scan" in capsys.readouterr().err
+    assert cli.main(["bench", "--device", "cpu", "--ops", "gated_scan"]) == 2
+    assert "--out and --ops apply to --device cuda" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--quick", "--full"])
+    assert "not allowed with argument" in capsys.readouterr().err
+    assert cli.main(["bench", "--out", "d"]) == 2
+    assert "--out and --ops apply to --device cuda" in capsys.readouterr().err
+
+
+def test_cli_without_a_gpu_says_why(capsys, tmp_path):
+    import seqmix
+    from seqmix import cli
+
+    if seqmix.cuda_available():
+        pytest.skip("a GPU is present: this checks the message on machines without one")
+    assert cli.main(["bench", "--device", "cuda", "--quick", "--out", str(tmp_path)]) == 2
+    assert "CUDA" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+# --- the gated-scan cases ----------------------------------------------------------------
+
+def test_case_lists_quick_and_full(gs):
+    quick, full = gs.cases(quick=True), gs.cases(quick=False)
+    assert [c.shape for c in quick] == ["B4 T2048 D4096 bf16", "B4 T2048 d256 dv64 bf16", "B16 T512 d256 dv64 bf16"]
+    assert len(full) == 2 + 9
+    assert {(c.params["B"], c.params["T"]) for c in full if c.name == "semi-fused layer"} == {
+        (B, T) for B in (1, 4, 16) for T in (512, 2048, 8192)}
+    scan = quick[0]
+    assert [m.name for m in scan.methods] == ["seqmix", "seqmix no gate", "fla chunk_hgrn", "torch eager",
+                                              "torch.compile"]
+    assert scan.directions == ("fwd", "bwd", "fwd+bwd") and scan.steps() == 15
+    assert [m.name for m in quick[1].methods] == ["seqmix semi-fused", "three-kernel", "torch.compile unfused"]
+    assert quick[1].directions == ("fwd", "fwd+bwd") and quick[1].headline == ("seqmix semi-fused", "three-kernel")
+    assert [m.name for m in scan.methods if m.baseline] == ["fla chunk_hgrn", "torch eager", "torch.compile"]
+
+
+def test_bytes_formulas(gs):
+    n = 4 * 2048 * 4096 * 2
+    assert gs.scan_bytes(4, 2048, 4096, gate=True) == {"fwd": 4 * n, "bwd": 7 * n, "fwd+bwd": 11 * n}
+    assert gs.scan_bytes(4, 2048, 4096, gate=False) == {"fwd": 3 * n, "bwd": 5 * n, "fwd+bwd": 8 * n}
+    work = gs.layer_bytes(16, 512)
+    assert work["fwd"] == 2 * (16 * 512 * (256 + 64) + 192 * 256)
+    assert work["fwd+bwd"] == work["fwd"] + 2 * (16 * 512 * (512 + 64) + 2 * 192 * 256)
+    scan = gs.scan_case(2, 8, 16, device="cpu")
+    assert [m.work["fwd"] for m in scan.methods] == [4 * 2 * 8 * 16 * 2] + [3 * 2 * 8 * 16 * 2] * 2 + [
+        4 * 2 * 8 * 16 * 2] * 2
+
+
+def test_scan_inputs_have_mild_log_decays(gs, torch):
+    inputs = gs.scan_case(2, 64, 32, device="cpu").make_inputs()
+    a, b, z = inputs["leaves"]
+    assert a.dtype == torch.bfloat16 and a.shape == (2, 64, 32) and inputs["dy"].shape == (2, 64, 32)
+    assert all(t.requires_grad for t in (a, b, z))
+    a = a.detach().float()
+    assert float(a.max()) < 0 and float(a.min()) >= -0.05 * (1 + 2**-8)  # [−0.05, 0) up to bf16 rounding
+
+
+def test_strided_column_views_match_contiguous_copies(gs, torch):
+    import seqmix
+
+    gen = torch.Generator().manual_seed(3)
+    B, T, d, dv = 2, 37, 16, 8
+    x, W = torch.randn(B, T, d, generator=gen), torch.randn(3 * dv, d, generator=gen) / 4
+    u = x @ W.T
+    a, b, z = u[..., :dv], u[..., dv:2 * dv], u[..., 2 * dv:]
+    assert not a.is_contiguous() and a.stride() == (T * 3 * dv, 3 * dv, 1)
+    want = seqmix.gated_scan(a.contiguous(), b.contiguous(), z.contiguous(), decay="logit")
+    assert torch.allclose(gs.semi_fused_layer(x, W), want, rtol=1e-5, atol=1e-6)
+    assert torch.allclose(gs.three_kernel_layer(x, W), want, rtol=1e-5, atol=1e-6)
+    oracle = gs.sequential_scan(a.double().sigmoid(), b.double(), z.double())
+    assert torch.allclose(want.double(), oracle, rtol=1e-4, atol=1e-5)
+
+
+def test_eager_scan_matches_the_sequential_definition(gs, torch):
+    gen = torch.Generator().manual_seed(4)
+    a = -0.05 * torch.rand(2, 300, 8, generator=gen, dtype=torch.float64)
+    b, z = torch.randn(2, 300, 8, generator=gen, dtype=torch.float64), torch.randn(2, 300, 8, generator=gen,
+                                                                                    dtype=torch.float64)
+    got = gs.eager_scan(a, b, z).double()  # float32 inside
+    want = gs.sequential_scan(a.exp(), b, z)
+    assert float((got - want).norm() / want.norm()) < 1e-5
+
+
+# --- running cases ------------------------------------------------------------------------
+
+def test_run_case_on_cpu_fills_every_row(gs, torch):
+    cases = [gs.scan_case(3, 50, 272, device="cpu"), gs.layer_case(3, 40, d=32, dv=8, device="cpu")]
+    rows = run_cases(torch, cases)
+    assert len(rows) == sum(c.steps() for c in cases)
+    fla_present = importlib.util.find_spec("fla") is not None
+    for r in rows:
+        if r.method == "fla chunk_hgrn" and not fla_present:
+            assert r.status.startswith("refused: RuntimeError: fla is not importable"), r.status
+            assert r.ms is None and r.speedup == {}
+            continue
+        if r.method == "fla chunk_hgrn":  # fla's Triton kernels do not run on CPU tensors
+            assert r.status.startswith("refused"), r.status
+            continue
+        assert r.status == "ok", (r.method, r.direction, r.status)
+        assert r.ms > 0 and r.work > 0 and r.pct_of_ceiling == pytest.approx(100 * r.work / 100.0)
+        bound = 1e-2 if r.case == "scan kernel" else 2e-2
+        assert 0 < r.max_rel_err < bound, (r.method, r.direction, r.max_rel_err)
+    times = {(r.shape, r.direction, r.method): r.ms for r in rows}
+    for r in rows:
+        for base, x in r.speedup.items():
+            assert base != r.method and x == pytest.approx(times[(r.shape, r.direction, base)] / r.ms)
+    seqmix_fwd = next(r for r in rows if (r.method, r.direction) == ("seqmix", "fwd"))
+    timed_baselines = {r.method for r in rows if r.case == "scan kernel" and r.ms and r.method in cases[0].speedup_over}
+    assert set(seqmix_fwd.speedup) == timed_baselines >= {"torch eager", "torch.compile"}
+
+
+def test_failures_are_reported_not_raised(gs, torch):
+    from seqmix.bench.gpu.case import Method
+
+    case = gs.scan_case(2, 16, 8, device="cpu", dtype=torch.float32)
+    work = case.methods[0].work
+
+    def boom(_):
+        raise MemoryError("out of memory here")
+
+    wrong = Method("seqmix off by a lot", lambda x: 2 * case.methods[0].run(x), work, reference="gated")
+    case.methods = [case.methods[0], Method("broken baseline", boom, work, baseline=True),
+                    Method("broken seqmix", boom, work), wrong]
+    case.speedup_over = ("broken baseline",)
+    status = {(r.direction, r.method): r.status for r in run_cases(torch, [case])}
+    assert len(status) == 12
+    assert status[("fwd", "seqmix")] == "ok"
+    assert status[("fwd", "broken baseline")] == "refused: MemoryError: out of memory here"
+    assert status[("bwd", "broken seqmix")] == "error: MemoryError: out of memory here"
+    assert status[("fwd", "seqmix off by a lot")] == "error: max rel err 1.0e+00 above the 1e-02 bound"
+    assert status[("bwd", "seqmix off by a lot")].startswith("error: max rel err")
+
+    case.make_inputs = lambda: boom(None)
+    rows = run_cases(torch, [case])
+    assert len(rows) == 12 and {r.status for r in rows} == {"error: making the inputs: MemoryError: out of memory here"}
+
+
+def test_backward_that_cannot_run_twice_rebuilds_its_graph(gs, torch):
+    from seqmix.bench.gpu.case import Method
+
+    class Once(torch.autograd.Function):
+        """Identity whose backward refuses a second call on one graph."""
+
+        @staticmethod
+        def forward(ctx, y):
+            ctx.calls = 0
+            return y.clone()
+
+        @staticmethod
+        def backward(ctx, g):
+            ctx.calls += 1
+            if ctx.calls > 1:
+                raise RuntimeError("backward through this graph twice")
+            return g
+
+    case = gs.scan_case(2, 16, 8, device="cpu", dtype=torch.float32)
+    seqmix_method = case.methods[0]
+    case.methods = [Method("once", lambda x: Once.apply(seqmix_method.run(x)), seqmix_method.work, "gated")]
+    rows = run_cases(torch, [case])
+    assert [r.status for r in rows] == ["ok"] * 3 and all(r.ms > 0 for r in rows)
+
+
+class FakeCuda:
+    """Just enough of torch for CudaTimer: events on a fake clock, a logged flush."""
+
+    int32 = "int32"
+
+    def __init__(self, l2_bytes=50 << 20):
+        self.log, self.now = [], 0.0
+        fake = self
+
+        class Event:
+            def __init__(self, enable_timing):
+                assert enable_timing
+
+            def record(self):
+                fake.log.append("record")
+                self.t = fake.now
+
+            def elapsed_time(self, end):
+                return end.t - self.t
+
+        class Buffer:
+            def zero_(self):
+                fake.log.append("flush")
+
+        class Props:
+            L2_cache_size = l2_bytes
+
+        self.cuda = type("cuda", (), {"Event": Event, "synchronize": lambda: fake.log.append("sync"),
+                                      "get_device_properties": lambda device: Props()})
+        self.empty = lambda n, dtype, device: fake.log.append(("alloc", n, dtype, device)) or Buffer()
+
+
+def test_cuda_timer_flushes_outside_the_timed_region_and_takes_the_median():
+    from seqmix.bench.gpu.timing import CudaTimer, flush_bytes
+
+    assert flush_bytes(FakeCuda(50 << 20)) == 256 << 20 and flush_bytes(FakeCuda(200 << 20)) == 400 << 20
+    fake = FakeCuda()
+    timer = CudaTimer(fake, 1 << 20)
+    assert fake.log == [("alloc", 1 << 18, "int32", "cuda")]
+    durations = iter([9.0, 9.0, 1.0, 5.0, 3.0])  # two warm-ups, then three timed calls
+
+    def fn():
+        fake.log.append("fn")
+        fake.now += next(durations)
+
+    ms = timer.median_ms(fn, reps=3, warmup=2, before=lambda: fake.log.append("before"))
+    assert ms == 3.0
+    assert fake.log[1:] == ["before", "fn"] * 2 + ["before", "flush", "record", "fn", "record"] * 3 + ["sync"]
+
+
+def test_run_writes_the_report_and_returns_the_status(gs, torch, monkeypatch, tmp_path, capsys):
+    """suite.run's glue on the CPU: the GPU parts (device checks, environment, timer,
+    ceilings) replaced by stand-ins, the cases tiny CPU ones."""
+    import seqmix
+    from seqmix.bench.gpu import ceilings, env, suite, timing
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(seqmix, "cuda_available", lambda: True)
+    monkeypatch.setattr(env, "environment", lambda torch: dict(ENV))
+    monkeypatch.setattr(timing, "CudaTimer", lambda torch, size: WallTimer())
+    monkeypatch.setattr(timing, "flush_bytes", lambda torch: 256 << 20)
+    monkeypatch.setattr(ceilings, "measure", lambda torch, timer, quick, reps, warmup: CEILINGS)
+    monkeypatch.setattr(suite, "build_cases", lambda ops, quick: [gs.scan_case(2, 16, 8, device="cpu"),
+                                                                  gs.layer_case(2, 16, d=16, dv=8, device="cpu")])
+    extra = tmp_path / "extra.json"
+    assert suite.run(["gated_scan"], True, out=tmp_path / "out", json_path=str(extra)) == 0
+    out, err = capsys.readouterr()
+    assert out.startswith("# seqmix GPU benchmark: NVIDIA H100 80GB HBM3")
+    assert "seqmix bench on NVIDIA H100 80GB HBM3 (quick suite: gated_scan)" in err and "wrote " in err
+    assert (tmp_path / "out" / "results.md").read_text() == out
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved == json.loads(extra.read_text())
+    assert saved["settings"] == {"quick": True, "reps": 10, "warmup": 3, "flush_bytes": 0}
+    assert len(saved["rows"]) == 15 + 6
+
+    broken = gs.scan_case(2, 16, 8, device="cpu")
+    broken.methods[0].run = lambda x: 2 * gs.seqmix.gated_scan(*x["leaves"], decay="log")
+    monkeypatch.setattr(suite, "build_cases", lambda ops, quick: [broken])
+    assert suite.run(["gated_scan"], True, out=tmp_path / "again") == 1
+    assert "3 seqmix row(s) failed" in capsys.readouterr().err
+
+
+def test_ceilings_and_timer_interface_on_cpu(torch):
+    from seqmix.bench.gpu import ceilings
+
+    timer = WallTimer()
+    copy = ceilings.copy_bandwidth(torch, timer, 3, 1, size=1 << 20, device="cpu")
+    gemm = ceilings.gemm_throughput(torch, timer, 3, 1, n=64, device="cpu")
+    assert copy["bytes"] == 2 << 20 and copy["GB/s"] == pytest.approx(copy["bytes"] / copy["ms"] / 1e6)
+    assert gemm["TFLOP/s"] == pytest.approx(2 * 64**3 / gemm["ms"] / 1e9)
+    assert timer.calls == 8
+    assert ceilings.ceiling_for({"copy": copy, "gemm": gemm}, "GB/s") == copy["GB/s"]
+    assert ceilings.ceiling_for({"copy": copy, "gemm": gemm}, "TFLOP/s") == gemm["TFLOP/s"]
+
+
+def test_environment_helpers_tolerate_absence():
+    from seqmix.bench.gpu import env
+
+    assert env.package_version("surely-not-an-installed-distribution-xyz") is None
+    assert env.package_version("surely-not-an-installed-distribution-xyz", "numpy") is not None
+    assert env.driver_version() is None or isinstance(env.driver_version(), str)
+    assert env.slug("NVIDIA H100 80GB HBM3") == "nvidia-h100-80gb-hbm3"
+    assert env.slug("  ") == "unknown-gpu"
+
+
+def test_environment_reads_device_properties_and_versions():
+    import types
+
+    import seqmix
+    from seqmix.bench.gpu import env
+
+    props = types.SimpleNamespace(multi_processor_count=132, major=9, minor=0, L2_cache_size=50 << 20,
+                                  total_memory=80 << 30)
+    fake = types.SimpleNamespace(
+        __version__="2.11.0", version=types.SimpleNamespace(cuda="12.8"),
+        cuda=types.SimpleNamespace(get_device_properties=lambda d: props, get_device_name=lambda d: "NVIDIA H100"))
+    got = env.environment(fake)
+    assert {k: got[k] for k in ("gpu", "sm_count", "compute_capability", "l2_bytes", "cuda", "torch", "seqmix")} == {
+        "gpu": "NVIDIA H100", "sm_count": 132, "compute_capability": "9.0", "l2_bytes": 50 << 20, "cuda": "12.8",
+        "torch": "2.11.0", "seqmix": seqmix.__version__}
+    assert {"driver", "triton", "fla", "date", "seqmix_commit"} <= set(got) and got["date"].endswith("+00:00")
+
+
+def test_progress_falls_back_to_the_plain_bar(monkeypatch):
+    import builtins
+    import io
+
+    from seqmix.bench.gpu import suite
+
+    real_import = builtins.__import__
+
+    def no_tqdm(name, *args, **kwargs):
+        if name == "tqdm":
+            raise ImportError("no tqdm")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_tqdm)
+    stream = io.StringIO()
+    bar = suite.make_progress(2, stream)
+    bar.step("first")
+    bar.step("second")
+    bar.close()
+    assert "2/2 second" in stream.getvalue()
+
+
+# --- reports ------------------------------------------------------------------------------
+
+ENV = {"gpu": "NVIDIA H100 80GB HBM3", "sm_count": 132, "compute_capability": "9.0", "l2_bytes": 50 << 20,
+       "memory_bytes": 80 << 30, "driver": "570.86.15", "cuda": "12.8", "torch": "2.11.0", "triton": "3.6.0",
+       "fla": None, "seqmix": "0.1.0", "seqmix_commit": "abc123", "python": "3.12", "date": "2025-01-01T00:00:00+00:00"}
+
+
+@pytest.fixture
+def results(gs, torch):
+    from seqmix.bench.gpu import report
+
+    cases = [gs.scan_case(2, 32, 16, device="cpu"), gs.layer_case(1, 32, d=16, dv=8, device="cpu"),
+             gs.layer_case(2, 64, d=16, dv=8, device="cpu"), gs.layer_case(1, 64, d=16, dv=8, device="cpu")]
+    rows = run_cases(torch, cases, reps=1)
+    rows[0].max_rel_err = math.inf  # JSON stores it as null
+    settings = {"quick": True, "reps": 1, "warmup": 1, "flush_bytes": 256 << 20}
+    return report.results(ENV, CEILINGS, settings, cases, rows)
+
+
+def test_markdown_has_header_formulas_tables_and_headline(results):
+    from seqmix.bench.gpu import report
+
+    text = report.markdown(results)
+    assert text.startswith("# seqmix GPU benchmark: NVIDIA H100 80GB HBM3\n")
+    for piece in ("132 SMs", "570.86.15", "| CUDA (torch build) | 12.8 |", "| fla | not installed |",
+                  "0.1.0 (commit abc123)", "device copy **100 GB/s**", "bf16 GEMM **1 TFLOP/s**", "4096³",
+                  "median of 1 repetitions", "(256 MiB written)", "## gated_scan: scan kernel",
+                  "## gated_scan: semi-fused layer", "fwd with gate 4·N·2", "float64 token-by-token loop",
+                  "**Headline**: speed-up of seqmix semi-fused over three-kernel.", "| shape | fwd | fwd+bwd |",
+                  "vs fla chunk_hgrn | vs torch eager | vs torch.compile |", "% of copy"):
+        assert piece in text, piece
+    table_rows = [line for line in text.splitlines() if line.startswith("| B")]
+    assert len(table_rows) == len(results["rows"]) + 3  # every row, plus the headline's three shapes
+    assert text.index("## gated_scan: scan kernel") < text.index("## gated_scan: semi-fused layer")
+
+
+def test_json_round_trip_renders_the_same(results, tmp_path):
+    from seqmix.bench.gpu import report
+
+    written = report.write(results, tmp_path / "out")
+    assert written[:2] == [tmp_path / "out" / "results.json", tmp_path / "out" / "results.md"]
+    assert len(list((tmp_path / "out").iterdir())) <= 6
+    loaded = report.load_json(tmp_path / "out" / "results.json")
+    assert loaded["rows"][0]["max_rel_err"] is None
+    assert loaded["environment"] == ENV and loaded["ceilings"] == CEILINGS
+    assert [c["name"] for c in loaded["cases"]] == ["scan kernel", "semi-fused layer"]
+    assert loaded["rows"][1] == json.loads(json.dumps(results["rows"][1]))
+    assert report.markdown(loaded) == (tmp_path / "out" / "results.md").read_text().rstrip("\n") + "\n"
+    assert report.markdown(loaded) == report.markdown(results)
+
+
+def test_plots_are_written(results, tmp_path):
+    if importlib.util.find_spec("matplotlib") is None:
+        pytest.skip("matplotlib is not installed: plots not checked on this machine")
+    from seqmix.bench.gpu.plots import write_plots
+
+    paths = write_plots(results, tmp_path)
+    assert [p.name for p in paths] == ["gated_scan_scan-kernel.png", "gated_scan_semi-fused-layer.png"]
+    assert all(p.stat().st_size > 1000 and p.read_bytes()[:4] == b"\x89PNG" for p in paths)
+
+
+def test_plot_logic_with_a_stand_in_matplotlib(results, tmp_path, monkeypatch):
+    """Runs the plotting code against a recording stand-in for matplotlib (the real one
+    is checked above where installed): every figure drawn, saved and closed."""
+    import sys
+    import types
+    from unittest import mock
+
+    from seqmix.bench.gpu.plots import write_plots
+
+    plt = mock.MagicMock(name="pyplot")
+    figures = []
+
+    def subplots(nrows, ncols, **kwargs):
+        assert nrows == 1 and kwargs["squeeze"] is False
+        fig = mock.MagicMock(name="figure")
+        fig.savefig.side_effect = lambda path, **kw: path.write_bytes(b"png")
+        figures.append((fig, [[mock.MagicMock(name=f"axes{i}") for i in range(ncols)]]))
+        return figures[-1]
+
+    plt.subplots.side_effect = subplots
+    matplotlib = types.ModuleType("matplotlib")
+    matplotlib.use = mock.MagicMock()
+    matplotlib.pyplot = plt
+    monkeypatch.setitem(sys.modules, "matplotlib", matplotlib)
+    monkeypatch.setitem(sys.modules, "matplotlib.pyplot", plt)
+    paths = write_plots(results, tmp_path)
+    assert [p.name for p in paths] == ["gated_scan_scan-kernel.png", "gated_scan_semi-fused-layer.png"]
+    matplotlib.use.assert_called_once_with("Agg")
+    (scan_fig, scan_axes), (layer_fig, layer_axes) = figures
+    assert len(scan_axes[0]) == 3 and len(layer_axes[0]) == 2
+    bars = scan_axes[0][0].bar.call_args_list
+    assert [c.kwargs["label"] for c in bars] == ["seqmix", "seqmix no gate", "fla chunk_hgrn", "torch eager",
+                                                 "torch.compile"]
+    scan_axes[0][0].axhline.assert_called_once()
+    assert scan_axes[0][0].axhline.call_args.args == (100.0,)  # the copy ceiling
+    lines = layer_axes[0][0].plot.call_args_list  # fwd: one line per B, points sorted by T
+    assert [c.kwargs["label"] for c in lines] == ["B = 1", "B = 2"]
+    assert list(lines[0].args[0]) == [32, 64] and list(lines[1].args[0]) == [64]
+    assert plt.close.call_count == 2
+
+
+def test_plots_skip_visibly_without_matplotlib(results, tmp_path, monkeypatch, capsys):
+    import builtins
+
+    from seqmix.bench.gpu.plots import write_plots
+
+    real_import = builtins.__import__
+
+    def no_matplotlib(name, *args, **kwargs):
+        if name.startswith("matplotlib"):
+            raise ImportError("no matplotlib")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_matplotlib)
+    assert write_plots(results, tmp_path) == []
+    assert "no plots (matplotlib is not installed)" in capsys.readouterr().err
