@@ -44,6 +44,9 @@ struct GatedScanOutputs {
   // CUDA only, optional: f32 scratch of gated_scan_workspace_size(...) elements on the
   // inputs' device. With it, short batches are split along time to fill the GPU.
   std::optional<Tensor> workspace;
+  // CUDA only, optional: f32 [N, tiles, D] (gated_scan_tile_states_shape) receiving the
+  // state entering each tile of the scan; given to the backward, it saves that pass.
+  std::optional<Tensor> tile_states;
 };
 
 // Forward. Writes y and, when given, final_state.
@@ -57,7 +60,13 @@ struct GatedScanGrads {
   // CUDA only, required there: f32 scratch of gated_scan_workspace_size(...) elements on
   // the inputs' device (states recomputed by the backward, split maps).
   std::optional<Tensor> workspace;
+  // CUDA only, optional: the tile_states a forward on the same inputs wrote.
+  std::optional<Tensor> tile_states;
 };
+
+// Shape {N, tiles, D} of the tile_states tensor for N sequences of (padded or maximum)
+// length T with D channels.
+std::vector<int64_t> gated_scan_tile_states_shape(int64_t N, int64_t T, int64_t D);
 
 // Elements of the f32 workspace a CUDA call may use for N sequences of (padded or
 // maximum) length T with D channels; at least 1. The CPU backend uses none.

@@ -1,3 +1,5 @@
+#include <nanobind/stl/vector.h>
+
 #include "bindings.hpp"
 #include "seqmix/gated_scan.hpp"
 
@@ -7,27 +9,29 @@ void bind_gated_scan(nb::module_& m) {
   m.def(
       "gated_scan_forward",
       [](In a, In b, OptIn z, OptIn initial_state, OptIn cu_seqlens, Out y, OptOut final_state, OptOut workspace,
-         const std::string& decay, const std::string& impl, uintptr_t stream) {
+         OptOut tile_states, const std::string& decay, const std::string& impl, uintptr_t stream) {
         GatedScanInputs in{view(a, "a"), view(b, "b"), view(z, "z"), view(initial_state, "initial_state"),
                            view(cu_seqlens, "cu_seqlens")};
-        GatedScanOutputs out{view(y, "y"), view(final_state, "final_state"), view(workspace, "workspace")};
+        GatedScanOutputs out{view(y, "y"), view(final_state, "final_state"), view(workspace, "workspace"),
+                             view(tile_states, "tile_states")};
         auto o = options<GatedScanOptions>(impl, stream);
         o.decay = parse_decay(decay);
         nb::gil_scoped_release release;
         gated_scan_forward(in, out, o);
       },
       nb::arg("a"), nb::arg("b"), nb::arg("z").none(), nb::arg("initial_state").none(),
-      nb::arg("cu_seqlens").none(), nb::arg("y"), nb::arg("final_state").none(), nb::arg("workspace").none(), nb::arg("decay"),
+      nb::arg("cu_seqlens").none(), nb::arg("y"), nb::arg("final_state").none(), nb::arg("workspace").none(),
+      nb::arg("tile_states").none(), nb::arg("decay"),
       nb::arg("impl"), nb::arg("stream"), "Gated scan forward into preallocated y [B, T, D] and final_state [N, D].");
   m.def(
       "gated_scan_backward",
       [](In a, In b, OptIn z, OptIn initial_state, OptIn cu_seqlens, In dy, OptIn d_final_state, Out da, Out db,
-         OptOut dz, OptOut d_initial_state, OptOut workspace, const std::string& decay, const std::string& impl,
+         OptOut dz, OptOut d_initial_state, OptOut workspace, OptIn tile_states, const std::string& decay, const std::string& impl,
          uintptr_t stream) {
         GatedScanInputs in{view(a, "a"), view(b, "b"), view(z, "z"), view(initial_state, "initial_state"),
                            view(cu_seqlens, "cu_seqlens")};
         GatedScanGrads grads{view(da, "da"), view(db, "db"), view(dz, "dz"), view(d_initial_state, "d_initial_state"),
-                             view(workspace, "workspace")};
+                             view(workspace, "workspace"), view(tile_states, "tile_states")};
         auto o = options<GatedScanOptions>(impl, stream);
         o.decay = parse_decay(decay);
         const Tensor dy_view = view(dy, "dy");
@@ -37,9 +41,11 @@ void bind_gated_scan(nb::module_& m) {
       },
       nb::arg("a"), nb::arg("b"), nb::arg("z").none(), nb::arg("initial_state").none(),
       nb::arg("cu_seqlens").none(), nb::arg("dy"), nb::arg("d_final_state").none(), nb::arg("da"), nb::arg("db"),
-      nb::arg("dz").none(), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("decay"),
-      nb::arg("impl"), nb::arg("stream"),
+      nb::arg("dz").none(), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("tile_states").none(),
+      nb::arg("decay"), nb::arg("impl"), nb::arg("stream"),
       "Gated scan backward into preallocated gradients (workspace: f32 scratch, CUDA only).");
+  m.def("gated_scan_tile_states_shape", &gated_scan_tile_states_shape, nb::arg("N"), nb::arg("T"), nb::arg("D"),
+        "Shape [N, tiles, D] of the tile states a CUDA forward keeps for the backward.");
   m.def("gated_scan_workspace_size", &gated_scan_workspace_size, nb::arg("N"), nb::arg("T"),
         nb::arg("D"), "Elements of the f32 workspace a CUDA call may use.");
 }

@@ -5,9 +5,10 @@
 #include "cpu/gated_scan.hpp"
 #include "seqmix/error.hpp"
 
+#include "cuda/gated_scan/params.hpp"  // plain C++: the tile length, also without CUDA
+
 #ifdef SEQMIX_WITH_CUDA
 #include "cuda/common/device.hpp"
-#include "cuda/gated_scan/params.hpp"
 #endif
 
 namespace seqmix {
@@ -116,6 +117,18 @@ float* checked_workspace(const core::Checker& check, const std::optional<Tensor>
   return static_cast<float*>(workspace->data);
 }
 
+// The tile_states' data pointer after checking it (nullptr when absent).
+float* checked_tile_states(const core::Checker& check, const std::optional<Tensor>& states,
+                           const cuda::GatedScanParams& params, const Device& device) {
+  if (!states) return nullptr;
+  const auto shape = gated_scan_tile_states_shape(params.seq.num_sequences, params.seq.T, params.D);
+  check.view(*states, "tile_states", 3, "[N, tiles, D]", device);
+  check.shape(*states, "tile_states", shape, "[N, tiles, D]");
+  check.dtype_in(*states, "tile_states", {DType::f32});
+  if (!states->is_contiguous()) check.fail("tile_states", "a contiguous tensor", "strides " + shape_str(states->strides));
+  return static_cast<float*>(states->data);
+}
+
 template <class Launch>
 void launch_by_dtype(DType dtype, const Launch& launch) {
   switch (dtype) {
@@ -142,12 +155,11 @@ Decay parse_decay(const std::string& name) {
 }
 
 int64_t gated_scan_workspace_size(int64_t N, int64_t T, int64_t D) {
-#ifdef SEQMIX_WITH_CUDA
   return std::max<int64_t>(1, cuda::gated_scan_workspace_floats(N, T, D));
-#else
-  (void)N, (void)T, (void)D;
-  return 1;
-#endif
+}
+
+std::vector<int64_t> gated_scan_tile_states_shape(int64_t N, int64_t T, int64_t D) {
+  return {N, cuda::scan_tiles(T), D};
 }
 
 void gated_scan_forward(const GatedScanInputs& in, const GatedScanOutputs& out,
@@ -163,6 +175,7 @@ void gated_scan_forward(const GatedScanInputs& in, const GatedScanOutputs& out,
     params.y = btd(out.y);
     params.final_state = state(out.final_state);
     params.workspace = checked_workspace(check, out.workspace, params, in.b.device, false);
+    params.tile_states = checked_tile_states(check, out.tile_states, params, in.b.device);
     params.vector_aligned = vector_aligned({in.a, in.b, in.z, out.y});
     const cuda::DeviceGuard guard(in.b.device.index);
     launch_by_dtype(in.b.dtype, [&](auto dtype) { cuda::gated_scan_forward<decltype(dtype)::value>(params); });
@@ -202,6 +215,7 @@ void gated_scan_backward(const GatedScanInputs& in, const Tensor& dy,
     params.dz = btd(grads.dz);
     params.d_initial_state = state(grads.d_initial_state);
     params.workspace = checked_workspace(check, grads.workspace, params, in.b.device, true);
+    params.tile_states = checked_tile_states(check, grads.tile_states, params, in.b.device);
     params.vector_aligned = vector_aligned({in.a, in.b, in.z, dy, grads.da, grads.db, grads.dz});
     const cuda::DeviceGuard guard(in.b.device.index);
     launch_by_dtype(in.b.dtype, [&](auto dtype) { cuda::gated_scan_backward<decltype(dtype)::value>(params); });

@@ -15,6 +15,7 @@ struct GpuScanCase {
   std::vector<int64_t> cu;
   bool interleaved = false;  // a, b, z are column blocks of one [B, T, 3D] tensor (a GEMM's output)
   bool split = true;         // give the forward a workspace (short batches are split in time)
+  bool keep_states = true;   // the forward keeps tile states for the backward (else it recomputes)
 };
 
 void PrintTo(const GpuScanCase& c, std::ostream* os) { *os << c.name; }
@@ -96,8 +97,14 @@ TEST_P(GatedScanCuda, ForwardAndBackwardMatchOracle) {
   DeviceTensor d_y(y), d_hT(hT), d_da(g[0]), d_db(g[1]), d_dz(g[2]), d_dh0(g[3]);
   HostTensor workspace = poisoned({gated_scan_workspace_size(N, c.T, c.D)}, DType::f32);
   DeviceTensor d_workspace(workspace);
-  gated_scan_forward(inputs(true), {d_y.view, d_hT.view, c.split ? std::optional<Tensor>(d_workspace.view) : std::nullopt}, options);
+  HostTensor states = poisoned(gated_scan_tile_states_shape(N, c.T, c.D), DType::f32);
+  DeviceTensor d_states(states);
+  GatedScanOutputs out{d_y.view, d_hT.view};
+  if (c.split) out.workspace = d_workspace.view;
+  if (c.keep_states) out.tile_states = d_states.view;
+  gated_scan_forward(inputs(true), out, options);
   GatedScanGrads grads{d_da.view, d_db.view};
+  if (c.keep_states) grads.tile_states = d_states.view;
   if (c.gated) grads.dz = d_dz.view;
   if (c.with_state) grads.d_initial_state = d_dh0.view;
   grads.workspace = d_workspace.view;
@@ -120,6 +127,10 @@ INSTANTIATE_TEST_SUITE_P(
         GpuScanCase{"Small_f16_varlen", 1, 300, 40, DType::f16, true, true, Decay::direct, {0, 1, 129, 300}},
         GpuScanCase{"Small_bf16_interleaved", 2, 200, 64, DType::bf16, true, false, Decay::logit, {}, true},
         GpuScanCase{"f32_T1000_nogate", 3, 1000, 48, DType::f32, false, false, Decay::direct, {}},
+        GpuScanCase{"Small_bf16_recompute_unsplit", 2, 700, 24, DType::bf16, true, true, Decay::logit, {}, false, false,
+                    false},
+        GpuScanCase{"bf16_recompute_split_varlen", 1, 3000, 32, DType::bf16, true, true, Decay::log, {0, 1000, 2999, 3000},
+                    false, true, false},
         GpuScanCase{"bf16_T1000_log_varlen", 1, 1000, 256, DType::bf16, true, true, Decay::log, {0, 7, 500, 1000}},
         GpuScanCase{"f16_T2048_D1000", 2, 2048, 1000, DType::f16, false, true, Decay::log, {}},
         GpuScanCase{"bf16_interleaved_T4096", 1, 4096, 96, DType::bf16, true, true, Decay::logit, {}, true}),

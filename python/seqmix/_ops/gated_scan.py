@@ -14,24 +14,34 @@ def _workspace(xp, b, cu_seqlens):
     return xp.empty((size,), xp.float32, b)
 
 
-def forward(xp, a, b, z, initial_state, cu_seqlens, decay, impl):
-    """Returns (y [B, T, D] in b's dtype, final_state [N, D] in the state dtype)."""
+def tile_states_shape(b, cu_seqlens):
+    """[N, tiles, D]: the CUDA forward's record of the state entering each tile."""
+    return tuple(_C.gated_scan_tile_states_shape(num_sequences(b.shape[0], cu_seqlens), b.shape[1], b.shape[-1]))
+
+
+def forward(xp, a, b, z, initial_state, cu_seqlens, decay, impl, keep_tile_states=False):
+    """Returns (y [B, T, D] in b's dtype, final_state [N, D] in the state dtype, and the
+    tile states for the backward — None unless kept, which only CUDA does)."""
     y = xp.empty_like(b)
     final_state = xp.empty((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]), state_dtype(xp, b), b)
+    tile_states = None
+    if keep_tile_states and xp.is_cuda(b):
+        tile_states = xp.empty(tile_states_shape(b, cu_seqlens), xp.float32, b)
     _C.gated_scan_forward(xp.arg(a), xp.arg(b), xp.arg(z), xp.arg(initial_state), xp.arg(cu_seqlens),
-                          y, final_state, _workspace(xp, b, cu_seqlens), decay, impl, xp.stream(b))
-    return y, final_state
+                          y, final_state, _workspace(xp, b, cu_seqlens), tile_states, decay, impl, xp.stream(b))
+    return y, final_state, tile_states
 
 
-def backward(xp, a, b, z, initial_state, cu_seqlens, dy, d_final_state, decay, impl):
-    """Returns (da, db, dz or None, d_initial_state or None)."""
+def backward(xp, a, b, z, initial_state, cu_seqlens, dy, d_final_state, decay, impl, tile_states=None):
+    """Returns (da, db, dz or None, d_initial_state or None). tile_states: what a
+    forward on the same inputs kept, or None to recompute."""
     da, db = xp.empty_like(a), xp.empty_like(b)
     dz = None if z is None else xp.empty_like(z)
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
     workspace = _workspace(xp, b, cu_seqlens)
     _C.gated_scan_backward(xp.arg(a), xp.arg(b), xp.arg(z), xp.arg(initial_state), xp.arg(cu_seqlens),
-                           xp.arg(dy), xp.arg(d_final_state), da, db, dz, dh0, workspace, decay, impl,
-                           xp.stream(b))
+                           xp.arg(dy), xp.arg(d_final_state), da, db, dz, dh0, workspace, tile_states, decay,
+                           impl, xp.stream(b))
     return da, db, dz, dh0
 
 
@@ -61,7 +71,7 @@ def gated_scan(a, b, z=None, initial_state=None, output_final_state=False, cu_se
         from ..torch.gated_scan import gated_scan as torch_gated_scan
 
         return torch_gated_scan(a, b, z, initial_state, output_final_state, cu_seqlens, decay, impl)
-    y, final_state = forward(NUMPY, a, b, z, initial_state, cu_seqlens, decay, impl)
+    y, final_state, _ = forward(NUMPY, a, b, z, initial_state, cu_seqlens, decay, impl)
     return (y, final_state) if output_final_state else y
 
 

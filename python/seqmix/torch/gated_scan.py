@@ -12,40 +12,53 @@ from ._common import XP, absent, num_sequences, present, state_dtype
 
 @torch.library.custom_op("seqmix::gated_scan_fwd", mutates_args=())
 def _forward(a: torch.Tensor, b: torch.Tensor, z: Optional[torch.Tensor], initial_state: Optional[torch.Tensor],
-             cu_seqlens: Optional[torch.Tensor], decay: str, impl: str) -> tuple[torch.Tensor, torch.Tensor]:
-    return ops.forward(XP, a, b, z, initial_state, cu_seqlens, decay, impl)
+             cu_seqlens: Optional[torch.Tensor], decay: str,
+             impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    y, final_state, tile_states = ops.forward(XP, a, b, z, initial_state, cu_seqlens, decay, impl,
+                                              keep_tile_states=True)
+    return y, final_state, present(tile_states, b)
+
+
+def _tile_states_like(b, cu_seqlens):
+    """What the forward keeps for the backward: tile states on CUDA, nothing on the CPU."""
+    if b.device.type != "cuda":
+        return b.new_empty((0,))
+    return b.new_empty(ops.tile_states_shape(b, cu_seqlens), dtype=torch.float32)
 
 
 @_forward.register_fake
 def _(a, b, z, initial_state, cu_seqlens, decay, impl):
-    return torch.empty_like(b), b.new_empty((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]),
-                                            dtype=state_dtype(b))
+    return (torch.empty_like(b),
+            b.new_empty((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]), dtype=state_dtype(b)),
+            _tile_states_like(b, cu_seqlens))
 
 
 @torch.library.custom_op("seqmix::gated_scan_bwd", mutates_args=())
 def _backward(a: torch.Tensor, b: torch.Tensor, z: Optional[torch.Tensor], initial_state: Optional[torch.Tensor],
-              cu_seqlens: Optional[torch.Tensor], dy: torch.Tensor, d_final_state: torch.Tensor, decay: str,
+              cu_seqlens: Optional[torch.Tensor], dy: torch.Tensor, d_final_state: torch.Tensor,
+              tile_states: Optional[torch.Tensor], decay: str,
               impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    da, db, dz, dh0 = ops.backward(XP, a, b, z, initial_state, cu_seqlens, dy, d_final_state, decay, impl)
+    da, db, dz, dh0 = ops.backward(XP, a, b, z, initial_state, cu_seqlens, dy, d_final_state, decay, impl,
+                                   tile_states)
     return da, db, present(dz, b), present(dh0, b)
 
 
 @_backward.register_fake
-def _(a, b, z, initial_state, cu_seqlens, dy, d_final_state, decay, impl):
+def _(a, b, z, initial_state, cu_seqlens, dy, d_final_state, tile_states, decay, impl):
     return (torch.empty_like(a), torch.empty_like(b), present(None if z is None else torch.empty_like(z), b),
             present(None if initial_state is None else torch.empty_like(initial_state), b))
 
 
 def _setup_context(ctx, inputs, output):
     a, b, z, initial_state, cu_seqlens, decay, impl = inputs
-    ctx.save_for_backward(a, b, z, initial_state, cu_seqlens)
+    ctx.save_for_backward(a, b, z, initial_state, cu_seqlens, output[2])
     ctx.decay, ctx.impl = decay, impl
 
 
-def _autograd_backward(ctx, dy, d_final_state):
-    a, b, z, initial_state, cu_seqlens = ctx.saved_tensors
-    da, db, dz, dh0 = _backward(a, b, z, initial_state, cu_seqlens, dy.contiguous(), d_final_state.contiguous(),
-                                ctx.decay, ctx.impl)
+def _autograd_backward(ctx, dy, d_final_state, _d_tile_states):
+    a, b, z, initial_state, cu_seqlens, tile_states = ctx.saved_tensors
+    kept = tile_states if tile_states.numel() > 0 else None
+    da, db, dz, dh0 = _backward(a, b, z, initial_state, cu_seqlens, dy, d_final_state, kept, ctx.decay, ctx.impl)
     return da, db, absent(dz, z), absent(dh0, initial_state), None, None, None
 
 
@@ -56,5 +69,5 @@ def gated_scan(a, b, z=None, initial_state=None, output_final_state=False, cu_se
                impl="automatic"):
     """torch version of :func:`seqmix.gated_scan` (same arguments), differentiable in
     a, b, z and initial_state."""
-    y, final_state = _forward(a, b, z, initial_state, cu_seqlens, decay, impl)
+    y, final_state, _ = _forward(a, b, z, initial_state, cu_seqlens, decay, impl)
     return (y, final_state) if output_final_state else y

@@ -3,9 +3,9 @@
 //   db_t = g_t,  da_t = g_t·h_{t-1}·decay'(a_t),  dz_t = dy_t·h_t·SiLU'(z_t),
 //   d h_0 = c_1.
 // c_t = decay_t·(u_t + c_{t+1}) is an affine scan run backwards in time, so it uses the
-// same tile scan as the forward. It needs h_{t-1}, which is recomputed: a first pass
-// forward over a and b stores the state entering each tile in the workspace, and the
-// reverse pass rebuilds h inside each tile from it. With split sequences, a block starts
+// same tile scan as the forward. It needs h_{t-1}, rebuilt inside each tile from the
+// state entering the tile: the forward's tile_states when the caller kept them, or else
+// a first pass forward over a and b that stores them in the workspace. With split sequences, a block starts
 // its forward pass from the forward split maps of the splits before it and its reverse
 // pass from the reverse maps of the splits after it.
 #pragma once
@@ -25,19 +25,20 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParam
   const bool gated = p.z.data != nullptr;
   const int64_t n = blockIdx.y;
   const Workspace w = Workspace::make(p);
-  float* tile_states = w.tile_states + n * scan_tiles(p.seq.T) * p.D;
+  const bool recompute = p.tile_states == nullptr;
+  float* tile_states = (recompute ? w.tile_states : p.tile_states) + n * scan_tiles(p.seq.T) * p.D;
 
   // Pass 1, forward: the state entering each tile, kept by segment 0 in registers.
   float carry[kVec];
-  entering_state(p, c, n, carry);
-  {
+  if (recompute) {
+    entering_state(p, c, n, carry);
     ForwardTile<T> cur, next;
     cur.load(p, c, range.first, false);
     for (int64_t tile = range.first; tile < range.end; ++tile) {
       if (tile + 1 < range.end) next.load(p, c, tile + 1, false);
       float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
       cur.own_map(p, A, H);
-      exclusive_segment_scan(shared, c.lane, c.segment, false, A, H, tile_A, tile_H);
+      exclusive_segment_scan(shared, c.lane, false, A, H, tile_A, tile_H);
       if (c.segment == 0) {
 #pragma unroll
         for (int i = 0; i < kVec; ++i) {
@@ -68,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParam
     // h inside the tile, from the stored entering state.
     float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
     cur.own_map(p, A, H);
-    exclusive_segment_scan(shared, c.lane, c.segment, false, A, H, tile_A, tile_H);
+    exclusive_segment_scan(shared, c.lane, false, A, H, tile_A, tile_H);
     float h_before[kSteps + 1][kVec];  // h_before[s] = h before step s; [kSteps] after the last
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
@@ -79,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParam
     }
 
     cur.own_reverse_map(p, gated, A, H);
-    exclusive_segment_scan(shared, c.lane, c.segment, true, A, H, tile_A, tile_H);
+    exclusive_segment_scan(shared, c.lane, true, A, H, tile_A, tile_H);
     float flow[kVec];  // c flowing into this thread's last step from later steps
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {

@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams
 
     float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
     cur.own_map(p, A, H);
-    exclusive_segment_scan(shared, c.lane, c.segment, false, A, H, tile_A, tile_H);
+    exclusive_segment_scan(shared, c.lane, false, A, H, tile_A, tile_H);
 
     float h[kVec], carry[kVec];
 #pragma unroll
@@ -97,8 +97,12 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams
     }
     __syncthreads();  // every thread has read the carry before segment 0 replaces it
     if (c.segment == 0) {
+      float* states = p.tile_states ? p.tile_states + (n * scan_tiles(p.seq.T) + tile) * p.D : nullptr;
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) shared.carry[i][c.lane] = tile_A[i] * carry[i] + tile_H[i];
+      for (int i = 0; i < kVec; ++i) {
+        if (states && c.d0 + i < p.D) states[c.d0 + i] = carry[i];  // kept for the backward
+        shared.carry[i][c.lane] = tile_A[i] * carry[i] + tile_H[i];
+      }
     }
 
 #pragma unroll

@@ -46,8 +46,10 @@ void launch_backward(GatedScanParams p) {
   const dim3 grid = plan<T>(p);
   const auto stream = static_cast<cudaStream_t>(p.stream);
   if (p.split_tiles > 0) {
-    summary_kernel<T, false><<<grid, kThreads, 0, stream>>>(p);
-    check_launch("gated_scan backward forward split maps");
+    if (!p.tile_states) {  // the entering states are recomputed from the forward split maps
+      summary_kernel<T, false><<<grid, kThreads, 0, stream>>>(p);
+      check_launch("gated_scan backward forward split maps");
+    }
     summary_kernel<T, true><<<grid, kThreads, 0, stream>>>(p);
     check_launch("gated_scan backward reverse split maps");
   }

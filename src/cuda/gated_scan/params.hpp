@@ -31,7 +31,7 @@ struct GatedScanParams {
   SequenceLayout seq;
   int64_t D;
   int decay;            // seqmix::Decay: 0 direct, 1 log, 2 logit
-  bool vector_aligned;  // every row start and pointer allows 16-byte accesses
+  bool vector_aligned;  // every row start and pointer allows 16-byte accesses (and so 8-byte ones)
   BtdView a, b, z, y;   // z.data == nullptr: no gate
   StateView initial_state, final_state;
   // Backward only.
@@ -39,8 +39,12 @@ struct GatedScanParams {
   StateView d_final_state, d_initial_state;
   // Scratch of gated_scan_workspace_floats(...) floats, or nullptr (forward only: then
   // the sequence is not split). Regions: [N, tiles, D] states entering each tile
-  // (backward), then [N, splits, 2, D] forward and [N, splits, 2, D] reverse split maps.
+  // (backward, when tile_states is not given), then [N, splits, 2, D] forward and
+  // [N, splits, 2, D] reverse split maps.
   float* workspace = nullptr;
+  // [N, tiles, D] (row stride tiles·D): the state entering each tile. The forward writes
+  // it when given; the backward reads it when given and skips recomputing it.
+  float* tile_states = nullptr;
   int64_t split_tiles = 0;  // tiles per split (grid.z = splits); set by the launcher
   void* stream = nullptr;
 };

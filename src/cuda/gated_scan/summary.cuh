@@ -66,7 +66,7 @@ __global__ void __launch_bounds__(kThreads) summary_kernel(const GatedScanParams
       float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
       if constexpr (kReverse) cur.own_reverse_map(p, gated, A, H);
       else cur.own_map(p, A, H);
-      exclusive_segment_scan(shared, c.lane, c.segment, kReverse, A, H, tile_A, tile_H);
+      exclusive_segment_scan(shared, c.lane, kReverse, A, H, tile_A, tile_H);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {  // the tile comes after what was composed so far
         split_H[i] = tile_A[i] * split_H[i] + tile_H[i];

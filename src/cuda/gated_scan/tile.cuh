@@ -1,8 +1,8 @@
 // The tile machinery shared by the gated-scan kernels.
 //
-// A block owns one sequence and a slab of channels (kLanes × 16-byte vectors) and walks
+// A block owns one sequence and a slab of channels (kLanes × 8-byte vectors) and walks
 // the sequence in tiles of kSteps·kSegments time steps. Thread (lane, segment) holds
-// kSteps consecutive steps of one 16-byte channel vector in registers. A tile is scanned
+// kSteps consecutive steps of one 8-byte channel vector in registers. A tile is scanned
 // in three moves: each thread composes its own steps into one affine map h ↦ A·h + H;
 // a Hillis–Steele scan over the segments in shared memory gives every thread the map of
 // all earlier segments; applying that to the carry from the previous tile gives the
@@ -13,13 +13,17 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "cuda/gated_scan/params.hpp"
 
 namespace seqmix::cuda::scan {
 
 constexpr int kThreads = 256;
-constexpr int kLanes = 4;                       // 16-byte vectors across the channel slab
+constexpr int kLanes = 4;                       // vectors across the channel slab
+// Bytes per thread per row: 8 keeps the backward's per-channel state in registers
+// (16 needed 255 registers there); 4 lanes × 8 bytes still fill whole 32-byte sectors.
+constexpr int kVecBytes = 8;
 constexpr int kSegments = kThreads / kLanes;    // 64 time segments per tile
 constexpr int kSteps = 2;                       // time steps per thread per tile
 static_assert(kSteps * kSegments == kScanTileSteps, "tile length must match params.hpp");
@@ -42,11 +46,12 @@ struct Traits<float> {
   static __device__ float from_float(float x) { return x; }
 };
 
-// One 16-byte vector of channels.
+// One vector of channels.
 template <class T>
 union Pack {
-  static constexpr int kVec = 16 / sizeof(T);
-  uint4 raw;
+  static constexpr int kVec = kVecBytes / sizeof(T);
+  using Raw = std::conditional_t<kVecBytes == 16, uint4, uint2>;
+  Raw raw;
   T e[kVec];
   __device__ float operator[](int i) const { return Traits<T>::to_float(e[i]); }
 };
@@ -144,7 +149,7 @@ __device__ Pack<T> load(const BtdView& v, const BlockCoords& c, int64_t t, int64
   Pack<T> p;
   constexpr int kVec = Pack<T>::kVec;
   if (t < c.length && aligned && c.d0 + kVec <= D) {
-    p.raw = __ldcs(reinterpret_cast<const uint4*>(row_ptr<T>(v, c, t) + c.d0));
+    p.raw = __ldcs(reinterpret_cast<const typename Pack<T>::Raw*>(row_ptr<T>(v, c, t) + c.d0));
     return p;
   }
 #pragma unroll
@@ -164,7 +169,7 @@ __device__ void store(const BtdView& v, const BlockCoords& c, int64_t t, int64_t
 #pragma unroll
   for (int i = 0; i < kVec; ++i) p.e[i] = Traits<T>::from_float(values[i]);
   if (aligned && c.d0 + kVec <= D) {
-    __stcs(reinterpret_cast<uint4*>(row_ptr<T>(v, c, t) + c.d0), p.raw);
+    __stcs(reinterpret_cast<typename Pack<T>::Raw*>(row_ptr<T>(v, c, t) + c.d0), p.raw);
     return;
   }
 #pragma unroll
@@ -172,54 +177,72 @@ __device__ void store(const BtdView& v, const BlockCoords& c, int64_t t, int64_t
     if (c.d0 + i < D) row_ptr<T>(v, c, t)[c.d0 + i] = p.e[i];
 }
 
-// Shared memory of the segment scan: an affine map (A, H) per segment and channel,
-// laid out [channel-in-vector][segment][lane] so a warp's accesses hit distinct banks.
+// Shared memory of the segment scan: each warp's composed map per lane and channel, and
+// the carry between tiles.
 template <int kVec>
 struct ScanShared {
-  float A[kVec][kSegments][kLanes];
-  float H[kVec][kSegments][kLanes];
+  static constexpr int kWarps = kThreads / 32;
+  float warp_A[kWarps][kVec][kLanes];
+  float warp_H[kWarps][kVec][kLanes];
   float carry[kVec][kLanes];  // state entering the tile (forward) or leaving it (reverse)
 };
 
 // Given each thread's own map (A, H) over its steps, returns in (A, H) the map of all
 // segments strictly before it (forward) — or strictly after it when `reverse` — and
-// in (tile_A, tile_H) the map of the whole tile. Ends with a barrier.
+// in (tile_A, tile_H) the map of the whole tile. Within a warp (8 segments × 4 lanes)
+// the scan runs on shuffles; the 8 warp maps meet in shared memory: two barriers in all.
 template <int kVec>
-__device__ void exclusive_segment_scan(ScanShared<kVec>& s, int lane, int segment, bool reverse, float (&A)[kVec],
+__device__ void exclusive_segment_scan(ScanShared<kVec>& s, int lane, bool reverse, float (&A)[kVec],
                                        float (&H)[kVec], float (&tile_A)[kVec], float (&tile_H)[kVec]) {
-  const int pos = reverse ? kSegments - 1 - segment : segment;  // order of composition
+  constexpr int kSegmentsPerWarp = 32 / kLanes, kWarps = ScanShared<kVec>::kWarps;
+  constexpr unsigned kAll = 0xffffffffu;
+  const int warp = threadIdx.x / 32, segment_in_warp = (threadIdx.x % 32) / kLanes;
+  const int pos = reverse ? kSegmentsPerWarp - 1 - segment_in_warp : segment_in_warp;  // order of composition
+  // Inclusive scan within the warp: compose with the map `distance` positions earlier.
 #pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    s.A[i][pos][lane] = A[i];
-    s.H[i][pos][lane] = H[i];
-  }
-  __syncthreads();
-#pragma unroll
-  for (int distance = 1; distance < kSegments; distance *= 2) {
-    float prev_A[kVec], prev_H[kVec];
+  for (int distance = 1; distance < kSegmentsPerWarp; distance *= 2) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      prev_A[i] = pos >= distance ? s.A[i][pos - distance][lane] : 1.f;
-      prev_H[i] = pos >= distance ? s.H[i][pos - distance][lane] : 0.f;
+      const float prev_A = reverse ? __shfl_down_sync(kAll, A[i], distance * kLanes)
+                                   : __shfl_up_sync(kAll, A[i], distance * kLanes);
+      const float prev_H = reverse ? __shfl_down_sync(kAll, H[i], distance * kLanes)
+                                   : __shfl_up_sync(kAll, H[i], distance * kLanes);
+      if (pos >= distance) {  // first prev, then self: h ↦ A·(prev_A·h + prev_H) + H
+        H[i] = A[i] * prev_H + H[i];
+        A[i] *= prev_A;
+      }
     }
-    __syncthreads();
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) {  // first prev, then self: h ↦ A·(prev_A·h + prev_H) + H
-      H[i] = A[i] * prev_H[i] + H[i];
-      A[i] = A[i] * prev_A[i];
-      s.A[i][pos][lane] = A[i];
-      s.H[i][pos][lane] = H[i];
-    }
-    __syncthreads();
   }
+  float within_A[kVec], within_H[kVec];  // exclusive within the warp: the previous position's inclusive
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    tile_A[i] = s.A[i][kSegments - 1][lane];
-    tile_H[i] = s.H[i][kSegments - 1][lane];
-    A[i] = pos > 0 ? s.A[i][pos - 1][lane] : 1.f;
-    H[i] = pos > 0 ? s.H[i][pos - 1][lane] : 0.f;
+    within_A[i] = reverse ? __shfl_down_sync(kAll, A[i], kLanes) : __shfl_up_sync(kAll, A[i], kLanes);
+    within_H[i] = reverse ? __shfl_down_sync(kAll, H[i], kLanes) : __shfl_up_sync(kAll, H[i], kLanes);
+    if (pos == 0) within_A[i] = 1.f, within_H[i] = 0.f;
+  }
+  if (pos == kSegmentsPerWarp - 1) {
+#pragma unroll
+    for (int i = 0; i < kVec; ++i) s.warp_A[warp][i][lane] = A[i], s.warp_H[warp][i][lane] = H[i];
   }
   __syncthreads();
+  // Compose the warp maps in order: those before this warp, and all of them for the tile.
+  const int warp_pos = reverse ? kWarps - 1 - warp : warp;
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    float before_A = 1.f, before_H = 0.f;
+    tile_A[i] = 1.f, tile_H[i] = 0.f;
+#pragma unroll
+    for (int k = 0; k < kWarps; ++k) {
+      const int w = reverse ? kWarps - 1 - k : k;
+      const float wA = s.warp_A[w][i][lane], wH = s.warp_H[w][i][lane];
+      if (k < warp_pos) before_H = wA * before_H + wH, before_A *= wA;
+      tile_H[i] = wA * tile_H[i] + wH;
+      tile_A[i] *= wA;
+    }
+    A[i] = within_A[i] * before_A;
+    H[i] = within_A[i] * before_H + within_H[i];
+  }
+  __syncthreads();  // the warp maps are read before the next scan writes them
 }
 
 __device__ inline float silu(float x) { return x / (1.f + __expf(-x)); }
@@ -231,7 +254,7 @@ __device__ inline float silu_grad(float x) {
 // Number of channel slabs (grid.x) for D channels of dtype T.
 template <class T>
 inline int64_t num_slabs(int64_t D) {
-  constexpr int64_t slab = kLanes * (16 / sizeof(T));
+  constexpr int64_t slab = kLanes * (kVecBytes / sizeof(T));
   return (D + slab - 1) / slab;
 }
 
