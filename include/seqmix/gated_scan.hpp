@@ -44,7 +44,7 @@ struct GatedScanOutputs {
   // CUDA only, optional: f32 scratch of gated_scan_workspace_size(...) elements on the
   // inputs' device. With it, short batches are split along time to fill the GPU.
   std::optional<Tensor> workspace;
-  // CUDA only, optional: f32 [N, tiles, D] (gated_scan_tile_states_shape) receiving the
+  // CUDA only, optional: f32 [rows, D] (gated_scan_tile_states_shape) receiving the
   // state entering each tile of the scan; given to the backward, it saves that pass.
   std::optional<Tensor> tile_states;
 };
@@ -64,13 +64,13 @@ struct GatedScanGrads {
   std::optional<Tensor> tile_states;
 };
 
-// Shape {N, tiles, D} of the tile_states tensor for N sequences of (padded or maximum)
-// length T with D channels.
-std::vector<int64_t> gated_scan_tile_states_shape(int64_t N, int64_t T, int64_t D);
+// Shape {rows, D} of the tile_states tensor for inputs [B, T, D] holding N sequences
+// (N = B, or len(cu_seqlens) - 1).
+std::vector<int64_t> gated_scan_tile_states_shape(int64_t B, int64_t T, int64_t N, int64_t D);
 
-// Elements of the f32 workspace a CUDA call may use for N sequences of (padded or
-// maximum) length T with D channels; at least 1. The CPU backend uses none.
-int64_t gated_scan_workspace_size(int64_t N, int64_t T, int64_t D);
+// Elements of the f32 workspace a CUDA call may use for inputs [B, T, D] holding N
+// sequences; at least 1. The CPU backend uses none.
+int64_t gated_scan_workspace_size(int64_t B, int64_t T, int64_t N, int64_t D);
 
 // Backward: from dy (and the gradient of the final state, optional) to the gradient
 // of every differentiable input. Recomputes h from the inputs.

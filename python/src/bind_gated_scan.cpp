@@ -1,6 +1,7 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.hpp"
+#include "cuda/gated_scan/params.hpp"  // the tile length (plain C++)
 #include "seqmix/gated_scan.hpp"
 
 namespace seqmix::python {
@@ -44,9 +45,10 @@ void bind_gated_scan(nb::module_& m) {
       nb::arg("dz").none(), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("tile_states").none(),
       nb::arg("decay"), nb::arg("impl"), nb::arg("stream"),
       "Gated scan backward into preallocated gradients (workspace: f32 scratch, CUDA only).");
-  m.def("gated_scan_tile_states_shape", &gated_scan_tile_states_shape, nb::arg("N"), nb::arg("T"), nb::arg("D"),
-        "Shape [N, tiles, D] of the tile states a CUDA forward keeps for the backward.");
-  m.def("gated_scan_workspace_size", &gated_scan_workspace_size, nb::arg("N"), nb::arg("T"),
+  m.attr("GATED_SCAN_TILE_STEPS") = cuda::kScanTileSteps;
+  m.def("gated_scan_tile_states_shape", &gated_scan_tile_states_shape, nb::arg("B"), nb::arg("T"), nb::arg("N"),
+        nb::arg("D"), "Shape [rows, D] of the tile states a CUDA forward keeps for the backward.");
+  m.def("gated_scan_workspace_size", &gated_scan_workspace_size, nb::arg("B"), nb::arg("T"), nb::arg("N"),
         nb::arg("D"), "Elements of the f32 workspace a CUDA call may use.");
 }
 

@@ -2,7 +2,7 @@
 #include "seqmix/chains.hpp"
 
 #include <cmath>
-#include <sstream>
+#include <cstdio>
 
 #include "core/check.hpp"
 #include "cpu/chains.hpp"
@@ -13,10 +13,12 @@ namespace {
 
 constexpr std::initializer_list<DType> kFloating = {DType::bf16, DType::f16, DType::f32, DType::f64};
 
+// Shortest round-trip-ish form ("%g"); no iostreams, whose locale state is not safe to
+// share with every host process that loads the extension.
 std::string number(double value) {
-  std::ostringstream s;
-  s << value;
-  return s.str();
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%g", value);
+  return buffer;
 }
 
 std::string indexed(const char* name, size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; }

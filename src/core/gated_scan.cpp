@@ -93,6 +93,7 @@ cuda::GatedScanParams cuda_params(const core::Checker& check, const GatedScanInp
   params.seq = {static_cast<int64_t>(p.sequences.size()), in.cu_seqlens ? max_length : p.T,
                 in.cu_seqlens ? in.cu_seqlens->data : nullptr, in.cu_seqlens && in.cu_seqlens->dtype == DType::i64};
   params.D = p.D;
+  params.tile_rows = cuda::tile_state_rows(p.B * p.T, params.seq.num_sequences);
   params.decay = static_cast<int>(p.decay);
   params.a = btd(in.a);
   params.b = btd(in.b);
@@ -104,8 +105,9 @@ cuda::GatedScanParams cuda_params(const core::Checker& check, const GatedScanInp
 
 // The workspace's data pointer after checking it (nullptr when absent and optional).
 float* checked_workspace(const core::Checker& check, const std::optional<Tensor>& workspace,
-                         const cuda::GatedScanParams& params, const Device& device, bool required) {
-  const int64_t needed = cuda::gated_scan_workspace_floats(params.seq.num_sequences, params.seq.T, params.D);
+                         const cpu::GatedScanProblem& p, const cuda::GatedScanParams& params, const Device& device,
+                         bool required) {
+  const int64_t needed = gated_scan_workspace_size(p.B, p.T, params.seq.num_sequences, params.D);
   if (!workspace) {
     if (required) check.fail("workspace", "an f32 tensor of " + std::to_string(needed) + " elements", "none");
     return nullptr;
@@ -119,11 +121,11 @@ float* checked_workspace(const core::Checker& check, const std::optional<Tensor>
 
 // The tile_states' data pointer after checking it (nullptr when absent).
 float* checked_tile_states(const core::Checker& check, const std::optional<Tensor>& states,
-                           const cuda::GatedScanParams& params, const Device& device) {
+                           const cpu::GatedScanProblem& p, const cuda::GatedScanParams& params, const Device& device) {
   if (!states) return nullptr;
-  const auto shape = gated_scan_tile_states_shape(params.seq.num_sequences, params.seq.T, params.D);
-  check.view(*states, "tile_states", 3, "[N, tiles, D]", device);
-  check.shape(*states, "tile_states", shape, "[N, tiles, D]");
+  const auto shape = gated_scan_tile_states_shape(p.B, p.T, params.seq.num_sequences, params.D);
+  check.view(*states, "tile_states", 2, "[rows, D]", device);
+  check.shape(*states, "tile_states", shape, "[rows, D]");
   check.dtype_in(*states, "tile_states", {DType::f32});
   if (!states->is_contiguous()) check.fail("tile_states", "a contiguous tensor", "strides " + shape_str(states->strides));
   return static_cast<float*>(states->data);
@@ -154,12 +156,12 @@ Decay parse_decay(const std::string& name) {
   throw Error("seqmix.gated_scan: argument 'decay': expected one of direct, log, logit, got '" + name + "'");
 }
 
-int64_t gated_scan_workspace_size(int64_t N, int64_t T, int64_t D) {
-  return std::max<int64_t>(1, cuda::gated_scan_workspace_floats(N, T, D));
+int64_t gated_scan_workspace_size(int64_t B, int64_t T, int64_t N, int64_t D) {
+  return std::max<int64_t>(1, cuda::gated_scan_workspace_floats(B * T, T, N, D));
 }
 
-std::vector<int64_t> gated_scan_tile_states_shape(int64_t N, int64_t T, int64_t D) {
-  return {N, cuda::scan_tiles(T), D};
+std::vector<int64_t> gated_scan_tile_states_shape(int64_t B, int64_t T, int64_t N, int64_t D) {
+  return {cuda::tile_state_rows(B * T, N), D};
 }
 
 void gated_scan_forward(const GatedScanInputs& in, const GatedScanOutputs& out,
@@ -174,8 +176,8 @@ void gated_scan_forward(const GatedScanInputs& in, const GatedScanOutputs& out,
     auto params = cuda_params(check, in, problem, options);
     params.y = btd(out.y);
     params.final_state = state(out.final_state);
-    params.workspace = checked_workspace(check, out.workspace, params, in.b.device, false);
-    params.tile_states = checked_tile_states(check, out.tile_states, params, in.b.device);
+    params.workspace = checked_workspace(check, out.workspace, problem, params, in.b.device, false);
+    params.tile_states = checked_tile_states(check, out.tile_states, problem, params, in.b.device);
     params.vector_aligned = vector_aligned({in.a, in.b, in.z, out.y});
     const cuda::DeviceGuard guard(in.b.device.index);
     launch_by_dtype(in.b.dtype, [&](auto dtype) { cuda::gated_scan_forward<decltype(dtype)::value>(params); });
@@ -214,8 +216,8 @@ void gated_scan_backward(const GatedScanInputs& in, const Tensor& dy,
     params.db = btd(grads.db);
     params.dz = btd(grads.dz);
     params.d_initial_state = state(grads.d_initial_state);
-    params.workspace = checked_workspace(check, grads.workspace, params, in.b.device, true);
-    params.tile_states = checked_tile_states(check, grads.tile_states, params, in.b.device);
+    params.workspace = checked_workspace(check, grads.workspace, problem, params, in.b.device, true);
+    params.tile_states = checked_tile_states(check, grads.tile_states, problem, params, in.b.device);
     params.vector_aligned = vector_aligned({in.a, in.b, in.z, dy, grads.da, grads.db, grads.dz});
     const cuda::DeviceGuard guard(in.b.device.index);
     launch_by_dtype(in.b.dtype, [&](auto dtype) { cuda::gated_scan_backward<decltype(dtype)::value>(params); });

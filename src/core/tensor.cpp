@@ -1,6 +1,5 @@
 #include "seqmix/tensor.hpp"
 
-#include <sstream>
 
 #include "seqmix/common.hpp"
 #include "seqmix/error.hpp"
@@ -62,12 +61,12 @@ bool Tensor::is_last_dim_contiguous() const {
   return rank() == 0 || shape.back() == 1 || strides.back() == 1;
 }
 
+// Built with std::to_string, not iostreams: an ostream inside the Python extension
+// crashed in a host process whose libstdc++ locale state did not match the one compiled in.
 std::string shape_str(const std::vector<int64_t>& shape) {
-  std::ostringstream os;
-  os << '[';
-  for (size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << ']';
-  return os.str();
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 const char* impl_name(Impl impl) {

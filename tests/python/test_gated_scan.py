@@ -45,6 +45,16 @@ def test_numpy_matches_python_loop_and_varlen_restarts():
     assert rel_err(y, want) < 1e-14
 
 
+@pytest.mark.parametrize("B,T,cu", [(1, 1, None), (3, 1000, None), (1, 777, [0, 100, 101, 777])])
+def test_tile_state_shape_formula_matches_the_library(B, T, cu):
+    from seqmix import _C
+    from seqmix._ops.gated_scan import tile_states_shape
+
+    cu = None if cu is None else np.array(cu, np.int32)
+    N = B if cu is None else len(cu) - 1
+    assert tile_states_shape(np.empty((B, T, 5)), cu) == tuple(_C.gated_scan_tile_states_shape(B, T, N, 5))
+
+
 def test_bad_input_raises_seqmix_error():
     a, b, _, _ = inputs(2, 8, 4)
     with pytest.raises(seqmix.SeqmixError, match="argument 'a': expected shape \\[2, 8, 4\\]"):

@@ -10,13 +10,17 @@ def _workspace(xp, b, cu_seqlens):
     """Scratch for a CUDA call (None on the CPU, which needs none)."""
     if not xp.is_cuda(b):
         return None
-    size = _C.gated_scan_workspace_size(num_sequences(b.shape[0], cu_seqlens), b.shape[1], b.shape[-1])
+    size = _C.gated_scan_workspace_size(b.shape[0], b.shape[1], num_sequences(b.shape[0], cu_seqlens), b.shape[-1])
     return xp.empty((size,), xp.float32, b)
 
 
 def tile_states_shape(b, cu_seqlens):
-    """[N, tiles, D]: the CUDA forward's record of the state entering each tile."""
-    return tuple(_C.gated_scan_tile_states_shape(num_sequences(b.shape[0], cu_seqlens), b.shape[1], b.shape[-1]))
+    """[rows, D]: the CUDA forward's record of the state entering each tile. The same
+    formula as the C++ gated_scan_tile_states_shape, written here so that symbolic shapes
+    (torch.compile with dynamic shapes) trace through the fake kernel."""
+    B, T, D = b.shape
+    steps = _C.GATED_SCAN_TILE_STEPS
+    return ((B * T + steps - 1) // steps + num_sequences(B, cu_seqlens), D)
 
 
 def forward(xp, a, b, z, initial_state, cu_seqlens, decay, impl, keep_tile_states=False):

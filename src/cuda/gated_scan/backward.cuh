@@ -26,7 +26,7 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParam
   const int64_t n = blockIdx.y;
   const Workspace w = Workspace::make(p);
   const bool recompute = p.tile_states == nullptr;
-  float* tile_states = (recompute ? w.tile_states : p.tile_states) + n * scan_tiles(p.seq.T) * p.D;
+  float* tile_states = (recompute ? w.tile_states : p.tile_states) + c.tile_row(p.seq, 0) * p.D;
 
   // Pass 1, forward: the state entering each tile, kept by segment 0 in registers.
   float carry[kVec];

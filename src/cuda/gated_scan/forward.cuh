@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams
     }
     __syncthreads();  // every thread has read the carry before segment 0 replaces it
     if (c.segment == 0) {
-      float* states = p.tile_states ? p.tile_states + (n * scan_tiles(p.seq.T) + tile) * p.D : nullptr;
+      float* states = p.tile_states ? p.tile_states + c.tile_row(p.seq, tile) * p.D : nullptr;
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
         if (states && c.d0 + i < p.D) states[c.d0 + i] = carry[i];  // kept for the backward

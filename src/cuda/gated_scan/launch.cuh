@@ -16,7 +16,7 @@ inline int64_t choose_splits(const GatedScanParams& p, int64_t slabs) {
   const int64_t blocks = p.seq.num_sequences * slabs, target = 2 * static_cast<int64_t>(sms);
   const int64_t tiles = scan_tiles(p.seq.T);
   if (blocks >= target || tiles <= 1) return 1;
-  return std::min(tiles, (target + blocks - 1) / blocks);
+  return std::min(max_splits(p.seq.num_sequences, tiles), (target + blocks - 1) / blocks);
 }
 
 // The grid, with p.split_tiles set for the chosen number of splits.

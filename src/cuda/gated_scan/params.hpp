@@ -38,13 +38,14 @@ struct GatedScanParams {
   BtdView dy, da, db, dz;
   StateView d_final_state, d_initial_state;
   // Scratch of gated_scan_workspace_floats(...) floats, or nullptr (forward only: then
-  // the sequence is not split). Regions: [N, tiles, D] states entering each tile
-  // (backward, when tile_states is not given), then [N, splits, 2, D] forward and
-  // [N, splits, 2, D] reverse split maps.
+  // the sequence is not split). Regions: a tile-state table (backward, when tile_states
+  // is not given), then [N, splits, 2, D] forward and [N, splits, 2, D] reverse split maps.
   float* workspace = nullptr;
-  // [N, tiles, D] (row stride tiles·D): the state entering each tile. The forward writes
-  // it when given; the backward reads it when given and skips recomputing it.
+  // Tile-state table [tile_rows, D]: the state entering each tile, at row
+  // tile_state_row(...). The forward writes it when given; the backward reads it when
+  // given and skips recomputing it.
   float* tile_states = nullptr;
+  int64_t tile_rows = 0;
   int64_t split_tiles = 0;  // tiles per split (grid.z = splits); set by the launcher
   void* stream = nullptr;
 };
@@ -56,10 +57,26 @@ inline constexpr int64_t kScanTileSteps = 128;
 
 inline constexpr int64_t scan_tiles(int64_t T) { return (T + kScanTileSteps - 1) / kScanTileSteps; }
 
-// Floats of workspace a launch may use: the tile states plus both split-map regions
-// (at most one split per tile).
-inline constexpr int64_t gated_scan_workspace_floats(int64_t N, int64_t T, int64_t D) {
-  return 5 * N * scan_tiles(T) * D;
+// The tile-state table has a row per tile of every sequence. Sequence n, whose first
+// token is row0 of the flattened B·T tokens, starts at row floor(row0 / 128) + n: rows
+// never overlap, and B·T tokens in N sequences need at most ceil(B·T / 128) + N rows.
+inline constexpr int64_t tile_state_rows(int64_t tokens, int64_t N) { return scan_tiles(tokens) + N; }
+inline constexpr int64_t tile_state_row(int64_t row0, int64_t n, int64_t tile) {
+  return row0 / kScanTileSteps + n + tile;
+}
+
+// Splitting sequences stops at this many (sequence, split) pairs: twice the SMs of any
+// GPU this targets, so the split maps stay small.
+inline constexpr int64_t kMaxSplitBlocks = 512;
+inline constexpr int64_t max_splits(int64_t N, int64_t tiles) {
+  const int64_t cap = (kMaxSplitBlocks + N - 1) / N;
+  return tiles < cap ? tiles : cap;
+}
+
+// Floats of workspace a launch may use for `tokens` = B·T tokens in N sequences of at
+// most T tokens: the tile-state table and both split-map regions.
+inline constexpr int64_t gated_scan_workspace_floats(int64_t tokens, int64_t T, int64_t N, int64_t D) {
+  return (tile_state_rows(tokens, N) + 4 * N * max_splits(N, scan_tiles(T))) * D;
 }
 
 template <ScanDtype dtype>

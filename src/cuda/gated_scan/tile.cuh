@@ -90,6 +90,10 @@ struct BlockCoords {
   }
   // Time step (within the sequence) of this thread's step `i` in tile `tile`.
   __device__ int64_t step(int64_t tile, int i) const { return tile * kScanTileSteps + segment * kSteps + i; }
+  // Row of tile `tile` of this sequence in a tile-state table.
+  __device__ int64_t tile_row(const SequenceLayout& seq, int64_t tile) const {
+    return tile_state_row(batch * seq.T + start, blockIdx.y, tile);
+  }
 };
 
 // The tiles a block scans: its split of the sequence's tiles (all of them unsplit).
@@ -108,14 +112,14 @@ struct TileRange {
 
 // Workspace regions (see GatedScanParams::workspace).
 struct Workspace {
-  float* tile_states;   // [N, max tiles, D]
+  float* tile_states;   // [tile_rows, D]
   float* forward_maps;  // [N, splits, 2, D]: (A, H) of h ↦ A·h + H over each split
   float* reverse_maps;  // [N, splits, 2, D]: the same for c flowing backwards in time
   __device__ static Workspace make(const GatedScanParams& p) {
     const int64_t N = p.seq.num_sequences, splits = gridDim.z;
     Workspace w;
     w.tile_states = p.workspace;
-    w.forward_maps = p.workspace + N * scan_tiles(p.seq.T) * p.D;
+    w.forward_maps = p.workspace + p.tile_rows * p.D;
     w.reverse_maps = w.forward_maps + N * splits * 2 * p.D;
     return w;
   }
