@@ -36,8 +36,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParam
     cur.load(p, c, range.first, false);
     for (int64_t tile = range.first; tile < range.end; ++tile) {
       if (tile + 1 < range.end) next.load(p, c, tile + 1, false);
-      float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
-      cur.own_map(p, A, H);
+      float x[kSteps][kVec], A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
+      cur.decays(p, x);
+      cur.own_map(x, A, H);
       exclusive_segment_scan(shared, c.lane, false, A, H, tile_A, tile_H);
       if (c.segment == 0) {
 #pragma unroll
@@ -67,8 +68,9 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParam
     if (tile > range.first) next.load(p, c, tile - 1, gated, true);
 
     // h inside the tile, from the stored entering state.
-    float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
-    cur.own_map(p, A, H);
+    float x[kSteps][kVec], A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
+    cur.decays(p, x);
+    cur.own_map(x, A, H);
     exclusive_segment_scan(shared, c.lane, false, A, H, tile_A, tile_H);
     float h_before[kSteps + 1][kVec];  // h_before[s] = h before step s; [kSteps] after the last
 #pragma unroll
@@ -76,10 +78,12 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParam
       const float entering = c.d0 + i < p.D ? tile_states[tile * p.D + c.d0 + i] : 0.f;
       h_before[0][i] = A[i] * entering + H[i];
 #pragma unroll
-      for (int s = 0; s < kSteps; ++s) h_before[s + 1][i] = cur.decay(p, s, i) * h_before[s][i] + cur.b[s][i];
+      for (int s = 0; s < kSteps; ++s) h_before[s + 1][i] = x[s][i] * h_before[s][i] + cur.b[s][i];
     }
 
-    cur.own_reverse_map(p, gated, A, H);
+    float u[kSteps][kVec];
+    cur.direct_grads(gated, u);
+    cur.own_reverse_map(x, u, A, H);
     exclusive_segment_scan(shared, c.lane, true, A, H, tile_A, tile_H);
     float flow[kVec];  // c flowing into this thread's last step from later steps
 #pragma unroll
@@ -99,12 +103,11 @@ __global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParam
       float da[kVec], db[kVec], dz[kVec];
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
-        const float x = cur.decay(p, s, i);
-        const float g = cur.u(gated, s, i) + flow[i];
+        const float g = u[s][i] + flow[i];
         db[i] = g;
-        da[i] = g * h_before[s][i] * ForwardTile<T>::decay_grad(p, x);
+        da[i] = g * h_before[s][i] * ForwardTile<T>::decay_grad(p, x[s][i]);
         if (gated) dz[i] = cur.dy[s][i] * h_before[s + 1][i] * silu_grad(cur.z[s][i]);
-        flow[i] = x * g;
+        flow[i] = x[s][i] * g;
       }
       const int64_t t = c.step(tile, s);
       store<T>(p.da, c, t, p.D, p.vector_aligned, da);

@@ -26,26 +26,32 @@ struct ForwardTile {
       if (gated) z[s] = scan::load<T>(p.z, c, t, p.D, p.vector_aligned, 0.f);
     }
   }
-  __device__ float decay(const GatedScanParams& p, int s, int i) const {
-    const float x = a[s][i];
-    return p.decay == 1 ? __expf(x) : p.decay == 2 ? 1.f / (1.f + __expf(-x)) : x;
+  // The factors of h_{t-1}, computed once per tile.
+  template <int kVec>
+  __device__ void decays(const GatedScanParams& p, float (&x)[kSteps][kVec]) const {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) {
+        const float v = a[s][i];
+        x[s][i] = p.decay == 1 ? __expf(v) : p.decay == 2 ? sigmoid(v) : v;
+      }
   }
   // d(decay)/d(a), given the decay value.
   __device__ static float decay_grad(const GatedScanParams& p, float decay_value) {
     return p.decay == 1 ? decay_value : p.decay == 2 ? decay_value * (1.f - decay_value) : 1.f;
   }
-  // The thread's own map h ↦ A·h + H over its steps.
+  // The thread's own map h ↦ A·h + H over its steps, given the decays x.
   template <int kVec>
-  __device__ void own_map(const GatedScanParams& p, float (&A)[kVec], float (&H)[kVec]) const {
+  __device__ void own_map(const float (&x)[kSteps][kVec], float (&A)[kVec], float (&H)[kVec]) const {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       A[i] = 1.f;
       H[i] = 0.f;
 #pragma unroll
       for (int s = 0; s < kSteps; ++s) {
-        const float x = decay(p, s, i);
-        H[i] = x * H[i] + b[s][i];
-        A[i] *= x;
+        H[i] = x[s][i] * H[i] + b[s][i];
+        A[i] *= x[s][i];
       }
     }
   }
@@ -85,8 +91,9 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams
   for (int64_t tile = range.first; tile < range.end; ++tile) {
     if (tile + 1 < range.end) next.load(p, c, tile + 1, gated);
 
-    float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
-    cur.own_map(p, A, H);
+    float x[kSteps][kVec], A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
+    cur.decays(p, x);
+    cur.own_map(x, A, H);
     exclusive_segment_scan(shared, c.lane, false, A, H, tile_A, tile_H);
 
     float h[kVec], carry[kVec];
@@ -110,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams
       float y[kVec];
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {
-        h[i] = cur.decay(p, s, i) * h[i] + cur.b[s][i];
+        h[i] = x[s][i] * h[i] + cur.b[s][i];
         y[i] = gated ? h[i] * silu(cur.z[s][i]) : h[i];
       }
       store<T>(p.y, c, c.step(tile, s), p.D, p.vector_aligned, y);

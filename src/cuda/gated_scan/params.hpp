@@ -52,14 +52,19 @@ struct GatedScanParams {
 
 enum class ScanDtype { bf16, f16, f32 };
 
-// Time steps one block scans per tile (see tile.cuh).
-inline constexpr int64_t kScanTileSteps = 128;
+// Time steps each thread holds per tile (SEQMIX_SCAN_STEPS overrides it, to measure
+// variants), and so the steps one block of 64 segments scans per tile (see tile.cuh).
+#ifndef SEQMIX_SCAN_STEPS
+#define SEQMIX_SCAN_STEPS 4
+#endif
+inline constexpr int kScanStepsPerThread = SEQMIX_SCAN_STEPS;
+inline constexpr int64_t kScanTileSteps = 64 * kScanStepsPerThread;
 
 inline constexpr int64_t scan_tiles(int64_t T) { return (T + kScanTileSteps - 1) / kScanTileSteps; }
 
 // The tile-state table has a row per tile of every sequence. Sequence n, whose first
-// token is row0 of the flattened B·T tokens, starts at row floor(row0 / 128) + n: rows
-// never overlap, and B·T tokens in N sequences need at most ceil(B·T / 128) + N rows.
+// token is row0 of the flattened B·T tokens, starts at row floor(row0 / tile) + n: rows
+// never overlap, and B·T tokens in N sequences need at most ceil(B·T / tile) + N rows.
 inline constexpr int64_t tile_state_rows(int64_t tokens, int64_t N) { return scan_tiles(tokens) + N; }
 inline constexpr int64_t tile_state_row(int64_t row0, int64_t n, int64_t tile) {
   return row0 / kScanTileSteps + n + tile;

@@ -24,20 +24,28 @@ struct ReverseTile : ForwardTile<T> {
   __device__ float u(bool gated, int s, int i) const {
     return gated ? dy[s][i] * silu(this->z[s][i]) : dy[s][i];
   }
-  // The thread's own reverse map c_in ↦ A·c_in + H, c_t = decay_t·(u_t + c_{t+1}).
+  // The thread's own reverse map c_in ↦ A·c_in + H, c_t = decay_t·(u_t + c_{t+1}),
+  // given the decays x and the direct gradients u.
   template <int kVec>
-  __device__ void own_reverse_map(const GatedScanParams& p, bool gated, float (&A)[kVec], float (&H)[kVec]) const {
+  __device__ static void own_reverse_map(const float (&x)[kSteps][kVec], const float (&u)[kSteps][kVec],
+                                         float (&A)[kVec], float (&H)[kVec]) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       A[i] = 1.f;
       H[i] = 0.f;
 #pragma unroll
       for (int s = kSteps - 1; s >= 0; --s) {
-        const float x = this->decay(p, s, i);
-        H[i] = x * (u(gated, s, i) + H[i]);
-        A[i] *= x;
+        H[i] = x[s][i] * (u[s][i] + H[i]);
+        A[i] *= x[s][i];
       }
     }
+  }
+  template <int kVec>
+  __device__ void direct_grads(bool gated, float (&u_out)[kSteps][kVec]) const {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s)
+#pragma unroll
+      for (int i = 0; i < kVec; ++i) u_out[s][i] = u(gated, s, i);
   }
 };
 
@@ -63,9 +71,15 @@ __global__ void __launch_bounds__(kThreads) summary_kernel(const GatedScanParams
     cur.load(p, c, first, kReverse && gated, !kReverse);
     for (int64_t tile = first;; tile += step) {
       if (tile != last) next.load(p, c, tile + step, kReverse && gated, !kReverse);
-      float A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
-      if constexpr (kReverse) cur.own_reverse_map(p, gated, A, H);
-      else cur.own_map(p, A, H);
+      float x[kSteps][kVec], A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
+      cur.decays(p, x);
+      if constexpr (kReverse) {
+        float u[kSteps][kVec];
+        cur.direct_grads(gated, u);
+        cur.own_reverse_map(x, u, A, H);
+      } else {
+        cur.own_map(x, A, H);
+      }
       exclusive_segment_scan(shared, c.lane, kReverse, A, H, tile_A, tile_H);
 #pragma unroll
       for (int i = 0; i < kVec; ++i) {  // the tile comes after what was composed so far

@@ -25,7 +25,7 @@ constexpr int kLanes = 4;                       // vectors across the channel sl
 // (16 needed 255 registers there); 4 lanes × 8 bytes still fill whole 32-byte sectors.
 constexpr int kVecBytes = 8;
 constexpr int kSegments = kThreads / kLanes;    // 64 time segments per tile
-constexpr int kSteps = 2;                       // time steps per thread per tile
+constexpr int kSteps = kScanStepsPerThread;     // time steps per thread per tile
 static_assert(kSteps * kSegments == kScanTileSteps, "tile length must match params.hpp");
 
 template <class T>
@@ -181,20 +181,23 @@ __device__ void store(const BtdView& v, const BlockCoords& c, int64_t t, int64_t
     if (c.d0 + i < D) row_ptr<T>(v, c, t)[c.d0 + i] = p.e[i];
 }
 
-// Shared memory of the segment scan: each warp's composed map per lane and channel, and
-// the carry between tiles.
+// Shared memory of the segment scan: each warp's composed map and the map of the warps
+// before it, per channel and lane; the tile's map; the carry between tiles.
 template <int kVec>
 struct ScanShared {
   static constexpr int kWarps = kThreads / 32;
-  float warp_A[kWarps][kVec][kLanes];
-  float warp_H[kWarps][kVec][kLanes];
+  float warp_A[kWarps][kVec][kLanes], warp_H[kWarps][kVec][kLanes];
+  float before_A[kWarps][kVec][kLanes], before_H[kWarps][kVec][kLanes];
+  float tile_A[kVec][kLanes], tile_H[kVec][kLanes];
   float carry[kVec][kLanes];  // state entering the tile (forward) or leaving it (reverse)
 };
 
 // Given each thread's own map (A, H) over its steps, returns in (A, H) the map of all
 // segments strictly before it (forward) — or strictly after it when `reverse` — and
 // in (tile_A, tile_H) the map of the whole tile. Within a warp (8 segments × 4 lanes)
-// the scan runs on shuffles; the 8 warp maps meet in shared memory: two barriers in all.
+// the scan runs on shuffles; the first warp composes the 8 warp maps in shared memory:
+// two barriers in all. The next call may start at once: what it writes first (the warp
+// maps) was last read before this call's second barrier.
 template <int kVec>
 __device__ void exclusive_segment_scan(ScanShared<kVec>& s, int lane, bool reverse, float (&A)[kVec],
                                        float (&H)[kVec], float (&tile_A)[kVec], float (&tile_H)[kVec]) {
@@ -229,29 +232,37 @@ __device__ void exclusive_segment_scan(ScanShared<kVec>& s, int lane, bool rever
     for (int i = 0; i < kVec; ++i) s.warp_A[warp][i][lane] = A[i], s.warp_H[warp][i][lane] = H[i];
   }
   __syncthreads();
-  // Compose the warp maps in order: those before this warp, and all of them for the tile.
-  const int warp_pos = reverse ? kWarps - 1 - warp : warp;
-#pragma unroll
-  for (int i = 0; i < kVec; ++i) {
-    float before_A = 1.f, before_H = 0.f;
-    tile_A[i] = 1.f, tile_H[i] = 0.f;
+  // One thread per (channel, lane) composes the warp maps in order.
+  if (threadIdx.x < kVec * kLanes) {
+    const int i = threadIdx.x / kLanes, l = threadIdx.x % kLanes;
+    float run_A = 1.f, run_H = 0.f;
 #pragma unroll
     for (int k = 0; k < kWarps; ++k) {
       const int w = reverse ? kWarps - 1 - k : k;
-      const float wA = s.warp_A[w][i][lane], wH = s.warp_H[w][i][lane];
-      if (k < warp_pos) before_H = wA * before_H + wH, before_A *= wA;
-      tile_H[i] = wA * tile_H[i] + wH;
-      tile_A[i] *= wA;
+      s.before_A[w][i][l] = run_A, s.before_H[w][i][l] = run_H;
+      const float wA = s.warp_A[w][i][l];
+      run_H = wA * run_H + s.warp_H[w][i][l];
+      run_A *= wA;
     }
+    s.tile_A[i][l] = run_A, s.tile_H[i][l] = run_H;
+  }
+  __syncthreads();
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) {
+    tile_A[i] = s.tile_A[i][lane], tile_H[i] = s.tile_H[i][lane];
+    const float before_A = s.before_A[warp][i][lane], before_H = s.before_H[warp][i][lane];
     A[i] = within_A[i] * before_A;
     H[i] = within_A[i] * before_H + within_H[i];
   }
-  __syncthreads();  // the warp maps are read before the next scan writes them
 }
 
-__device__ inline float silu(float x) { return x / (1.f + __expf(-x)); }
+// Fast-math forms (MUFU exp and approximate division, a few ulp): the outputs are
+// rounded to bf16/f16 or compared at 1e-5 in f32. For x → −∞, __fdividef by an infinite
+// denominator returns 0, the right limit.
+__device__ inline float sigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
+__device__ inline float silu(float x) { return __fdividef(x, 1.f + __expf(-x)); }
 __device__ inline float silu_grad(float x) {
-  const float s = 1.f / (1.f + __expf(-x));
+  const float s = sigmoid(x);
   return s * (1.f + x * (1.f - s));
 }
 
