@@ -55,7 +55,7 @@ enum class ScanDtype { bf16, f16, f32 };
 // Time steps each thread holds per tile (SEQMIX_SCAN_STEPS overrides it, to measure
 // variants), and so the steps one block of 64 segments scans per tile (see tile.cuh).
 #ifndef SEQMIX_SCAN_STEPS
-#define SEQMIX_SCAN_STEPS 4
+#define SEQMIX_SCAN_STEPS 2
 #endif
 inline constexpr int kScanStepsPerThread = SEQMIX_SCAN_STEPS;
 inline constexpr int64_t kScanTileSteps = 64 * kScanStepsPerThread;
