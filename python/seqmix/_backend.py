@@ -54,6 +54,9 @@ class TorchBackend:
         self.torch = torch
         self.float32 = torch.float32
         self.float64 = torch.float64
+        # seqmix::DType values, in the order of the C++ enum.
+        self._dtype_codes = {dtype: code for code, dtype in enumerate(
+            (torch.bfloat16, torch.float16, torch.float32, torch.float64, torch.int32, torch.int64))}
 
     def empty(self, shape, dtype, like):
         return self.torch.empty(tuple(shape), dtype=dtype, device=like.device)
@@ -77,13 +80,21 @@ class TorchBackend:
             return self.torch.cuda.current_stream(x.device).cuda_stream
         return 0
 
-    @staticmethod
-    def arg(x):
-        """What _C receives: a detached tensor with a contiguous last dimension."""
+    def arg(self, x):
+        """What _C receives: the tuple (data_ptr, dtype code, device type, device index,
+        shape, strides, owner) of a tensor with a contiguous last dimension — cheaper than
+        DLPack, whose export of a CUDA tensor synchronises streams — or the tensor itself
+        for a dtype seqmix does not know, so that _C names it in its error."""
         if x is None:
             return None
-        x = x.detach()
-        return x if x.dim() == 0 or x.stride(-1) == 1 or x.shape[-1] == 1 else x.contiguous()
+        if x.dim() > 0 and x.stride(-1) != 1 and x.shape[-1] != 1:
+            x = x.contiguous()
+        code = self._dtype_codes.get(x.dtype)
+        if code is None:
+            return x.detach()
+        device = x.device
+        return (x.data_ptr(), code, 2 if device.type == "cuda" else 1, device.index or 0, tuple(x.shape), x.stride(),
+                x)
 
 
 NUMPY = NumpyBackend()

@@ -5,10 +5,12 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
 
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "seqmix/common.hpp"
 #include "seqmix/tensor.hpp"
@@ -17,9 +19,14 @@ namespace seqmix::python {
 
 namespace nb = nanobind;
 
-// Inputs may be read-only arrays; outputs must be writable.
-using In = nb::ndarray<nb::ro>;
-using Out = nb::ndarray<>;
+// A tensor argument: any DLPack array (numpy, jax, ...; inputs may be read-only, outputs
+// must be writable), or the tuple (data_ptr, dtype code, device type, device index,
+// shape, strides, owner) that seqmix's torch surface passes instead: DLPack export of a
+// CUDA tensor synchronises streams on every call, which cost ~10 µs per tensor. The
+// dtype code is seqmix::DType's value; device type 1 is the CPU, 2 CUDA; `owner` keeps
+// the tensor alive for the call.
+using In = std::variant<nb::tuple, nb::ndarray<nb::ro>>;
+using Out = std::variant<nb::tuple, nb::ndarray<>>;
 using OptIn = std::optional<In>;
 using OptOut = std::optional<Out>;
 

@@ -43,15 +43,45 @@ Tensor make_view(const Array& a, const char* arg) {
   return t;
 }
 
+[[noreturn]] void bad_tuple(const char* arg, const std::string& what) {
+  throw Error(std::string("seqmix: argument '") + arg + "': expected a DLPack array or a tensor tuple, got " + what);
+}
+
+// (data_ptr, dtype code, device type, device index, shape, strides, owner).
+Tensor tuple_view(const nb::tuple& t, const char* arg) {
+  if (t.size() != 7) bad_tuple(arg, "a tuple of " + std::to_string(t.size()) + " items");
+  Tensor v;
+  v.data = reinterpret_cast<void*>(nb::cast<uintptr_t>(t[0]));
+  const int code = nb::cast<int>(t[1]);
+  if (code < 0 || code > static_cast<int>(DType::i64)) bad_tuple(arg, "dtype code " + std::to_string(code));
+  v.dtype = static_cast<DType>(code);
+  const int device_type = nb::cast<int>(t[2]);
+  if (device_type != 1 && device_type != 2) bad_tuple(arg, "device type " + std::to_string(device_type));
+  v.device = device_type == 1 ? Device::cpu() : Device::cuda(nb::cast<int>(t[3]));
+  for (nb::handle s : nb::borrow<nb::tuple>(t[4])) v.shape.push_back(nb::cast<int64_t>(s));
+  for (nb::handle s : nb::borrow<nb::tuple>(t[5])) v.strides.push_back(nb::cast<int64_t>(s));
+  return v;
+}
+
+template <class Variant>
+Tensor variant_view(const Variant& array, const char* arg) {
+  return std::visit(
+      [&](const auto& a) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(a)>, nb::tuple>) return tuple_view(a, arg);
+        else return make_view(a, arg);
+      },
+      array);
+}
+
 }  // namespace
 
-Tensor view(const In& array, const char* arg) { return make_view(array, arg); }
-Tensor view(const Out& array, const char* arg) { return make_view(array, arg); }
+Tensor view(const In& array, const char* arg) { return variant_view(array, arg); }
+Tensor view(const Out& array, const char* arg) { return variant_view(array, arg); }
 std::optional<Tensor> view(const OptIn& array, const char* arg) {
-  return array ? std::optional<Tensor>(make_view(*array, arg)) : std::nullopt;
+  return array ? std::optional<Tensor>(view(*array, arg)) : std::nullopt;
 }
 std::optional<Tensor> view(const OptOut& array, const char* arg) {
-  return array ? std::optional<Tensor>(make_view(*array, arg)) : std::nullopt;
+  return array ? std::optional<Tensor>(view(*array, arg)) : std::nullopt;
 }
 
 }  // namespace seqmix::python

@@ -29,7 +29,8 @@ def forward(xp, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
     out = xp.empty(out_shape(q, v), xp.dtype(q), q)
     lse = xp.empty(lse_shape(q, cu_seqlens_q is not None), state_dtype(xp, q), q)
     _C.attention_forward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(cu_seqlens_q), xp.arg(cu_seqlens_k),
-                         int(max_seqlen_q), int(max_seqlen_k), out, lse, scale, causal, impl, xp.stream(q))
+                         int(max_seqlen_q), int(max_seqlen_k), xp.arg(out), xp.arg(lse), scale, causal, impl,
+                         xp.stream(q))
     return out, lse
 
 
@@ -39,7 +40,8 @@ def backward(xp, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k
     dq, dk, dv = xp.empty_like(q), xp.empty_like(k), xp.empty_like(v)
     _C.attention_backward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(cu_seqlens_q), xp.arg(cu_seqlens_k),
                           int(max_seqlen_q), int(max_seqlen_k), xp.arg(out), xp.arg(lse), xp.arg(dout),
-                          xp.arg(d_lse), dq, dk, dv, scale, causal, deterministic, impl, xp.stream(q))
+                          xp.arg(d_lse), xp.arg(dq), xp.arg(dk), xp.arg(dv), scale, causal, deterministic, impl,
+                          xp.stream(q))
     return dq, dk, dv
 
 

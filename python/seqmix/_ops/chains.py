@@ -70,7 +70,8 @@ def projection_forward(xp, x, weight, bias, widths, activations, taus, dtypes, i
     """x [tokens, d]; dtypes holds resolved backend dtypes. Returns one [tokens, width] per segment."""
     tokens = x.shape[0] if x.ndim >= 1 else 0
     outputs = [xp.empty((tokens, w), dtype, x) for w, dtype in zip(widths, dtypes)]
-    _C.projection_chain_forward(xp.arg(x), xp.arg(weight), xp.arg(bias), widths, activations, taus, outputs, impl,
+    _C.projection_chain_forward(xp.arg(x), xp.arg(weight), xp.arg(bias), widths, activations, taus,
+                                [xp.arg(o) for o in outputs], impl,
                                 xp.stream(x))
     return outputs
 
@@ -80,7 +81,8 @@ def projection_backward(xp, x, weight, bias, widths, activations, taus, d_output
     dx, dweight = xp.empty_like(x), xp.empty_like(weight)
     dbias = None if bias is None else xp.empty_like(bias)
     _C.projection_chain_backward(xp.arg(x), xp.arg(weight), xp.arg(bias), widths, activations, taus,
-                                 [xp.arg(d) for d in d_outputs], dx, dweight, dbias, impl, xp.stream(x))
+                                 [xp.arg(d) for d in d_outputs], xp.arg(dx), xp.arg(dweight), xp.arg(dbias), impl,
+                                 xp.stream(x))
     return dx, dweight, dbias
 
 
@@ -92,7 +94,7 @@ def output_shape(o, out_weight):
 
 def output_forward(xp, o, g, norm_weight, out_weight, eps, impl):
     y = xp.empty(output_shape(o, out_weight), xp.dtype(o), o)
-    _C.output_chain_forward(xp.arg(o), xp.arg(g), xp.arg(norm_weight), xp.arg(out_weight), y, float(eps), impl,
+    _C.output_chain_forward(xp.arg(o), xp.arg(g), xp.arg(norm_weight), xp.arg(out_weight), xp.arg(y), float(eps), impl,
                             xp.stream(o))
     return y
 
@@ -101,8 +103,9 @@ def output_backward(xp, o, g, norm_weight, out_weight, dy, eps, impl):
     """Returns (do, dg, dnorm_weight, dout_weight)."""
     d_o, dg = xp.empty_like(o), xp.empty_like(g)
     dnorm_weight, dout_weight = xp.empty_like(norm_weight), xp.empty_like(out_weight)
-    _C.output_chain_backward(xp.arg(o), xp.arg(g), xp.arg(norm_weight), xp.arg(out_weight), xp.arg(dy), d_o, dg,
-                             dnorm_weight, dout_weight, float(eps), impl, xp.stream(o))
+    _C.output_chain_backward(xp.arg(o), xp.arg(g), xp.arg(norm_weight), xp.arg(out_weight), xp.arg(dy),
+                             xp.arg(d_o), xp.arg(dg), xp.arg(dnorm_weight), xp.arg(dout_weight), float(eps), impl,
+                             xp.stream(o))
     return d_o, dg, dnorm_weight, dout_weight
 
 

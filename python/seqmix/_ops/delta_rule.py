@@ -21,7 +21,7 @@ def forward(xp, q, k, v, g, beta, initial_state, cu_seqlens, scale, use_qk_l2nor
     o = xp.empty(tuple(v.shape), xp.dtype(q), q)
     final_state = xp.empty(state_shape(q, v, cu_seqlens), state_dtype(xp, q), q)
     _C.delta_rule_forward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(beta), xp.arg(initial_state),
-                          xp.arg(cu_seqlens), o, final_state, scale, use_qk_l2norm, impl, xp.stream(q))
+                          xp.arg(cu_seqlens), xp.arg(o), xp.arg(final_state), scale, use_qk_l2norm, impl, xp.stream(q))
     return o, final_state
 
 
@@ -31,7 +31,8 @@ def backward(xp, q, k, v, g, beta, initial_state, cu_seqlens, do, d_final_state,
     dg, dbeta = xp.empty_like(g), xp.empty_like(beta)
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
     _C.delta_rule_backward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(beta), xp.arg(initial_state),
-                           xp.arg(cu_seqlens), xp.arg(do), xp.arg(d_final_state), dq, dk, dv, dg, dbeta, dh0,
+                           xp.arg(cu_seqlens), xp.arg(do), xp.arg(d_final_state), xp.arg(dq), xp.arg(dk), xp.arg(dv),
+                           xp.arg(dg), xp.arg(dbeta), xp.arg(dh0),
                            scale, use_qk_l2norm, impl, xp.stream(q))
     return dq, dk, dv, dg, dbeta, dh0
 

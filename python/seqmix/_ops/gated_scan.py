@@ -32,7 +32,8 @@ def forward(xp, a, b, z, initial_state, cu_seqlens, decay, impl, keep_tile_state
     if keep_tile_states and xp.is_cuda(b):
         tile_states = xp.empty(tile_states_shape(b, cu_seqlens), xp.float32, b)
     _C.gated_scan_forward(xp.arg(a), xp.arg(b), xp.arg(z), xp.arg(initial_state), xp.arg(cu_seqlens),
-                          y, final_state, _workspace(xp, b, cu_seqlens), tile_states, decay, impl, xp.stream(b))
+                          xp.arg(y), xp.arg(final_state), xp.arg(_workspace(xp, b, cu_seqlens)), xp.arg(tile_states),
+                          decay, impl, xp.stream(b))
     return y, final_state, tile_states
 
 
@@ -44,8 +45,8 @@ def backward(xp, a, b, z, initial_state, cu_seqlens, dy, d_final_state, decay, i
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
     workspace = _workspace(xp, b, cu_seqlens)
     _C.gated_scan_backward(xp.arg(a), xp.arg(b), xp.arg(z), xp.arg(initial_state), xp.arg(cu_seqlens),
-                           xp.arg(dy), xp.arg(d_final_state), da, db, dz, dh0, workspace, tile_states, decay,
-                           impl, xp.stream(b))
+                           xp.arg(dy), xp.arg(d_final_state), xp.arg(da), xp.arg(db), xp.arg(dz), xp.arg(dh0),
+                           xp.arg(workspace), xp.arg(tile_states), decay, impl, xp.stream(b))
     return da, db, dz, dh0
 
 

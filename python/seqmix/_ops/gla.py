@@ -21,7 +21,7 @@ def forward(xp, q, k, v, g, initial_state, cu_seqlens, scale, impl):
     o = xp.empty(tuple(v.shape), xp.dtype(q), q)
     final_state = xp.empty(state_shape(q, v, cu_seqlens), state_dtype(xp, q), q)
     _C.gla_forward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(initial_state), xp.arg(cu_seqlens),
-                   o, final_state, scale, impl, xp.stream(q))
+                   xp.arg(o), xp.arg(final_state), scale, impl, xp.stream(q))
     return o, final_state
 
 
@@ -30,7 +30,8 @@ def backward(xp, q, k, v, g, initial_state, cu_seqlens, do, d_final_state, scale
     dq, dk, dv, dg = xp.empty_like(q), xp.empty_like(k), xp.empty_like(v), xp.empty_like(g)
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
     _C.gla_backward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(initial_state), xp.arg(cu_seqlens),
-                    xp.arg(do), xp.arg(d_final_state), dq, dk, dv, dg, dh0, scale, impl, xp.stream(q))
+                    xp.arg(do), xp.arg(d_final_state), xp.arg(dq), xp.arg(dk), xp.arg(dv), xp.arg(dg),
+                    xp.arg(dh0), scale, impl, xp.stream(q))
     return dq, dk, dv, dg, dh0
 
 

@@ -12,7 +12,8 @@ def forward(xp, A, b, initial_state, method, impl):
     """Returns (h [G, T, n, m], final_state [G, n, m]), both in b's dtype."""
     h = xp.empty_like(b)
     final_state = xp.empty((b.shape[0], b.shape[2], b.shape[3]), xp.dtype(b), b)
-    _C.linear_recurrence_forward(xp.arg(A), xp.arg(b), xp.arg(initial_state), h, final_state, method, impl,
+    _C.linear_recurrence_forward(xp.arg(A), xp.arg(b), xp.arg(initial_state), xp.arg(h), xp.arg(final_state), method,
+                                 impl,
                                  xp.stream(b))
     return h, final_state
 
@@ -22,7 +23,7 @@ def backward(xp, A, b, initial_state, dh, d_final_state, method, impl):
     dA, db = xp.empty_like(A), xp.empty_like(b)
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
     _C.linear_recurrence_backward(xp.arg(A), xp.arg(b), xp.arg(initial_state), xp.arg(dh), xp.arg(d_final_state),
-                                  dA, db, dh0, method, impl, xp.stream(b))
+                                  xp.arg(dA), xp.arg(db), xp.arg(dh0), method, impl, xp.stream(b))
     return dA, db, dh0
 
 
