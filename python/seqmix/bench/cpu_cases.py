@@ -134,7 +134,7 @@ def projection_chain_case(tokens=512, d=512):
     widths = [("q", 256, "identity"), ("k", 256, "silu"), ("v", 512, "identity"), ("g", 512, "sigmoid"),
               ("gk", 16, "identity")]
     x = _randn(tokens, d)
-    weight = _randn(sum(w for _, w, _ in widths), d) / np.sqrt(d)
+    weight = (_randn(sum(w for _, w, _ in widths), d) / np.sqrt(d)).astype(np.float32)
     segments = [(w, act) for _, w, act in widths]
     methods = _fast_and_reference(lambda impl: np.concatenate(
         seqmix.projection_chain(x, weight, segments, impl=impl), axis=1))
@@ -157,7 +157,7 @@ def projection_chain_case(tokens=512, d=512):
 
 def output_chain_case(tokens=512, H=4, Dv=128, d_out=512):
     o, g = _randn(tokens, H, Dv), _randn(tokens, H, Dv)
-    norm_weight, out_weight = _randn(Dv), _randn(d_out, H * Dv) / np.sqrt(H * Dv)
+    norm_weight, out_weight = _randn(Dv), (_randn(d_out, H * Dv) / np.sqrt(H * Dv)).astype(np.float32)
     methods = _fast_and_reference(lambda impl: seqmix.output_chain(o, g, norm_weight, out_weight, impl=impl))
     torch = _torch()
     if torch:
