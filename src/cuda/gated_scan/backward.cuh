@@ -15,14 +15,8 @@
 
 namespace seqmix::cuda::scan {
 
-// Blocks per SM the backward is compiled for (SEQMIX_SCAN_BACKWARD_BLOCKS overrides it,
-// to measure): 2 fits its registers; 3 caps them at 80 with a few spills.
-#ifndef SEQMIX_SCAN_BACKWARD_BLOCKS
-#define SEQMIX_SCAN_BACKWARD_BLOCKS 2
-#endif
-
 template <class T>
-__global__ void __launch_bounds__(kThreads, SEQMIX_SCAN_BACKWARD_BLOCKS) backward_kernel(const GatedScanParams p) {
+__global__ void __launch_bounds__(kThreads) backward_kernel(const GatedScanParams p) {
   constexpr int kVec = Pack<T>::kVec;
   __shared__ ScanShared<kVec> shared;
   const BlockCoords c = BlockCoords::make<T>(p.seq);
@@ -31,7 +25,6 @@ __global__ void __launch_bounds__(kThreads, SEQMIX_SCAN_BACKWARD_BLOCKS) backwar
   const bool gated = p.z.data != nullptr;
   const int64_t n = blockIdx.y;
   const Workspace w = Workspace::make(p);
-  auto* memory = dynamic_shared<typename Pack<T>::Raw>();
   const bool recompute = p.tile_states == nullptr;
   float* tile_states = (recompute ? w.tile_states : p.tile_states) + c.tile_row(p.seq, 0) * p.D;
 
@@ -39,13 +32,10 @@ __global__ void __launch_bounds__(kThreads, SEQMIX_SCAN_BACKWARD_BLOCKS) backwar
   float carry[kVec];
   if (recompute) {
     entering_state(p, c, n, carry);
-    const Pipeline<T> pipe{memory, kOperandA | kOperandB, range.first, 1, range.end - range.first};
-    pipe.start(p, c);
-    for (int64_t index = 0; index < pipe.count; ++index) {
-      const int64_t tile = range.first + index;
-      pipe.arrive(p, c, index);
-      ForwardTile<T> cur;
-      cur.fetch(pipe, p, c, index, false);
+    ForwardTile<T> cur, next;
+    cur.load(p, c, range.first, false);
+    for (int64_t tile = range.first; tile < range.end; ++tile) {
+      if (tile + 1 < range.end) next.load(p, c, tile + 1, false);
       float x[kSteps][kVec], A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
       cur.decays(p, x);
       cur.own_map(x, A, H);
@@ -57,8 +47,8 @@ __global__ void __launch_bounds__(kThreads, SEQMIX_SCAN_BACKWARD_BLOCKS) backwar
           carry[i] = tile_A[i] * carry[i] + tile_H[i];
         }
       }
+      cur = next;
     }
-    Pipeline<T>::drain();  // the memory serves the second walk next
   }
 
   // Pass 2, backward in time. shared.carry holds c flowing into the tile from later tiles.
@@ -72,14 +62,10 @@ __global__ void __launch_bounds__(kThreads, SEQMIX_SCAN_BACKWARD_BLOCKS) backwar
     for (int i = 0; i < kVec; ++i) shared.carry[i][c.lane] = carry[i];
   }
   __syncthreads();  // pass 1 wrote the tile states from segment 0; all threads read them below
-  const Pipeline<T> pipe{memory, kOperandA | kOperandB | kOperandDy | (gated ? kOperandZ : 0u), range.end - 1, -1,
-                         range.end - range.first};
-  pipe.start(p, c);
-  for (int64_t index = 0; index < pipe.count; ++index) {
-    const int64_t tile = range.end - 1 - index;
-    pipe.arrive(p, c, index);
-    ReverseTile<T> cur;
-    cur.fetch(pipe, p, c, index, gated, true);
+  ReverseTile<T> cur, next;
+  cur.load(p, c, range.end - 1, gated, true);
+  for (int64_t tile = range.end - 1; tile >= range.first; --tile) {
+    if (tile > range.first) next.load(p, c, tile - 1, gated, true);
 
     // h inside the tile, from the stored entering state.
     float x[kSteps][kVec], A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
@@ -128,6 +114,7 @@ __global__ void __launch_bounds__(kThreads, SEQMIX_SCAN_BACKWARD_BLOCKS) backwar
       store<T>(p.db, c, t, p.D, p.vector_aligned, db);
       if (gated) store<T>(p.dz, c, t, p.D, p.vector_aligned, dz);
     }
+    cur = next;
   }
 
   __syncthreads();

@@ -1,14 +1,13 @@
 // Gated scan forward: y_t = h_t ⊙ SiLU(z_t), h_t = a_t ⊙ h_{t-1} + b_t.
 // One block per (sequence, channel slab, split of the sequence), tiles of 128 steps, the
-// next three tiles' copies in flight while the current one is scanned (pipeline.cuh,
-// tile.cuh). When there
+// next tile's loads in flight while the current one is scanned (tile.cuh). When there
 // are too few (sequence, slab) pairs to fill the GPU, the sequence is split: a first
 // launch (summary.cuh) reduces each split to one affine map, and each block of the main
 // launch composes the maps of the splits before it to find its starting state.
 #pragma once
 
 #include "cuda/common/runtime.cuh"
-#include "cuda/gated_scan/pipeline.cuh"
+#include "cuda/gated_scan/tile.cuh"
 
 namespace seqmix::cuda::scan {
 
@@ -16,16 +15,15 @@ template <class T>
 struct ForwardTile {
   Pack<T> a[kSteps], b[kSteps], z[kSteps];
 
-  // Reads walk position `index` of the pipeline (a always; b and z when asked).
-  __device__ void fetch(const Pipeline<T>& pipe, const GatedScanParams& p, const BlockCoords& c, int64_t index,
-                        bool gated, bool need_b = true) {
+  __device__ void load(const GatedScanParams& p, const BlockCoords& c, int64_t tile, bool gated, bool need_b = true) {
     // Masked steps must be the identity map: a factor of 1 (log 0; the logit saturates).
     const float decay_identity = p.decay == 1 ? 0.f : p.decay == 2 ? 1e30f : 1.f;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      a[s] = pipe.fetch(p, c, index, kOperandA, s, decay_identity);
-      if (need_b) b[s] = pipe.fetch(p, c, index, kOperandB, s, 0.f);
-      if (gated) z[s] = pipe.fetch(p, c, index, kOperandZ, s, 0.f);
+      const int64_t t = c.step(tile, s);
+      a[s] = scan::load<T>(p.a, c, t, p.D, p.vector_aligned, decay_identity);
+      if (need_b) b[s] = scan::load<T>(p.b, c, t, p.D, p.vector_aligned, 0.f);
+      if (gated) z[s] = scan::load<T>(p.z, c, t, p.D, p.vector_aligned, 0.f);
     }
   }
   // The factors of h_{t-1}, computed once per tile.
@@ -72,7 +70,7 @@ __device__ void entering_state(const GatedScanParams& p, const BlockCoords& c, i
 }
 
 template <class T>
-__global__ void __launch_bounds__(kThreads, 4) forward_kernel(const GatedScanParams p) {
+__global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams p) {
   constexpr int kVec = Pack<T>::kVec;
   __shared__ ScanShared<kVec> shared;
   const BlockCoords c = BlockCoords::make<T>(p.seq);
@@ -88,14 +86,10 @@ __global__ void __launch_bounds__(kThreads, 4) forward_kernel(const GatedScanPar
     for (int i = 0; i < kVec; ++i) shared.carry[i][c.lane] = carry[i];
   }  // the scan's first barrier publishes the carry
 
-  const Pipeline<T> pipe{dynamic_shared<typename Pack<T>::Raw>(),
-                         kOperandA | kOperandB | (gated ? kOperandZ : 0u), range.first, 1, range.end - range.first};
-  pipe.start(p, c);
-  for (int64_t index = 0; index < pipe.count; ++index) {
-    const int64_t tile = range.first + index;
-    pipe.arrive(p, c, index);
-    ForwardTile<T> cur;
-    cur.fetch(pipe, p, c, index, gated);
+  ForwardTile<T> cur, next;
+  cur.load(p, c, range.first, gated);
+  for (int64_t tile = range.first; tile < range.end; ++tile) {
+    if (tile + 1 < range.end) next.load(p, c, tile + 1, gated);
 
     float x[kSteps][kVec], A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
     cur.decays(p, x);
@@ -128,6 +122,7 @@ __global__ void __launch_bounds__(kThreads, 4) forward_kernel(const GatedScanPar
       }
       store<T>(p.y, c, c.step(tile, s), p.D, p.vector_aligned, y);
     }
+    cur = next;
   }
 
   __syncthreads();

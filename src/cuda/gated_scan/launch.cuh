@@ -29,34 +29,32 @@ dim3 plan(GatedScanParams& p) {
   return dim3(static_cast<unsigned>(slabs), static_cast<unsigned>(p.seq.num_sequences), static_cast<unsigned>(splits));
 }
 
-// Launches `kernel` with the dynamic shared memory of a pipeline over `operands` inputs
-// (the most any of its passes reads), raising the kernel's limit past 48 KB once.
-template <class T, int operands>
-void launch(void (*kernel)(GatedScanParams), const dim3& grid, const GatedScanParams& p, const char* what) {
-  constexpr int bytes = pipeline_bytes<T>(operands);
-  static const cudaError_t raised =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-  check(raised, what);
-  kernel<<<grid, kThreads, bytes, static_cast<cudaStream_t>(p.stream)>>>(p);
-  check_launch(what);
-}
-
 template <class T>
 void launch_forward(GatedScanParams p) {
   const dim3 grid = plan<T>(p);
-  if (p.split_tiles > 0) launch<T, 2>(summary_kernel<T, false>, grid, p, "gated_scan forward split maps");
-  launch<T, 3>(forward_kernel<T>, grid, p, "gated_scan forward");
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (p.split_tiles > 0) {
+    summary_kernel<T, false><<<grid, kThreads, 0, stream>>>(p);
+    check_launch("gated_scan forward split maps");
+  }
+  forward_kernel<T><<<grid, kThreads, 0, stream>>>(p);
+  check_launch("gated_scan forward");
 }
 
 template <class T>
 void launch_backward(GatedScanParams p) {
   const dim3 grid = plan<T>(p);
+  const auto stream = static_cast<cudaStream_t>(p.stream);
   if (p.split_tiles > 0) {
-    if (!p.tile_states)  // the entering states are recomputed from the forward split maps
-      launch<T, 2>(summary_kernel<T, false>, grid, p, "gated_scan backward forward split maps");
-    launch<T, 3>(summary_kernel<T, true>, grid, p, "gated_scan backward reverse split maps");
+    if (!p.tile_states) {  // the entering states are recomputed from the forward split maps
+      summary_kernel<T, false><<<grid, kThreads, 0, stream>>>(p);
+      check_launch("gated_scan backward forward split maps");
+    }
+    summary_kernel<T, true><<<grid, kThreads, 0, stream>>>(p);
+    check_launch("gated_scan backward reverse split maps");
   }
-  launch<T, 4>(backward_kernel<T>, grid, p, "gated_scan backward");
+  backward_kernel<T><<<grid, kThreads, 0, stream>>>(p);
+  check_launch("gated_scan backward");
 }
 
 }  // namespace seqmix::cuda::scan

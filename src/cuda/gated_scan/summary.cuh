@@ -15,11 +15,10 @@ struct ReverseTile : ForwardTile<T> {
   Pack<T> dy[kSteps];
 
   // All that the backward reads; b is left out where only the reverse map is wanted.
-  __device__ void fetch(const Pipeline<T>& pipe, const GatedScanParams& p, const BlockCoords& c, int64_t index,
-                        bool gated, bool need_b) {
-    ForwardTile<T>::fetch(pipe, p, c, index, gated, need_b);
+  __device__ void load(const GatedScanParams& p, const BlockCoords& c, int64_t tile, bool gated, bool need_b) {
+    ForwardTile<T>::load(p, c, tile, gated, need_b);
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) dy[s] = pipe.fetch(p, c, index, kOperandDy, s, 0.f);
+    for (int s = 0; s < kSteps; ++s) dy[s] = scan::load<T>(p.dy, c, c.step(tile, s), p.D, p.vector_aligned, 0.f);
   }
   // u_t = dy_t ⊙ SiLU(z_t): what step t adds to dL/dh_t directly.
   __device__ float u(bool gated, int s, int i) const {
@@ -65,16 +64,13 @@ __global__ void __launch_bounds__(kThreads) summary_kernel(const GatedScanParams
 
   if (!range.empty()) {
     using Tile = std::conditional_t<kReverse, ReverseTile<T>, ForwardTile<T>>;
-    // Forward maps need a and b, walking forward; reverse maps a, z and dy, walking back.
-    const unsigned operands =
-        kReverse ? kOperandA | kOperandDy | (gated ? kOperandZ : 0u) : kOperandA | kOperandB;
-    const Pipeline<T> pipe{dynamic_shared<typename Pack<T>::Raw>(), operands, kReverse ? range.end - 1 : range.first,
-                           kReverse ? -1 : 1, range.end - range.first};
-    pipe.start(p, c);
-    for (int64_t index = 0; index < pipe.count; ++index) {
-      pipe.arrive(p, c, index);
-      Tile cur;
-      cur.fetch(pipe, p, c, index, kReverse && gated, !kReverse);
+    Tile cur, next;
+    const int64_t first = kReverse ? range.end - 1 : range.first, last = kReverse ? range.first : range.end - 1;
+    const int step = kReverse ? -1 : 1;
+    // Forward maps need a and b; reverse maps a, z and dy.
+    cur.load(p, c, first, kReverse && gated, !kReverse);
+    for (int64_t tile = first;; tile += step) {
+      if (tile != last) next.load(p, c, tile + step, kReverse && gated, !kReverse);
       float x[kSteps][kVec], A[kVec], H[kVec], tile_A[kVec], tile_H[kVec];
       cur.decays(p, x);
       if constexpr (kReverse) {
@@ -90,6 +86,8 @@ __global__ void __launch_bounds__(kThreads) summary_kernel(const GatedScanParams
         split_H[i] = tile_A[i] * split_H[i] + tile_H[i];
         split_A[i] *= tile_A[i];
       }
+      if (tile == last) break;
+      cur = next;
     }
   }
   if (c.segment == 0) {
