@@ -44,9 +44,7 @@ small='*Cuda*Small*'
 step "C++ tests" "$tests" --gtest_brief=1
 step "memcheck (small GPU cases)" compute-sanitizer --tool memcheck --error-exitcode 1 "$tests" --gtest_filter="$small"
 step "racecheck (small GPU cases)" compute-sanitizer --tool racecheck --error-exitcode 1 "$tests" --gtest_filter="$small"
-for file in tests/python/test_*.py; do  # one process per file: a crash in one leaves the others to run
-  step "Python $(basename "$file")" python3 -m pytest -q -p no:cacheprovider -rs "$file"
-done
+step "Python tests" python3 -m pytest -q -p no:cacheprovider -rs tests/python
 step "GPU benchmark ($mode)" python3 -m seqmix.cli bench --device cuda "$mode" --out "$out/bench"
 
 {

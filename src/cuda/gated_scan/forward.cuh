@@ -69,8 +69,14 @@ __device__ void entering_state(const GatedScanParams& p, const BlockCoords& c, i
     apply_split_maps(Workspace::make(p).forward_maps, n, 0, blockIdx.z, 1, p.D, c.d0, carry);
 }
 
+// Blocks per SM the forward is compiled for (SEQMIX_SCAN_FORWARD_BLOCKS overrides it, to
+// measure): 3 fits its 80 registers; 4 caps them at 64.
+#ifndef SEQMIX_SCAN_FORWARD_BLOCKS
+#define SEQMIX_SCAN_FORWARD_BLOCKS 3
+#endif
+
 template <class T>
-__global__ void __launch_bounds__(kThreads) forward_kernel(const GatedScanParams p) {
+__global__ void __launch_bounds__(kThreads, SEQMIX_SCAN_FORWARD_BLOCKS) forward_kernel(const GatedScanParams p) {
   constexpr int kVec = Pack<T>::kVec;
   __shared__ ScanShared<kVec> shared;
   const BlockCoords c = BlockCoords::make<T>(p.seq);
