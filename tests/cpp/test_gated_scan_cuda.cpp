@@ -95,9 +95,9 @@ TEST_P(GatedScanCuda, ForwardAndBackwardMatchOracle) {
   for (int k = 0; k < 3; ++k) g.push_back(poisoned(shape, c.dtype));
   g.push_back(poisoned({N, c.D}, DType::f32));
   DeviceTensor d_y(y), d_hT(hT), d_da(g[0]), d_db(g[1]), d_dz(g[2]), d_dh0(g[3]);
-  HostTensor workspace = poisoned({gated_scan_workspace_size(N, c.T, c.D)}, DType::f32);
+  HostTensor workspace = poisoned({gated_scan_workspace_size(c.B, c.T, N, c.D)}, DType::f32);
   DeviceTensor d_workspace(workspace);
-  HostTensor states = poisoned(gated_scan_tile_states_shape(N, c.T, c.D), DType::f32);
+  HostTensor states = poisoned(gated_scan_tile_states_shape(c.B, c.T, N, c.D), DType::f32);
   DeviceTensor d_states(states);
   GatedScanOutputs out{d_y.view, d_hT.view};
   if (c.split) out.workspace = d_workspace.view;
