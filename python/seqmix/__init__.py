@@ -1,18 +1,20 @@
 """seqmix: sequence-mixing kernels with a float64 oracle.
 
-Every function accepts numpy arrays (CPU, forward) or torch tensors (CPU or CUDA, with
-autograd and torch.compile support through ``seqmix.torch``). ``impl`` selects the
-implementation: ``"automatic"``, ``"reference"`` (the float64 oracle) or ``"fast"``.
+Every function accepts numpy arrays (CPU, forward; ``*_backward`` for gradients) or torch
+tensors (CPU or CUDA, with autograd and torch.compile support through ``seqmix.torch``).
+``impl`` selects the implementation: ``"automatic"``, ``"reference"`` (the float64
+oracle) or ``"fast"``. Bad input raises :class:`SeqmixError` (a ``ValueError``).
 """
 
 from . import _C
 from ._C import SeqmixError
+from ._ops.attention import attention_backward, flash_attn_func, flash_attn_varlen_func
+from ._ops.chains import (low_rank_gate, output_chain, output_chain_backward, projection_chain,
+                          projection_chain_backward)
+from ._ops.delta_rule import chunk_gated_delta_rule, chunk_gated_delta_rule_backward
 from ._ops.gated_scan import gated_scan, gated_scan_backward
-from ._ops.chains import low_rank_gate, output_chain, output_chain_backward, projection_chain, projection_chain_backward  # noqa: F401,E501
-from ._ops.attention import attention_backward, flash_attn_func, flash_attn_varlen_func  # noqa: F401
-from ._ops.delta_rule import chunk_gated_delta_rule, chunk_gated_delta_rule_backward  # noqa: F401
-from ._ops.gla import chunk_gla, chunk_gla_backward  # noqa: F401
-from ._ops.linear_recurrence import linear_recurrence, linear_recurrence_backward  # noqa: F401
+from ._ops.gla import chunk_gla, chunk_gla_backward
+from ._ops.linear_recurrence import linear_recurrence, linear_recurrence_backward
 
 __version__ = "0.1.0"
 
@@ -22,4 +24,9 @@ def cuda_available() -> bool:
     return _C.built_with_cuda() and _C.cuda_device_count() > 0
 
 
-__all__ = ["SeqmixError", "cuda_available", "gated_scan", "gated_scan_backward"]
+__all__ = [
+    "SeqmixError", "attention_backward", "chunk_gated_delta_rule", "chunk_gated_delta_rule_backward", "chunk_gla",
+    "chunk_gla_backward", "cuda_available", "flash_attn_func", "flash_attn_varlen_func", "gated_scan",
+    "gated_scan_backward", "linear_recurrence", "linear_recurrence_backward", "low_rank_gate", "output_chain",
+    "output_chain_backward", "projection_chain", "projection_chain_backward",
+]
