@@ -59,19 +59,25 @@ def _setup_context(ctx, inputs, output):
     ctx.decay, ctx.impl = decay, impl
 
 
-def _autograd_backward(ctx, dy, d_final_state, _d_tile_states):
-    a, b, z, initial_state, cu_seqlens, tile_states = ctx.saved_tensors
-    kept = tile_states if tile_states.numel() > 0 else None
-    if d_final_state is None:  # the eager Function does not materialise unused gradients
-        d_final_state = torch.zeros((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]), dtype=state_dtype(b),
-                                    device=b.device)
-    backward = _backward if torch.compiler.is_compiling() else _backward_impl
-    da, db, dz, dh0 = backward(a, b, z, initial_state, cu_seqlens, dy, d_final_state, kept, ctx.decay, ctx.impl)
-    return da, db, absent(dz, z), absent(dh0, initial_state), None, None, None
+def _autograd_backward(run_backward):
+    """The autograd backward, running `run_backward`: the custom op where torch.compile
+    traces it, the bare implementation in eager mode."""
+
+    def backward(ctx, dy, d_final_state, _d_tile_states):
+        a, b, z, initial_state, cu_seqlens, tile_states = ctx.saved_tensors
+        kept = tile_states if tile_states.numel() > 0 else None
+        if d_final_state is None:  # the eager Function does not materialise unused gradients
+            d_final_state = torch.zeros((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]), dtype=state_dtype(b),
+                                        device=b.device)
+        da, db, dz, dh0 = run_backward(a, b, z, initial_state, cu_seqlens, dy, d_final_state, kept, ctx.decay,
+                                       ctx.impl)
+        return da, db, absent(dz, z), absent(dh0, initial_state), None, None, None
+
+    return backward
 
 
-_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
-_Eager = eager_function(_forward_impl, _setup_context, _autograd_backward)
+_forward.register_autograd(_autograd_backward(_backward), setup_context=_setup_context)
+_Eager = eager_function(_forward_impl, _setup_context, _autograd_backward(_backward_impl))
 
 
 def gated_scan(a, b, z=None, initial_state=None, output_final_state=False, cu_seqlens=None, decay="direct",
