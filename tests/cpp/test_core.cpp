@@ -61,6 +61,18 @@ TEST(Dense, ConvertsBetweenDtypes) {
   EXPECT_EQ(h.values(), (std::vector<double>{1.0, -2.5, 1.0}));
 }
 
+TEST(Dense, CopiesContiguousTensorsOfTheSameDtype) {
+  HostTensor t({2, 3}, DType::f32);
+  t.set({1, 2, 3, 4, 5, 6});
+  std::vector<float> v = core::to_dense<float>(t.view);
+  EXPECT_EQ(v, (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  v[4] = -7;
+  core::from_dense(v, t.view);
+  EXPECT_EQ(t.values()[4], -7);
+  const std::vector<double> widened = core::to_dense<double>(t.view);  // contiguous, other dtype
+  EXPECT_EQ(widened[4], -7.0);
+}
+
 TEST(Parallel, VisitsEveryIndexOnceAndRethrows) {
   std::vector<std::atomic<int>> hits(1000);
   core::parallel_for(1000, [&](int64_t i) { hits[i]++; });
