@@ -18,6 +18,9 @@ from ._ops.linear_recurrence import linear_recurrence, linear_recurrence_backwar
 
 __version__ = "0.1.0"
 
+SeqmixError.__doc__ = ("Bad input to a seqmix op (a ValueError): the message names the function and the argument, "
+                       "what was expected and what was given.")
+
 
 def cuda_available() -> bool:
     """True when this build has its CUDA backend and a CUDA device is visible."""
