@@ -1,5 +1,5 @@
-"""torch custom ops for exact attention (padded and variable length through optional
-cu_seqlens), with fake kernels and autograd differentiable in q, k and v."""
+"""torch ops for exact attention (padded and variable length through optional cu_seqlens):
+custom ops with fake kernels and autograd differentiable in q, k and v, and an eager path."""
 
 from __future__ import annotations
 
@@ -8,23 +8,21 @@ from typing import Optional
 import torch
 
 from .._ops import attention as ops
-from ._common import XP, state_dtype
+from ._common import XP, TorchOp, state_dtype
 
 
-@torch.library.custom_op("seqmix::attention_fwd", mutates_args=())
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
              cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, causal: bool,
              deterministic: bool, impl: str) -> tuple[torch.Tensor, torch.Tensor]:
     return ops.forward(XP, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, impl)
 
 
-@_forward.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, deterministic, impl):
+def _forward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, scale, causal, deterministic,
+                  impl):
     return (q.new_empty(ops.out_shape(q, v)),
             q.new_empty(ops.lse_shape(q, cu_seqlens_q is not None), dtype=state_dtype(q)))
 
 
-@torch.library.custom_op("seqmix::attention_bwd", mutates_args=())
 def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
               cu_seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, out: torch.Tensor,
               lse: torch.Tensor, dout: torch.Tensor, d_lse: Optional[torch.Tensor], scale: float, causal: bool,
@@ -33,9 +31,8 @@ def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: O
                         scale, causal, deterministic, impl)
 
 
-@_backward.register_fake
-def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse, dout, d_lse, scale, causal,
-      deterministic, impl):
+def _backward_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, out, lse, dout, d_lse, scale,
+                   causal, deterministic, impl):
     return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
 
 
@@ -47,23 +44,26 @@ def _setup_context(ctx, inputs, output):
     ctx.scale, ctx.causal, ctx.deterministic, ctx.impl = scale, causal, deterministic, impl
 
 
-def _autograd_backward(ctx, dout, d_lse):
-    q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse = ctx.saved_tensors
-    # lse is an output too: a caller that uses it downstream sends its gradient here.
-    dq, dk, dv = _backward(q, k, v, cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlen, out, lse, dout.contiguous(),
-                           None if d_lse is None else d_lse.contiguous(), ctx.scale, ctx.causal, ctx.deterministic,
-                           ctx.impl)
-    return dq, dk, dv, None, None, None, None, None, None, None, None
+def _make_backward(run_backward):
+    def backward(ctx, dout, d_lse):
+        q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse = ctx.saved_tensors
+        # lse is an output too: a caller that uses it downstream sends its gradient here.
+        dq, dk, dv = run_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlen, out, lse, dout.contiguous(),
+                                  None if d_lse is None else d_lse.contiguous(), ctx.scale, ctx.causal,
+                                  ctx.deterministic, ctx.impl)
+        return dq, dk, dv, None, None, None, None, None, None, None, None
+
+    return backward
 
 
-_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+_op = TorchOp("attention", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward)
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, deterministic=False,
                     impl="automatic"):
     """torch version of :func:`seqmix.flash_attn_func` (same arguments), differentiable in
     q, k and v (and through the returned lse when it is used)."""
-    out, lse = _forward(q, k, v, None, None, 0, 0, ops.default_scale(q, softmax_scale), causal, deterministic, impl)
+    out, lse = _op(q, k, v, None, None, 0, 0, ops.default_scale(q, softmax_scale), causal, deterministic, impl)
     return (out, lse) if return_lse else out
 
 
@@ -71,6 +71,6 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            causal=False, return_lse=False, deterministic=False, impl="automatic"):
     """torch version of :func:`seqmix.flash_attn_varlen_func` (same arguments; cu_seqlens
     on the CPU), differentiable in q, k and v."""
-    out, lse = _forward(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
-                        ops.default_scale(q, softmax_scale), causal, deterministic, impl)
+    out, lse = _op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                   ops.default_scale(q, softmax_scale), causal, deterministic, impl)
     return (out, lse) if return_lse else out

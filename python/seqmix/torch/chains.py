@@ -1,5 +1,6 @@
-"""torch custom ops for the projection chain and the output chain, with fake kernels and
-autograd (each backward is itself a custom op, so torch.compile traces through it)."""
+"""torch ops for the projection chain and the output chain: custom ops with fake kernels and
+autograd (each backward is itself a custom op, so torch.compile traces through it), and an
+eager path."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import torch
 
 from .._ops import chains as ops
 from .._ops.chains import low_rank_gate  # noqa: F401  (serves torch tensors through projection_chain)
-from ._common import XP, absent, present
+from ._common import XP, TorchOp, absent, fake_grad, present
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -29,19 +30,16 @@ def _split(names: str) -> list[str]:
 # ---- projection chain ----
 
 
-@torch.library.custom_op("seqmix::projection_chain_fwd", mutates_args=())
 def _projection_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], widths: list[int],
                         activations: str, taus: list[float], dtypes: str, impl: str) -> list[torch.Tensor]:
     return ops.projection_forward(XP, x, weight, bias, widths, _split(activations), taus,
                                   [_dtype(d) for d in _split(dtypes)], impl)
 
 
-@_projection_forward.register_fake
-def _(x, weight, bias, widths, activations, taus, dtypes, impl):
+def _projection_forward_fake(x, weight, bias, widths, activations, taus, dtypes, impl):
     return [x.new_empty((x.shape[0], w), dtype=_dtype(d)) for w, d in zip(widths, _split(dtypes))]
 
 
-@torch.library.custom_op("seqmix::projection_chain_bwd", mutates_args=())
 def _projection_backward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], widths: list[int],
                          activations: str, taus: list[float], d_outputs: list[torch.Tensor],
                          impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -50,9 +48,8 @@ def _projection_backward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[t
     return dx, dweight, present(dbias, x)
 
 
-@_projection_backward.register_fake
-def _(x, weight, bias, widths, activations, taus, d_outputs, impl):
-    return torch.empty_like(x), torch.empty_like(weight), present(None if bias is None else torch.empty_like(bias), x)
+def _projection_backward_fake(x, weight, bias, widths, activations, taus, d_outputs, impl):
+    return torch.empty_like(x), torch.empty_like(weight), fake_grad(bias, x)
 
 
 def _projection_setup_context(ctx, inputs, output):
@@ -61,17 +58,20 @@ def _projection_setup_context(ctx, inputs, output):
     ctx.widths, ctx.activations, ctx.taus, ctx.dtypes, ctx.impl = widths, activations, taus, dtypes, impl
 
 
-def _projection_autograd(ctx, d_outputs):
-    x, weight, bias = ctx.saved_tensors
-    # A segment the loss never used has no gradient: it contributes zeros.
-    d_outputs = [x.new_zeros((x.shape[0], w), dtype=_dtype(d)) if g is None else g
-                 for g, w, d in zip(d_outputs, ctx.widths, _split(ctx.dtypes))]
-    dx, dweight, dbias = _projection_backward(x, weight, bias, ctx.widths, ctx.activations, ctx.taus, d_outputs,
-                                              ctx.impl)
-    return dx, dweight, absent(dbias, bias), None, None, None, None, None
+def _make_projection_backward(run_backward):
+    def backward(ctx, d_outputs):
+        x, weight, bias = ctx.saved_tensors
+        # A segment the loss never used has no gradient: it contributes zeros.
+        d_outputs = [x.new_zeros((x.shape[0], w), dtype=_dtype(d)) if g is None else g
+                     for g, w, d in zip(d_outputs, ctx.widths, _split(ctx.dtypes))]
+        dx, dweight, dbias = run_backward(x, weight, bias, ctx.widths, ctx.activations, ctx.taus, d_outputs, ctx.impl)
+        return dx, dweight, absent(dbias, bias), None, None, None, None, None
+
+    return backward
 
 
-_projection_forward.register_autograd(_projection_autograd, setup_context=_projection_setup_context)
+_projection = TorchOp("projection_chain", _projection_forward, _projection_forward_fake, _projection_backward,
+                      _projection_backward_fake, _projection_setup_context, _make_projection_backward)
 
 
 def projection_chain(x, weight, segments, bias=None, impl="automatic"):
@@ -80,33 +80,29 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic"):
     widths, activations, taus, dtypes = ops.parse_segments(segments)
     dtypes = [str(x.dtype).removeprefix("torch.") if d is None else d for d in dtypes]
     flat = x.reshape(-1, x.shape[-1]) if x.dim() > 2 else x
-    outputs = _projection_forward(flat, weight, bias, widths, _join(activations), taus, _join(dtypes), impl)
+    outputs = _projection(flat, weight, bias, widths, _join(activations), taus, _join(dtypes), impl)
     return [y.reshape(*x.shape[:-1], y.shape[-1]) if x.dim() > 2 else y for y in outputs]
 
 
 # ---- output chain ----
 
 
-@torch.library.custom_op("seqmix::output_chain_fwd", mutates_args=())
 def _output_forward(o: torch.Tensor, g: torch.Tensor, norm_weight: torch.Tensor, out_weight: torch.Tensor, eps: float,
                     impl: str) -> torch.Tensor:
     return ops.output_forward(XP, o, g, norm_weight, out_weight, eps, impl)
 
 
-@_output_forward.register_fake
-def _(o, g, norm_weight, out_weight, eps, impl):
+def _output_forward_fake(o, g, norm_weight, out_weight, eps, impl):
     return o.new_empty(ops.output_shape(o, out_weight))
 
 
-@torch.library.custom_op("seqmix::output_chain_bwd", mutates_args=())
 def _output_backward(o: torch.Tensor, g: torch.Tensor, norm_weight: torch.Tensor, out_weight: torch.Tensor,
                      dy: torch.Tensor, eps: float,
                      impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     return ops.output_backward(XP, o, g, norm_weight, out_weight, dy, eps, impl)
 
 
-@_output_backward.register_fake
-def _(o, g, norm_weight, out_weight, dy, eps, impl):
+def _output_backward_fake(o, g, norm_weight, out_weight, dy, eps, impl):
     return torch.empty_like(o), torch.empty_like(g), torch.empty_like(norm_weight), torch.empty_like(out_weight)
 
 
@@ -116,16 +112,20 @@ def _output_setup_context(ctx, inputs, output):
     ctx.eps, ctx.impl = eps, impl
 
 
-def _output_autograd(ctx, dy):
-    o, g, norm_weight, out_weight = ctx.saved_tensors
-    grads = _output_backward(o, g, norm_weight, out_weight, dy, ctx.eps, ctx.impl)
-    return (*grads, None, None)
+def _make_output_backward(run_backward):
+    def backward(ctx, dy):
+        o, g, norm_weight, out_weight = ctx.saved_tensors
+        grads = run_backward(o, g, norm_weight, out_weight, dy, ctx.eps, ctx.impl)
+        return (*grads, None, None)
+
+    return backward
 
 
-_output_forward.register_autograd(_output_autograd, setup_context=_output_setup_context)
+_output = TorchOp("output_chain", _output_forward, _output_forward_fake, _output_backward, _output_backward_fake,
+                  _output_setup_context, _make_output_backward)
 
 
 def output_chain(o, g, norm_weight, out_weight, eps=1e-5, impl="automatic"):
     """torch version of :func:`seqmix.output_chain` (same arguments), differentiable in o,
     g, norm_weight and out_weight."""
-    return _output_forward(o, g, norm_weight, out_weight, float(eps), impl)
+    return _output(o, g, norm_weight, out_weight, float(eps), impl)

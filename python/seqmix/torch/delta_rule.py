@@ -1,4 +1,4 @@
-"""torch custom ops for the gated delta rule, with fake kernels and autograd."""
+"""torch ops for the gated delta rule: custom ops with fake kernels and autograd, and an eager path."""
 
 from __future__ import annotations
 
@@ -7,22 +7,19 @@ from typing import Optional
 import torch
 
 from .._ops import delta_rule as ops
-from ._common import XP, absent, present, state_dtype
+from ._common import XP, TorchOp, absent, fake_grad, present, state_dtype
 
 
-@torch.library.custom_op("seqmix::delta_rule_fwd", mutates_args=())
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
              initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: float,
              use_qk_l2norm: bool, impl: str) -> tuple[torch.Tensor, torch.Tensor]:
     return ops.forward(XP, q, k, v, g, beta, initial_state, cu_seqlens, scale, use_qk_l2norm, impl)
 
 
-@_forward.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, scale, use_qk_l2norm, impl):
+def _forward_fake(q, k, v, g, beta, initial_state, cu_seqlens, scale, use_qk_l2norm, impl):
     return v.new_empty(v.shape, dtype=q.dtype), q.new_empty(ops.state_shape(q, v, cu_seqlens), dtype=state_dtype(q))
 
 
-@torch.library.custom_op("seqmix::delta_rule_bwd", mutates_args=())
 def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
               initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], do: torch.Tensor,
               d_final_state: torch.Tensor, scale: float, use_qk_l2norm: bool,
@@ -32,10 +29,9 @@ def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
     return dq, dk, dv, dg, dbeta, present(dh0, q)
 
 
-@_backward.register_fake
-def _(q, k, v, g, beta, initial_state, cu_seqlens, do, d_final_state, scale, use_qk_l2norm, impl):
+def _backward_fake(q, k, v, g, beta, initial_state, cu_seqlens, do, d_final_state, scale, use_qk_l2norm, impl):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(g),
-            torch.empty_like(beta), present(None if initial_state is None else torch.empty_like(initial_state), q))
+            torch.empty_like(beta), fake_grad(initial_state, q))
 
 
 def _setup_context(ctx, inputs, output):
@@ -44,20 +40,23 @@ def _setup_context(ctx, inputs, output):
     ctx.scale, ctx.use_qk_l2norm, ctx.impl = scale, use_qk_l2norm, impl
 
 
-def _autograd_backward(ctx, do, d_final_state):
-    q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
-    dq, dk, dv, dg, dbeta, dh0 = _backward(q, k, v, g, beta, initial_state, cu_seqlens, do.contiguous(),
-                                           d_final_state.contiguous(), ctx.scale, ctx.use_qk_l2norm, ctx.impl)
-    return dq, dk, dv, dg, dbeta, absent(dh0, initial_state), None, None, None, None
+def _make_backward(run_backward):
+    def backward(ctx, do, d_final_state):
+        q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
+        dq, dk, dv, dg, dbeta, dh0 = run_backward(q, k, v, g, beta, initial_state, cu_seqlens, do.contiguous(),
+                                                  d_final_state.contiguous(), ctx.scale, ctx.use_qk_l2norm, ctx.impl)
+        return dq, dk, dv, dg, dbeta, absent(dh0, initial_state), None, None, None, None
+
+    return backward
 
 
-_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+_op = TorchOp("delta_rule", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
                            use_qk_l2norm_in_kernel=False, cu_seqlens=None, impl="automatic"):
     """torch version of :func:`seqmix.chunk_gated_delta_rule` (same arguments and results),
     differentiable in q, k, v, g, beta and initial_state."""
-    o, final_state = _forward(q, k, v, g, beta, initial_state, cu_seqlens, ops.default_scale(q, scale),
-                              use_qk_l2norm_in_kernel, impl)
+    o, final_state = _op(q, k, v, g, beta, initial_state, cu_seqlens, ops.default_scale(q, scale),
+                         use_qk_l2norm_in_kernel, impl)
     return o, (final_state if output_final_state else None)

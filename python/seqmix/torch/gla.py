@@ -1,4 +1,4 @@
-"""torch custom ops for gated linear attention, with fake kernels and autograd."""
+"""torch ops for gated linear attention: custom ops with fake kernels and autograd, and an eager path."""
 
 from __future__ import annotations
 
@@ -7,22 +7,19 @@ from typing import Optional
 import torch
 
 from .._ops import gla as ops
-from ._common import XP, absent, present, state_dtype
+from ._common import XP, TorchOp, absent, fake_grad, present, state_dtype
 
 
-@torch.library.custom_op("seqmix::gla_fwd", mutates_args=())
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
              initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: float,
              impl: str) -> tuple[torch.Tensor, torch.Tensor]:
     return ops.forward(XP, q, k, v, g, initial_state, cu_seqlens, scale, impl)
 
 
-@_forward.register_fake
-def _(q, k, v, g, initial_state, cu_seqlens, scale, impl):
+def _forward_fake(q, k, v, g, initial_state, cu_seqlens, scale, impl):
     return v.new_empty(v.shape, dtype=q.dtype), q.new_empty(ops.state_shape(q, v, cu_seqlens), dtype=state_dtype(q))
 
 
-@torch.library.custom_op("seqmix::gla_bwd", mutates_args=())
 def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
               initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], do: torch.Tensor,
               d_final_state: torch.Tensor, scale: float,
@@ -31,10 +28,9 @@ def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor
     return dq, dk, dv, dg, present(dh0, q)
 
 
-@_backward.register_fake
-def _(q, k, v, g, initial_state, cu_seqlens, do, d_final_state, scale, impl):
+def _backward_fake(q, k, v, g, initial_state, cu_seqlens, do, d_final_state, scale, impl):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(g),
-            present(None if initial_state is None else torch.empty_like(initial_state), q))
+            fake_grad(initial_state, q))
 
 
 def _setup_context(ctx, inputs, output):
@@ -43,19 +39,22 @@ def _setup_context(ctx, inputs, output):
     ctx.scale, ctx.impl = scale, impl
 
 
-def _autograd_backward(ctx, do, d_final_state):
-    q, k, v, g, initial_state, cu_seqlens = ctx.saved_tensors
-    dq, dk, dv, dg, dh0 = _backward(q, k, v, g, initial_state, cu_seqlens, do.contiguous(),
-                                    d_final_state.contiguous(), ctx.scale, ctx.impl)
-    return dq, dk, dv, dg, absent(dh0, initial_state), None, None, None
+def _make_backward(run_backward):
+    def backward(ctx, do, d_final_state):
+        q, k, v, g, initial_state, cu_seqlens = ctx.saved_tensors
+        dq, dk, dv, dg, dh0 = run_backward(q, k, v, g, initial_state, cu_seqlens, do.contiguous(),
+                                           d_final_state.contiguous(), ctx.scale, ctx.impl)
+        return dq, dk, dv, dg, absent(dh0, initial_state), None, None, None
+
+    return backward
 
 
-_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+_op = TorchOp("gla", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward)
 
 
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
               impl="automatic"):
     """torch version of :func:`seqmix.chunk_gla` (same arguments and results), differentiable
     in q, k, v, g and initial_state."""
-    o, final_state = _forward(q, k, v, g, initial_state, cu_seqlens, ops.default_scale(q, scale), impl)
+    o, final_state = _op(q, k, v, g, initial_state, cu_seqlens, ops.default_scale(q, scale), impl)
     return o, (final_state if output_final_state else None)

@@ -1,4 +1,4 @@
-"""torch custom ops for the dense linear recurrence, with fake kernels and autograd."""
+"""torch ops for the dense linear recurrence: custom ops with fake kernels and autograd, and an eager path."""
 
 from __future__ import annotations
 
@@ -7,31 +7,26 @@ from typing import Optional
 import torch
 
 from .._ops import linear_recurrence as ops
-from ._common import XP, absent, present
+from ._common import XP, TorchOp, absent, fake_grad, present
 
 
-@torch.library.custom_op("seqmix::linear_recurrence_fwd", mutates_args=())
 def _forward(A: torch.Tensor, b: torch.Tensor, initial_state: Optional[torch.Tensor], method: str,
              impl: str) -> tuple[torch.Tensor, torch.Tensor]:
     return ops.forward(XP, A, b, initial_state, method, impl)
 
 
-@_forward.register_fake
-def _(A, b, initial_state, method, impl):
+def _forward_fake(A, b, initial_state, method, impl):
     return torch.empty_like(b), b.new_empty((b.shape[0], b.shape[2], b.shape[3]))
 
 
-@torch.library.custom_op("seqmix::linear_recurrence_bwd", mutates_args=())
 def _backward(A: torch.Tensor, b: torch.Tensor, initial_state: Optional[torch.Tensor], dh: torch.Tensor,
               d_final_state: torch.Tensor, method: str, impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     dA, db, dh0 = ops.backward(XP, A, b, initial_state, dh, d_final_state, method, impl)
     return dA, db, present(dh0, b)
 
 
-@_backward.register_fake
-def _(A, b, initial_state, dh, d_final_state, method, impl):
-    return (torch.empty_like(A), torch.empty_like(b),
-            present(None if initial_state is None else torch.empty_like(initial_state), b))
+def _backward_fake(A, b, initial_state, dh, d_final_state, method, impl):
+    return torch.empty_like(A), torch.empty_like(b), fake_grad(initial_state, b)
 
 
 def _setup_context(ctx, inputs, output):
@@ -40,17 +35,22 @@ def _setup_context(ctx, inputs, output):
     ctx.method, ctx.impl = method, impl
 
 
-def _autograd_backward(ctx, dh, d_final_state):
-    A, b, initial_state = ctx.saved_tensors
-    dA, db, dh0 = _backward(A, b, initial_state, dh.contiguous(), d_final_state.contiguous(), ctx.method, ctx.impl)
-    return dA, db, absent(dh0, initial_state), None, None
+def _make_backward(run_backward):
+    def backward(ctx, dh, d_final_state):
+        A, b, initial_state = ctx.saved_tensors
+        dA, db, dh0 = run_backward(A, b, initial_state, dh.contiguous(), d_final_state.contiguous(), ctx.method,
+                                   ctx.impl)
+        return dA, db, absent(dh0, initial_state), None, None
+
+    return backward
 
 
-_forward.register_autograd(_autograd_backward, setup_context=_setup_context)
+_op = TorchOp("linear_recurrence", _forward, _forward_fake, _backward, _backward_fake, _setup_context,
+              _make_backward)
 
 
 def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, impl="automatic"):
     """torch version of :func:`seqmix.linear_recurrence` (same arguments), differentiable
     in A, b and h0."""
-    h, final_state = _forward(A, b, h0, method, impl)
+    h, final_state = _op(A, b, h0, method, impl)
     return (h, final_state) if output_final_state else h
