@@ -1,6 +1,7 @@
 """The GPU suite of `seqmix bench` on the CPU: argument handling, the gated-scan case
 builders on tiny CPU tensors, a whole case run with a wall-clock timer, the Markdown and
-JSON reports, and the plots. (The CUDA timing itself runs only on a GPU machine.)"""
+JSON reports, and the plots. The CUDA timers run against a fake torch that logs the order
+of operations; the timings themselves run only on a GPU machine."""
 
 from __future__ import annotations
 
@@ -35,12 +36,17 @@ def gs(monkeypatch):
 
 
 class WallTimer:
-    """Stands in for CudaTimer on the CPU: same interface, wall-clock median."""
+    """Stands in for CudaTimer on the CPU: same interface, wall-clock median. Its "graph"
+    calls ``fn`` once with ``capturing`` set (where a method may raise as an uncapturable
+    op does) and "replays" by calling ``fn`` again with ``replaying`` set."""
 
     flush_size = 0
 
     def __init__(self):
         self.calls = 0
+        self.graph_calls = 0
+        self.graph_failure = None
+        self.capturing = self.replaying = False
 
     def median_ms(self, fn, reps, warmup, before=None):
         times = []
@@ -54,6 +60,25 @@ class WallTimer:
                 times.append((time.perf_counter() - t0) * 1e3)
         return statistics.median(times)
 
+    def graph_median_ms(self, fn, reps, warmup, before=None):
+        self.graph_calls += 1
+        self.graph_failure = None
+        try:
+            for _ in range(warmup):
+                fn()
+            self.capturing = True
+            fn()
+        except Exception as e:
+            self.graph_failure = f"{type(e).__name__}: {e}"
+            return None
+        finally:
+            self.capturing = False
+        self.replaying = True
+        try:
+            return self.median_ms(fn, reps, 0, before)
+        finally:
+            self.replaying = False
+
 
 class NoProgress:
     def step(self, label):
@@ -63,12 +88,12 @@ class NoProgress:
 CEILINGS = {"copy": {"GB/s": 100.0, "bytes": 2 << 30, "ms": 1.0}, "gemm": {"TFLOP/s": 1.0, "n": 4096, "ms": 1.0}}
 
 
-def run_cases(torch, cases, reps=2):
+def run_cases(torch, cases, reps=2, timer=None):
     from seqmix.bench.gpu import suite
 
     settings = suite.Settings(True, reps, 1)
-    return [row for case in cases for row in suite.run_case(torch, WallTimer(), case, settings, CEILINGS,
-                                                             NoProgress())]
+    timer = timer or WallTimer()
+    return [row for case in cases for row in suite.run_case(torch, timer, case, settings, CEILINGS, NoProgress())]
 
 
 # --- arguments -------------------------------------------------------------------------
@@ -199,7 +224,7 @@ def test_run_case_on_cpu_fills_every_row(gs, torch):
     for r in rows:
         if r.method == "fla chunk_hgrn" and not fla_present:
             assert r.status.startswith("refused: RuntimeError: fla is not importable"), r.status
-            assert r.ms is None and r.speedup == {}
+            assert r.ms is None and r.speedup == {} and r.ms_graph is None and r.speedup_graph == {}
             continue
         if r.method == "fla chunk_hgrn":  # fla's Triton kernels do not run on CPU tensors
             assert r.status.startswith("refused"), r.status
@@ -208,10 +233,18 @@ def test_run_case_on_cpu_fills_every_row(gs, torch):
         assert r.ms > 0 and r.work > 0 and r.pct_of_ceiling == pytest.approx(100 * r.work / 100.0)
         bound = 1e-2 if r.case == "scan kernel" else 2e-2
         assert 0 < r.max_rel_err < bound, (r.method, r.direction, r.max_rel_err)
-    times = {(r.shape, r.direction, r.method): r.ms for r in rows}
-    for r in rows:
-        for base, x in r.speedup.items():
-            assert base != r.method and x == pytest.approx(times[(r.shape, r.direction, base)] / r.ms)
+        if r.direction == "fwd":  # the forward is also timed as graph replays
+            assert r.ms_graph > 0, r.method
+        else:
+            assert r.ms_graph is None and r.speedup_graph == {}, (r.method, r.direction)
+    for time_of, speedup_of in (("ms", "speedup"), ("ms_graph", "speedup_graph")):
+        times = {(r.shape, r.direction, r.method): getattr(r, time_of) for r in rows}
+        for r in rows:
+            for base, x in getattr(r, speedup_of).items():
+                want = times[(r.shape, r.direction, base)] / getattr(r, time_of)
+                assert base != r.method and x == pytest.approx(want)
+    layer_fwd = next(r for r in rows if (r.method, r.direction) == ("seqmix semi-fused", "fwd"))
+    assert set(layer_fwd.speedup_graph) == {"three-kernel", "torch.compile unfused"}
     seqmix_fwd = next(r for r in rows if (r.method, r.direction) == ("seqmix", "fwd"))
     timed_baselines = {r.method for r in rows if r.case == "scan kernel" and r.ms and r.method in cases[0].speedup_over}
     assert set(seqmix_fwd.speedup) == timed_baselines >= {"torch eager", "torch.compile"}
@@ -235,12 +268,47 @@ def test_failures_are_reported_not_raised(gs, torch):
     assert status[("fwd", "seqmix")] == "ok"
     assert status[("fwd", "broken baseline")] == "refused: MemoryError: out of memory here"
     assert status[("bwd", "broken seqmix")] == "error: MemoryError: out of memory here"
-    assert status[("fwd", "seqmix off by a lot")] == "error: max rel err 1.0e+00 above the 1e-02 bound"
+    assert status[("fwd", "seqmix off by a lot")] == "error: max rel err 1.0e+00 above the 1e-02 bound"  # no graph
     assert status[("bwd", "seqmix off by a lot")].startswith("error: max rel err")
 
     case.make_inputs = lambda: boom(None)
     rows = run_cases(torch, [case])
     assert len(rows) == 12 and {r.status for r in rows} == {"error: making the inputs: MemoryError: out of memory here"}
+
+
+def test_graph_capture_failures_are_recorded_and_the_run_goes_on(gs, torch):
+    """A method that raises while captured (an op that synchronises, say) keeps its event
+    time and says why it has no graph time; one whose replays compute something else has
+    its graph time dropped; the methods after them are timed both ways."""
+    from seqmix.bench.gpu.case import Method
+
+    timer = WallTimer()
+    case = gs.layer_case(2, 16, d=16, dv=8, device="cpu")
+    semi_fused, three_kernel, compiled_layer = case.methods
+
+    def uncapturable(x):
+        if timer.capturing:
+            raise RuntimeError("operation not permitted when stream is capturing\nmore detail")
+        return three_kernel.run(x)
+
+    def replays_differ(x):
+        y = compiled_layer.run(x)
+        return 2 * y if timer.replaying else y
+
+    case.methods = [Method("three-kernel", uncapturable, three_kernel.work),
+                    Method("torch.compile unfused", replays_differ, compiled_layer.work, baseline=True), semi_fused]
+    rows = {(r.direction, r.method): r for r in run_cases(torch, [case], timer=timer)}
+    assert timer.graph_calls == 3  # one capture per forward measurement, none for fwd+bwd
+    stuck = rows[("fwd", "three-kernel")]
+    assert stuck.status == "ok; graph: not capturable: RuntimeError: operation not permitted when stream is capturing"
+    assert stuck.ms > 0 and stuck.ms_graph is None and stuck.speedup_graph == {}
+    differ = rows[("fwd", "torch.compile unfused")]
+    assert differ.status == "ok; graph: replay max rel err 1.0e+00 above the bound"
+    assert differ.ms > 0 and differ.ms_graph is None
+    mine = rows[("fwd", "seqmix semi-fused")]
+    assert mine.status == "ok" and mine.ms_graph > 0
+    assert set(mine.speedup) == {"three-kernel", "torch.compile unfused"} and mine.speedup_graph == {}
+    assert all(rows[("fwd+bwd", m.name)].status == "ok" for m in case.methods)
 
 
 def test_backward_that_cannot_run_twice_rebuilds_its_graph(gs, torch):
@@ -269,13 +337,52 @@ def test_backward_that_cannot_run_twice_rebuilds_its_graph(gs, torch):
 
 
 class FakeCuda:
-    """Just enough of torch for CudaTimer: events on a fake clock, a logged flush."""
+    """Just enough of torch for CudaTimer: events on a fake clock, a logged flush, streams
+    and CUDA graphs whose capture and replays are logged (a replay takes the next of
+    ``replay_ms``)."""
 
     int32 = "int32"
 
-    def __init__(self, l2_bytes=50 << 20):
-        self.log, self.now = [], 0.0
+    def __init__(self, l2_bytes=50 << 20, replay_ms=()):
+        self.log, self.now, self.capturing = [], 0.0, False
+        replay_ms = iter(replay_ms)
         fake = self
+
+        class Stream:
+            def __init__(self, name="side"):
+                self.name = name
+
+            def wait_stream(self, other):
+                fake.log.append(f"{self.name} waits for {other.name}")
+
+        class UseStream:
+            def __init__(self, stream):
+                self.stream = stream
+
+            def __enter__(self):
+                fake.log.append(f"on {self.stream.name}")
+
+            def __exit__(self, *exc):
+                fake.log.append("on main")
+
+        class CUDAGraph:
+            def replay(self):
+                fake.log.append("replay")
+                fake.now += next(replay_ms)
+
+        class Capture:
+            def __init__(self, graph):
+                assert isinstance(graph, CUDAGraph)
+
+            def __enter__(self):
+                fake.log.append("capture")
+                fake.capturing = True
+
+            def __exit__(self, exc_type, *exc):
+                fake.capturing = False
+                fake.log.append("end capture")
+                if exc_type:  # as torch's capture_end on an invalidated capture
+                    raise RuntimeError("CUDA error: operation failed due to a previous error during capture")
 
         class Event:
             def __init__(self, enable_timing):
@@ -296,7 +403,9 @@ class FakeCuda:
             L2_cache_size = l2_bytes
 
         self.cuda = type("cuda", (), {"Event": Event, "synchronize": lambda: fake.log.append("sync"),
-                                      "get_device_properties": lambda device: Props()})
+                                      "get_device_properties": lambda device: Props(), "Stream": Stream,
+                                      "current_stream": lambda: Stream("main"), "stream": UseStream,
+                                      "CUDAGraph": CUDAGraph, "graph": Capture})
         self.empty = lambda n, dtype, device: fake.log.append(("alloc", n, dtype, device)) or Buffer()
 
 
@@ -318,6 +427,47 @@ def test_cuda_timer_flushes_outside_the_timed_region_and_takes_the_median():
     assert fake.log[1:] == ["before", "fn"] * 2 + ["before", "flush", "record", "fn", "record"] * 3 + ["sync"]
 
 
+def test_graph_timer_warms_up_on_a_side_stream_captures_once_and_times_replays():
+    from seqmix.bench.gpu.timing import CudaTimer
+
+    fake = FakeCuda(replay_ms=[100.0, 4.0, 2.0, 8.0])  # the untimed upload replay, then three timed
+    timer = CudaTimer(fake, 1 << 20)
+    fake.log.clear()
+
+    def fn():
+        fake.log.append("fn captured" if fake.capturing else "fn")
+
+    ms = timer.graph_median_ms(fn, reps=3, warmup=2, before=lambda: fake.log.append("before"))
+    assert ms == 4.0 and timer.graph_failure is None
+    assert fake.log == (["side waits for main", "on side", "fn", "fn", "on main", "main waits for side",
+                         "capture", "fn captured", "end capture", "replay"]
+                        + ["before", "flush", "record", "replay", "record"] * 3 + ["sync"])
+
+
+def test_graph_timer_returns_none_when_capture_fails_and_stays_usable():
+    from seqmix.bench.gpu.timing import CudaTimer
+
+    fake = FakeCuda(replay_ms=[1.0, 3.0])
+    timer = CudaTimer(fake, 1 << 20)
+    fake.log.clear()
+
+    def synchronising_op():
+        fake.log.append("fn")
+        if fake.capturing:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing")
+
+    assert timer.graph_median_ms(synchronising_op, reps=3, warmup=1) is None
+    # the error fn raised, not the vaguer one that ending the capture raised after it
+    assert timer.graph_failure == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
+    assert fake.log[-3:] == ["capture", "fn", "end capture"] and "replay" not in fake.log  # capture ended
+    fake.log.clear()
+    assert timer.median_ms(lambda: fake.log.append("fn"), reps=1, warmup=0) == 0.0
+    assert fake.log == ["flush", "record", "fn", "record", "sync"]
+
+    assert timer.graph_median_ms(lambda: None, reps=1, warmup=0) == 3.0  # a success clears the reason
+    assert timer.graph_failure is None
+
+
 def test_run_writes_the_report_and_returns_the_status(gs, torch, monkeypatch, tmp_path, capsys):
     """suite.run's glue on the CPU: the GPU parts (device checks, environment, timer,
     ceilings) replaced by stand-ins, the cases tiny CPU ones."""
@@ -337,6 +487,7 @@ def test_run_writes_the_report_and_returns_the_status(gs, torch, monkeypatch, tm
     out, err = capsys.readouterr()
     assert out.startswith("# seqmix GPU benchmark: NVIDIA H100 80GB HBM3")
     assert "seqmix bench on NVIDIA H100 80GB HBM3 (quick suite: gated_scan)" in err and "wrote " in err
+    assert "without a graph replay time" not in err
     assert (tmp_path / "out" / "results.md").read_text() == out
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved == json.loads(extra.read_text())
@@ -348,6 +499,18 @@ def test_run_writes_the_report_and_returns_the_status(gs, torch, monkeypatch, tm
     monkeypatch.setattr(suite, "build_cases", lambda ops, quick: [broken])
     assert suite.run(["gated_scan"], True, out=tmp_path / "again") == 1
     assert "3 seqmix row(s) failed" in capsys.readouterr().err
+
+    class NoGraphs(WallTimer):  # as on a GPU where nothing can be captured
+        def graph_median_ms(self, fn, reps, warmup, before=None):
+            self.graph_failure = "RuntimeError: capture refused"
+            return None
+
+    monkeypatch.setattr(timing, "CudaTimer", lambda torch, size: NoGraphs())
+    monkeypatch.setattr(suite, "build_cases", lambda ops, quick: [gs.scan_case(2, 16, 8, device="cpu")])
+    assert suite.run(["gated_scan"], True, out=tmp_path / "no-graphs") == 0  # event times still count
+    out, err = capsys.readouterr()
+    assert "4 row(s) without a graph replay time" in err  # every ok fwd row; fla is refused on the CPU
+    assert out.count("; graph: not capturable: RuntimeError: capture refused |") == 4
 
 
 def test_ceilings_and_timer_interface_on_cpu(torch):
@@ -441,12 +604,46 @@ def test_markdown_has_header_formulas_tables_and_headline(results):
                   "0.1.0 (commit abc123)", "device copy **100 GB/s**", "bf16 GEMM **1 TFLOP/s**", "4096³",
                   "median of 1 repetitions", "(256 MiB written)", "## gated_scan: scan kernel",
                   "## gated_scan: semi-fused layer", "fwd with gate 4·N·2", "float64 token-by-token loop",
-                  "**Headline**: speed-up of seqmix semi-fused over three-kernel.", "| shape | fwd | fwd+bwd |",
-                  "vs fla chunk_hgrn | vs torch eager | vs torch.compile |", "% of copy"):
+                  "**Headline**: speed-up of seqmix semi-fused over three-kernel, from the event times (fwd, "
+                  "fwd+bwd) and from the graph replays (fwd, with both replay times).",
+                  "| shape | fwd | fwd+bwd | fwd (graph) | fwd ms (graph): seqmix semi-fused / three-kernel |",
+                  "| shape | dir | method | ms | ms (graph) | GB/s | % of copy | vs fla chunk_hgrn | vs torch eager "
+                  "| vs torch.compile | max rel err | status |",
+                  "**ms**: CUDA events around each call", "**ms (graph)**: the call captured once into a CUDA graph",
+                  "replaying a backward through autograd is out of scope"):
         assert piece in text, piece
     table_rows = [line for line in text.splitlines() if line.startswith("| B")]
     assert len(table_rows) == len(results["rows"]) + 3  # every row, plus the headline's three shapes
     assert text.index("## gated_scan: scan kernel") < text.index("## gated_scan: semi-fused layer")
+    for r in results["rows"]:  # the graph time next to the event time; '-' where not measured
+        assert r["direction"] == "fwd" or r["ms_graph"] is None
+        prefix = f"| {r['shape']} | {r['direction']} | {r['method']} | {report._ms(r['ms'])} | "
+        assert any(line.startswith(prefix + f"{report._ms(r['ms_graph'])} | ") for line in table_rows), r
+    rows = {(r["shape"], r["direction"], r["method"]): r for r in results["rows"]}
+    for shape in ("B1 T32 d16 dv8 bf16", "B2 T64 d16 dv8 bf16", "B1 T64 d16 dv8 bf16"):
+        mine, base = rows[(shape, "fwd", "seqmix semi-fused")], rows[(shape, "fwd", "three-kernel")]
+        cells = [report._times(rows[(shape, d, "seqmix semi-fused")]["speedup"]["three-kernel"])
+                 for d in ("fwd", "fwd+bwd")]
+        cells += [report._times(mine["speedup_graph"]["three-kernel"]),
+                  f"{report._ms(mine['ms_graph'])} / {report._ms(base['ms_graph'])}"]
+        assert f"| {shape} | " + " | ".join(cells) + " |" in table_rows, shape
+
+
+def test_markdown_of_results_without_graph_times(results):
+    """A row without a graph time (not capturable, or a results.json from before graph
+    timing) renders '-' in its graph cells."""
+    from seqmix.bench.gpu import report
+
+    for r in results["rows"]:
+        r["ms_graph"], r["speedup_graph"] = None, {}
+    blank = report.markdown(results)
+    for r in results["rows"]:
+        del r["ms_graph"], r["speedup_graph"]
+    assert report.markdown(results) == blank
+    table_rows = [line for line in blank.splitlines() if line.startswith("| B")]
+    assert all(line.split(" | ")[4] == "-" for line in table_rows[:15])  # the scan rows' ms (graph)
+    headline_rows = [line for line in table_rows if line.count(" | ") == 4]
+    assert len(headline_rows) == 3 and all(line.endswith(" | - | - / - |") for line in headline_rows)
 
 
 def test_json_round_trip_renders_the_same(results, tmp_path):
@@ -509,9 +706,16 @@ def test_plot_logic_with_a_stand_in_matplotlib(results, tmp_path, monkeypatch):
                                                  "torch.compile"]
     scan_axes[0][0].axhline.assert_called_once()
     assert scan_axes[0][0].axhline.call_args.args == (100.0,)  # the copy ceiling
-    lines = layer_axes[0][0].plot.call_args_list  # fwd: one line per B, points sorted by T
-    assert [c.kwargs["label"] for c in lines] == ["B = 1", "B = 2"]
+    lines = layer_axes[0][0].plot.call_args_list  # fwd: one line per B, points sorted by T, then graph replays
+    assert [c.kwargs["label"] for c in lines] == ["B = 1", "B = 2", "B = 1 (graph)", "B = 2 (graph)"]
     assert list(lines[0].args[0]) == [32, 64] and list(lines[1].args[0]) == [64]
+    assert [c.kwargs["linestyle"] for c in lines] == ["-", "-", "--", "--"]
+    assert [c.kwargs["color"] for c in lines] == ["C0", "C1", "C0", "C1"]  # one colour per B
+    graph_fwd = {(r["params"]["B"], r["params"]["T"]): r["speedup_graph"]["three-kernel"] for r in results["rows"]
+                 if (r["case"], r["direction"], r["method"]) == ("semi-fused layer", "fwd", "seqmix semi-fused")}
+    assert list(lines[2].args[1]) == [graph_fwd[(1, 32)], graph_fwd[(1, 64)]]
+    fwd_bwd = layer_axes[0][1].plot.call_args_list  # no graph replays of fwd+bwd
+    assert [c.kwargs["label"] for c in fwd_bwd] == ["B = 1", "B = 2"]
     assert plt.close.call_count == 2
 
 

@@ -2,7 +2,8 @@
 
 A Case is one op at one shape. It builds its inputs on demand (so only one case's
 tensors live at a time) and offers Methods: seqmix and its baselines, all run on the
-same inputs. Each method is timed per direction ("fwd", "bwd", "fwd+bwd") into a Row.
+same inputs. Each method is timed per direction ("fwd", "bwd", "fwd+bwd") into a Row;
+the forward is also timed as CUDA-graph replays (GRAPH_DIRECTIONS).
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ import math
 from typing import Any, Callable, Optional
 
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
+# Directions also timed as CUDA-graph replays: the forward only (replaying a backward
+# through autograd is out of scope).
+GRAPH_DIRECTIONS = ("fwd",)
 
 
 @dataclasses.dataclass
@@ -67,8 +71,11 @@ class Row:
     pct_of_ceiling: Optional[float]
     speedup: dict                    # baseline -> t_baseline / t_method
     max_rel_err: Optional[float]
-    status: str                      # "ok", "refused: <reason>" or "error: <msg>"
+    status: str                      # "ok", "refused: <reason>" or "error: <msg>", then
+                                     # "; graph: <why>" when ms_graph was not measured
     params: dict
+    ms_graph: Optional[float] = None  # median CUDA-graph replay (GRAPH_DIRECTIONS), else None
+    speedup_graph: dict = dataclasses.field(default_factory=dict)  # baseline -> from ms_graph
 
 
 def rate(work: float, ms: float, unit: str) -> float:

@@ -3,7 +3,8 @@
 
 A case kind names its figure in ``Case.plot``: "bandwidth" (the work rate of every method
 per shape, one panel per direction, the measured ceiling dashed) or "speedup_vs_T" (the
-headline speed-up against T, one line per B, one panel per direction).
+headline speed-up against T, one line per B, one panel per direction; dashed, the same
+from CUDA-graph replays where the direction has them).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from .case import GRAPH_DIRECTIONS
 from .ceilings import ceiling_for
 from .env import slug
 
@@ -42,10 +44,17 @@ def _speedup_vs_T(plt, case, rows, ceilings):
     directions = case["directions"]
     fig, axes = plt.subplots(1, len(directions), figsize=(5 * len(directions), 4), squeeze=False)
     for ax, direction in zip(axes[0], directions):
-        mine = [r for r in rows if (r["direction"], r["method"]) == (direction, method) and base in r["speedup"]]
-        for B in sorted({r["params"]["B"] for r in mine}):
-            points = sorted((r["params"]["T"], r["speedup"][base]) for r in mine if r["params"]["B"] == B)
-            ax.plot([t for t, _ in points], [s for _, s in points], marker="o", label=f"B = {B}")
+        timings = [("speedup", "", "-")]
+        if direction in GRAPH_DIRECTIONS:
+            timings.append(("speedup_graph", " (graph)", "--"))
+        batches = sorted({r["params"]["B"] for r in rows if r["direction"] == direction})
+        for key, suffix, style in timings:
+            mine = [r for r in rows
+                    if (r["direction"], r["method"]) == (direction, method) and base in r.get(key, {})]
+            for B in sorted({r["params"]["B"] for r in mine}):
+                points = sorted((r["params"]["T"], r[key][base]) for r in mine if r["params"]["B"] == B)
+                ax.plot([t for t, _ in points], [s for _, s in points], marker="o", linestyle=style,
+                        color=f"C{batches.index(B)}", label=f"B = {B}{suffix}")
         ax.axhline(1.0, color="k", linestyle="--", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("T")

@@ -10,6 +10,7 @@ import math
 import sys
 from pathlib import Path
 
+from .case import GRAPH_DIRECTIONS
 from .ceilings import CEILING_OF_UNIT
 
 MIB, GIB = 1 << 20, 1 << 30
@@ -105,27 +106,47 @@ def header(res: dict) -> list:
               f"({_num(copy.get('bytes') and copy['bytes'] / 2 / GIB, '.0f')} GiB bf16 tensor copied, bytes read "
               f"+ written), bf16 GEMM **{_num(gemm.get('TFLOP/s'), '.0f')} TFLOP/s** (torch.matmul, "
               f"{gemm.get('n')}³, 2·n³ FLOP).", "",
-              f"**Timing**: CUDA events around each call; {s.get('warmup')} warm-up calls, then the median of "
+              f"**Timing**, two ways, each after {s.get('warmup')} warm-up calls as the median of "
               f"{s.get('reps')} repetitions, the L2 cache flushed ({_num(flush_mib, '.0f')} MiB "
-              "written) before each, outside the timed region. **fwd** is the training forward (autograd "
+              "written) before each, outside the timed region. **ms**: CUDA events around each call, so it "
+              "includes the host's time to issue the call (Python, PyTorch dispatch), which dominates problems "
+              "whose GPU work takes a few tens of µs. **ms (graph)**: the call captured once into a CUDA graph "
+              "and the graph's replays timed, which leaves the GPU work and the short gaps between its kernels; "
+              f"measured for {', '.join(GRAPH_DIRECTIONS)} only (replaying a backward through autograd is out "
+              "of scope) where the event timing passed its check, the last replay's output checked against the "
+              "same reference, and '-' with the reason in the status where a method cannot be captured or its "
+              "replays differ. **fwd** is the training forward (autograd "
               "graph recorded); **bwd** times `torch.autograd.backward(y, dy)` alone (graph built once and "
               "kept with retain_graph, or rebuilt untimed where a method cannot run backward twice; gradients "
               "reset before each repetition); **fwd+bwd** both. "
-              "Speed-up vs X = t_X / t_method (above 1: the method is faster). Status: ok, refused (a baseline "
+              "Rates, % of ceiling and the vs X columns come from **ms**; speed-up vs X = t_X / t_method (above 1: the "
+              "method is faster). Status: ok, refused (a baseline "
               "that raised), or error (a failure, or max rel err above the case's bound).", ""]
     return lines
 
 
 def _headline(case: dict, rows: list) -> list:
+    """Speed-up of the headline method per shape: from the event times per direction, then
+    a column pair from the graph replays (speed-up, and both methods' replay times)."""
     method, base = case["headline"]
+    directions = case["directions"]
+    graphed = [d for d in directions if d in GRAPH_DIRECTIONS]
     shapes = list(dict.fromkeys(r["shape"] for r in rows))
-    lines = [f"**Headline**: speed-up of {method} over {base}.", "",
-             "| shape | " + " | ".join(case["directions"]) + " |", "|---|" + "---|" * len(case["directions"])]
+
+    def find(shape, d, name):
+        hit = [r for r in rows if (r["shape"], r["direction"], r["method"]) == (shape, d, name)]
+        return hit[0] if hit else {}
+
+    columns = list(directions) + [c for d in graphed for c in (f"{d} (graph)", f"{d} ms (graph): {method} / {base}")]
+    lines = [f"**Headline**: speed-up of {method} over {base}, from the event times ({', '.join(directions)}) and "
+             f"from the graph replays ({', '.join(graphed) or 'none'}, with both replay times).", "",
+             "| shape | " + " | ".join(columns) + " |", "|---|" + "---:|" * len(columns)]
     for shape in shapes:
-        cells = []
-        for d in case["directions"]:
-            hit = [r for r in rows if (r["shape"], r["direction"], r["method"]) == (shape, d, method)]
-            cells.append(_times(hit[0]["speedup"].get(base) if hit else None))
+        cells = [_times(find(shape, d, method).get("speedup", {}).get(base)) for d in directions]
+        for d in graphed:
+            mine, theirs = find(shape, d, method), find(shape, d, base)
+            cells += [_times(mine.get("speedup_graph", {}).get(base)),
+                      f"{_ms(mine.get('ms_graph'))} / {_ms(theirs.get('ms_graph'))}"]
         lines.append(f"| {shape} | " + " | ".join(cells) + " |")
     return lines + [""]
 
@@ -139,12 +160,12 @@ def case_section(case: dict, rows: list) -> list:
     if case.get("headline"):
         lines += _headline(case, rows)
     bases = case["speedup_over"]
-    lines += ["| shape | dir | method | ms | " + unit + f" | % of {ceiling_name} | "
+    lines += ["| shape | dir | method | ms | ms (graph) | " + unit + f" | % of {ceiling_name} | "
               + "".join(f"vs {b} | " for b in bases) + "max rel err | status |",
-              "|---|---|---|---:|---:|---:|" + "---:|" * len(bases) + "---:|---|"]
+              "|---|---|---|---:|---:|---:|---:|" + "---:|" * len(bases) + "---:|---|"]
     for r in rows:
         speedups = "".join(f"{_times(r['speedup'].get(b))} | " for b in bases)
-        lines.append(f"| {r['shape']} | {r['direction']} | {r['method']} | {_ms(r['ms'])} | "
+        lines.append(f"| {r['shape']} | {r['direction']} | {r['method']} | {_ms(r['ms'])} | {_ms(r.get('ms_graph'))} | "
                      f"{_num(r['work'], '.0f' if unit == 'GB/s' else '.1f')} | {_num(r['pct_of_ceiling'], '.0f')} | "
                      f"{speedups}{_num(r['max_rel_err'], '.1e')} | {_cell(r['status'])} |")
     return lines + [""]

@@ -1,7 +1,10 @@
 """Runs the GPU suite: ceilings first, then every case's methods per direction, each
-timed by the one helper and checked against the case's reference; then the report.
+timed with CUDA events and checked against the case's reference; the forward also timed
+as CUDA-graph replays (and their output checked too); then the report.
 
-A failing baseline never aborts the run: its rows read "refused: <reason>".
+A failing baseline never aborts the run: its rows read "refused: <reason>". A method
+that cannot be captured into a graph keeps its event timing; its status says why the
+graph timing is missing.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 
 from . import ceilings as ceilings_mod
-from .case import Row, rate, rel_err
+from .case import GRAPH_DIRECTIONS, Row, rate, rel_err
 
 # op -> module of this package whose cases(quick) lists the op's cases
 OPS = {"gated_scan": "gated_scan"}
@@ -50,8 +53,13 @@ def build_cases(ops, quick: bool) -> list:
 
 
 def _first_line(e: BaseException) -> str:
-    text = str(e).strip().splitlines()
-    return f"{type(e).__name__}: {text[0] if text else ''}".strip().rstrip(":")[:200]
+    return _clip(f"{type(e).__name__}: {str(e).strip()}")
+
+
+def _clip(text: str) -> str:
+    """The first line of an error's text, at most 200 characters, for a status cell."""
+    lines = str(text).strip().splitlines()
+    return (lines[0] if lines else "").strip().rstrip(":")[:200]
 
 
 def _measure(torch, timer, method, inputs, direction, settings):
@@ -119,7 +127,8 @@ def _row(case, method, direction, status="ok") -> Row:
 
 
 def measure_row(torch, timer, case, method, direction, inputs, settings, ceiling, references) -> Row:
-    """One row: time, rate, % of ceiling, max rel err and status (never raises)."""
+    """One row: time, rate, % of ceiling, max rel err and status; in GRAPH_DIRECTIONS the
+    graph replay time too (never raises)."""
     row = _row(case, method, direction)
     try:
         row.ms, y, grads = _measure(torch, timer, method, inputs, direction, settings)
@@ -140,7 +149,37 @@ def measure_row(torch, timer, case, method, direction, inputs, settings, ceiling
     if not err <= case.tolerance:
         row.status = (f"error: max rel err {err:.1e} above the {case.tolerance:.0e} bound" if math.isfinite(err)
                       else "error: non-finite or missing output")
+    if direction in GRAPH_DIRECTIONS and row.status == "ok":  # graph times of a correct method only
+        del y, grads  # the event timing's output is not needed any more: free it first
+        _time_graph_replays(torch, timer, case, method, inputs, settings, references, row)
     return row
+
+
+def _time_graph_replays(torch, timer, case, method, inputs, settings, references, row) -> None:
+    """row.ms_graph: the forward captured once into a CUDA graph and its replays timed,
+    which leaves the GPU work without the host's time per call. The last replay's output
+    is checked against the reference like the eager one. A method that cannot be captured
+    (or whose replays compute something else) keeps ms_graph None and its status says why."""
+    state = {}
+
+    def forward():
+        state["y"] = method.run(inputs)
+
+    ms = timer.graph_median_ms(forward, settings.reps, settings.warmup)
+    if ms is None:
+        _recover(torch)
+        row.status += "; graph: not capturable: " + _clip(timer.graph_failure)
+        return
+    try:
+        err = _max_rel_err(case, method, inputs, "fwd", state.get("y"), None, references)
+    except Exception as e:
+        row.status += "; graph: replay check failed: " + _first_line(e)
+        return
+    if err <= case.tolerance:
+        row.ms_graph = ms
+    else:
+        row.status += (f"; graph: replay max rel err {err:.1e} above the bound" if math.isfinite(err)
+                       else "; graph: replay output non-finite or missing")
 
 
 def _recover(torch):
@@ -155,15 +194,18 @@ def _recover(torch):
 
 def fill_speedups(rows, speedup_over) -> None:
     """speed-up of each row over each baseline of the same case, shape and direction:
-    t_baseline / t_method."""
-    times = {(r.shape, r.direction, r.method): r.ms for r in rows if r.ms}
-    for r in rows:
-        if not r.ms:
-            continue
-        for base in speedup_over:
-            t = times.get((r.shape, r.direction, base))
-            if t and base != r.method:
-                r.speedup[base] = t / r.ms
+    t_baseline / t_method, from the event times (speedup) and from the graph replay
+    times (speedup_graph)."""
+    for time_of, speedup_of in (("ms", "speedup"), ("ms_graph", "speedup_graph")):
+        times = {(r.shape, r.direction, r.method): getattr(r, time_of) for r in rows if getattr(r, time_of)}
+        for r in rows:
+            mine = getattr(r, time_of)
+            if not mine:
+                continue
+            for base in speedup_over:
+                t = times.get((r.shape, r.direction, base))
+                if t and base != r.method:
+                    getattr(r, speedup_of)[base] = t / mine
 
 
 def run_case(torch, timer, case, settings, ceilings, progress) -> list:
@@ -282,5 +324,9 @@ def run(ops, quick: bool, out=None, json_path=None, markdown_path=None, stream=N
     failed = [r for r in rows if r.status.startswith("error") and (r.op, r.case, r.method) not in baselines]
     if failed:
         print(f"seqmix bench: {len(failed)} seqmix row(s) failed (see the status column)", file=stream)
+    no_graph = [r for r in rows if "; graph: " in r.status]
+    if no_graph:
+        print(f"seqmix bench: {len(no_graph)} row(s) without a graph replay time (see the status column)",
+              file=stream)
     return 1 if failed else 0
 
