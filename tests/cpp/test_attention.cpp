@@ -190,8 +190,8 @@ TEST_P(AttentionBackward, OracleMatchesFiniteDifferences) {
   EXPECT_LT(rel_err(g.dv.values(), finite_difference(d.v, loss)), 1e-7);
 }
 
-TEST_P(AttentionBackward, FastMatchesOracle) {
-  const AttnCase c = GetParam();
+// The fast backward against the oracle's, on the same inputs and output gradients.
+void expect_fast_backward_matches_oracle(const AttnCase& c) {
   AttnData d = make_data(c);
   HostTensor dout = uniform(c.out_shape(), c.dtype), d_lse = uniform(c.lse_shape(), c.lse_dtype());
   const Grads fast = run_backward(c, d, dout, d_lse, Impl::fast);
@@ -199,6 +199,10 @@ TEST_P(AttentionBackward, FastMatchesOracle) {
   EXPECT_LT(rel_err(fast.dq, ref.dq), tolerance(c.dtype));
   EXPECT_LT(rel_err(fast.dk, ref.dk), tolerance(c.dtype));
   EXPECT_LT(rel_err(fast.dv, ref.dv), tolerance(c.dtype));
+}
+
+TEST_P(AttentionBackward, FastMatchesOracle) {
+  expect_fast_backward_matches_oracle(GetParam());
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -212,16 +216,7 @@ INSTANTIATE_TEST_SUITE_P(
 // differences would be slow there and add nothing.
 class AttentionBackwardTiles : public ::testing::TestWithParam<AttnCase> {};
 
-TEST_P(AttentionBackwardTiles, FastMatchesOracle) {
-  const AttnCase c = GetParam();
-  AttnData d = make_data(c);
-  HostTensor dout = uniform(c.out_shape(), c.dtype), d_lse = uniform(c.lse_shape(), c.lse_dtype());
-  const Grads fast = run_backward(c, d, dout, d_lse, Impl::fast);
-  const Grads ref = run_backward(c, d, dout, d_lse, Impl::reference);
-  EXPECT_LT(rel_err(fast.dq, ref.dq), tolerance(c.dtype));
-  EXPECT_LT(rel_err(fast.dk, ref.dk), tolerance(c.dtype));
-  EXPECT_LT(rel_err(fast.dv, ref.dv), tolerance(c.dtype));
-}
+TEST_P(AttentionBackwardTiles, FastMatchesOracle) { expect_fast_backward_matches_oracle(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionBackwardTiles,
