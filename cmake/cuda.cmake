@@ -30,12 +30,38 @@ if(SEQMIX_WITH_CUDA)
   set(CMAKE_CUDA_STANDARD 20)
 endif()
 
+# Which op folders of src/cuda to compile: "all" (the default), or a ;-separated list such
+# as "gated_scan;attention" (common/ is always built). Each compiled folder defines
+# SEQMIX_CUDA_<FOLDER> (upper case), which the op's dispatch and CUDA tests check; an op
+# whose kernels are left out refuses CUDA tensors with an error naming this option.
+set(SEQMIX_CUDA_KERNELS "all" CACHE STRING "src/cuda op folders to compile (;-separated) or all")
+
 function(seqmix_add_cuda_sources target)
   if(NOT SEQMIX_WITH_CUDA)
     return()
   endif()
-  file(GLOB_RECURSE cuda_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*.cu)
-  target_sources(${target} PRIVATE ${cuda_sources})
+  file(GLOB cuda_folders LIST_DIRECTORIES true RELATIVE ${PROJECT_SOURCE_DIR}/src/cuda
+       CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/*)
+  set(compiled "")
+  foreach(folder IN LISTS cuda_folders)
+    if(NOT IS_DIRECTORY ${PROJECT_SOURCE_DIR}/src/cuda/${folder})
+      continue()
+    endif()
+    if(folder STREQUAL "common" OR SEQMIX_CUDA_KERNELS STREQUAL "all" OR folder IN_LIST SEQMIX_CUDA_KERNELS)
+      file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/${folder}/*.cu)
+      target_sources(${target} PRIVATE ${sources})
+      if(NOT folder STREQUAL "common")
+        string(TOUPPER "${folder}" upper)
+        target_compile_definitions(${target} PUBLIC SEQMIX_CUDA_${upper}=1)
+        list(APPEND compiled ${folder})
+      endif()
+    endif()
+  endforeach()
+  set(SEQMIX_CUDA_COMPILED_FOLDERS "${compiled}" PARENT_SCOPE)
+  list(JOIN compiled "," joined)
+  set_property(SOURCE ${PROJECT_SOURCE_DIR}/src/core/runtime.cpp APPEND PROPERTY
+               COMPILE_DEFINITIONS "SEQMIX_CUDA_FOLDER_LIST=\"${joined}\"")
+  message(STATUS "seqmix: CUDA kernels for ${compiled}")
   target_compile_definitions(${target} PUBLIC SEQMIX_WITH_CUDA=1)
   target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr>)
   target_link_libraries(${target} PUBLIC CUDA::cudart_static)

@@ -27,9 +27,16 @@ def cuda_available() -> bool:
     return _C.built_with_cuda() and _C.cuda_device_count() > 0
 
 
+def cuda_kernels(op: str) -> bool:
+    """True when this build compiled the CUDA kernels of ``op`` (a folder of src/cuda, such
+    as "gated_scan" or "attention") and a CUDA device is visible. Builds may leave some
+    ops' kernels out (CMake option SEQMIX_CUDA_KERNELS); those ops refuse CUDA tensors."""
+    return cuda_available() and op in _C.cuda_kernel_ops()
+
+
 __all__ = [
     "SeqmixError", "attention_backward", "chunk_gated_delta_rule", "chunk_gated_delta_rule_backward", "chunk_gla",
-    "chunk_gla_backward", "cuda_available", "flash_attn_func", "flash_attn_varlen_func", "gated_scan",
+    "chunk_gla_backward", "cuda_available", "cuda_kernels", "flash_attn_func", "flash_attn_varlen_func", "gated_scan",
     "gated_scan_backward", "linear_recurrence", "linear_recurrence_backward", "low_rank_gate", "output_chain",
     "output_chain_backward", "projection_chain", "projection_chain_backward",
 ]

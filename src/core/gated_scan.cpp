@@ -7,7 +7,7 @@
 
 #include "cuda/gated_scan/params.hpp"  // plain C++: the tile length, also without CUDA
 
-#ifdef SEQMIX_WITH_CUDA
+#ifdef SEQMIX_CUDA_GATED_SCAN
 #include "cuda/common/device.hpp"
 #endif
 
@@ -58,7 +58,7 @@ void check_like_b(const core::Checker& check, const std::optional<Tensor>& t, co
   check.same_dtype(*t, arg, in.b.dtype, "b");
 }
 
-#ifdef SEQMIX_WITH_CUDA
+#ifdef SEQMIX_CUDA_GATED_SCAN
 cuda::BtdView btd(const std::optional<Tensor>& t) {
   if (!t) return {};
   return {t->data, t->strides[0], t->strides[1]};
@@ -141,9 +141,10 @@ void launch_by_dtype(DType dtype, const Launch& launch) {
 }
 #endif
 
-#ifndef SEQMIX_WITH_CUDA
+#ifndef SEQMIX_CUDA_GATED_SCAN
 [[noreturn]] void no_cuda(const core::Checker& check, const Tensor& b) {
-  check.fail("b", "a CPU tensor (this build has no CUDA backend)", b.device.str());
+  check.fail("b", "a CPU tensor (this build has no CUDA kernels for the gated scan; see SEQMIX_CUDA_KERNELS)",
+             b.device.str());
 }
 #endif
 
@@ -171,7 +172,7 @@ void gated_scan_forward(const GatedScanInputs& in, const GatedScanOutputs& out,
   check_like_b(check, out.y, "y", in);
   check_state_out(check, out.final_state, "final_state", problem, in.b.device);
   if (in.b.device.is_cuda()) {
-#ifdef SEQMIX_WITH_CUDA
+#ifdef SEQMIX_CUDA_GATED_SCAN
     if (options.impl == Impl::reference) check.fail("impl", "fast or automatic on a CUDA device", "reference");
     auto params = cuda_params(check, in, problem, options);
     params.y = btd(out.y);
@@ -207,7 +208,7 @@ void gated_scan_backward(const GatedScanInputs& in, const Tensor& dy,
                grads.d_initial_state ? "a tensor" : "none");
   check_state_out(check, grads.d_initial_state, "d_initial_state", problem, in.b.device);
   if (in.b.device.is_cuda()) {
-#ifdef SEQMIX_WITH_CUDA
+#ifdef SEQMIX_CUDA_GATED_SCAN
     if (options.impl == Impl::reference) check.fail("impl", "fast or automatic on a CUDA device", "reference");
     auto params = cuda_params(check, in, problem, options);
     params.dy = btd(dy);

@@ -44,3 +44,13 @@ def cuda_or_skip():
 
     if not seqmix.cuda_available():
         pytest.skip("no CUDA device: GPU test not run on this machine")
+
+
+def cuda_kernels_or_skip(op: str):
+    """Skips (visibly) without a CUDA device, or when this build left ``op``'s CUDA kernels
+    out (SEQMIX_CUDA_KERNELS)."""
+    import seqmix
+
+    cuda_or_skip()
+    if not seqmix.cuda_kernels(op):
+        pytest.skip(f"this build has no CUDA kernels for {op} (SEQMIX_CUDA_KERNELS)")
