@@ -93,6 +93,8 @@ cuda::GatedScanParams cuda_params(const core::Checker& check, const GatedScanInp
   params.seq = {static_cast<int64_t>(p.sequences.size()), in.cu_seqlens ? max_length : p.T,
                 in.cu_seqlens ? in.cu_seqlens->data : nullptr, in.cu_seqlens && in.cu_seqlens->dtype == DType::i64};
   params.D = p.D;
+  params.tensor_batches = p.B;
+  params.tensor_rows = p.T;
   params.tile_rows = cuda::tile_state_rows(p.B * p.T, params.seq.num_sequences);
   params.decay = static_cast<int>(p.decay);
   params.a = btd(in.a);

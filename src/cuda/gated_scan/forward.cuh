@@ -11,31 +11,38 @@
 
 namespace seqmix::cuda::scan {
 
-template <class T>
+// One thread's steps of a tile in registers: kStepsT steps of one channel vector.
+template <class T, int kStepsT = kSteps>
 struct ForwardTile {
-  Pack<T> a[kSteps], b[kSteps], z[kSteps];
+  static constexpr int kTileSteps = kStepsT;
+  Pack<T> a[kStepsT], b[kStepsT], z[kStepsT];
 
   __device__ void load(const GatedScanParams& p, const BlockCoords& c, int64_t tile, bool gated, bool need_b = true) {
-    // Masked steps must be the identity map: a factor of 1 (log 0; the logit saturates).
-    const float decay_identity = p.decay == 1 ? 0.f : p.decay == 2 ? 1e30f : 1.f;
+    const float decay_identity = ForwardTile::decay_identity(p);
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
+    for (int s = 0; s < kStepsT; ++s) {
       const int64_t t = c.step(tile, s);
       a[s] = scan::load<T>(p.a, c, t, p.D, p.vector_aligned, decay_identity);
       if (need_b) b[s] = scan::load<T>(p.b, c, t, p.D, p.vector_aligned, 0.f);
       if (gated) z[s] = scan::load<T>(p.z, c, t, p.D, p.vector_aligned, 0.f);
     }
   }
+  // What masked steps' a holds, so they are the identity map: a factor of 1 (log 0; the
+  // logit saturates).
+  __device__ static float decay_identity(const GatedScanParams& p) {
+    return p.decay == 1 ? 0.f : p.decay == 2 ? 1e30f : 1.f;
+  }
   // The factors of h_{t-1}, computed once per tile.
   template <int kVec>
-  __device__ void decays(const GatedScanParams& p, float (&x)[kSteps][kVec]) const {
+  __device__ void decays(const GatedScanParams& p, float (&x)[kStepsT][kVec]) const {
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s)
+    for (int s = 0; s < kStepsT; ++s)
 #pragma unroll
-      for (int i = 0; i < kVec; ++i) {
-        const float v = a[s][i];
-        x[s][i] = p.decay == 1 ? __expf(v) : p.decay == 2 ? sigmoid(v) : v;
-      }
+      for (int i = 0; i < kVec; ++i) x[s][i] = decay_of(p, a[s][i]);
+  }
+  // The factor of h_{t-1} given a_t in the params' form.
+  __device__ static float decay_of(const GatedScanParams& p, float a_value) {
+    return p.decay == 1 ? __expf(a_value) : p.decay == 2 ? sigmoid(a_value) : a_value;
   }
   // d(decay)/d(a), given the decay value.
   __device__ static float decay_grad(const GatedScanParams& p, float decay_value) {
@@ -43,13 +50,13 @@ struct ForwardTile {
   }
   // The thread's own map h ↦ A·h + H over its steps, given the decays x.
   template <int kVec>
-  __device__ void own_map(const float (&x)[kSteps][kVec], float (&A)[kVec], float (&H)[kVec]) const {
+  __device__ void own_map(const float (&x)[kStepsT][kVec], float (&A)[kVec], float (&H)[kVec]) const {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       A[i] = 1.f;
       H[i] = 0.f;
 #pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
+      for (int s = 0; s < kStepsT; ++s) {
         H[i] = x[s][i] * H[i] + b[s][i];
         A[i] *= x[s][i];
       }

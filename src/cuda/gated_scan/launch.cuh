@@ -1,41 +1,101 @@
 // Launchers: the grid, the split decision, and the launches in order.
 #pragma once
 
+#include <utility>
+
 #include "cuda/common/runtime.cuh"
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/gated_scan/backward.cuh"
+#include "cuda/gated_scan/staged_backward.cuh"
+#include "cuda/gated_scan/staged_forward.cuh"
 
 namespace seqmix::cuda::scan {
 
-// Splits per sequence so that (sequences × slabs × splits) blocks fill the GPU twice
-// over; 1 when the problem already does, or when there is no workspace for split maps.
-inline int64_t choose_splits(const GatedScanParams& p, int64_t slabs) {
+// Splits per sequence so that (sequences × slabs × splits) reach `target_blocks`; 1 when
+// the problem already does, or when there is no workspace for split maps. Splitting is
+// not free: the split maps cost a pass over a and b (z and dy backwards) first.
+inline int64_t choose_splits(const GatedScanParams& p, int64_t slabs, int64_t target_blocks) {
   if (!p.workspace) return 1;
+  const int64_t blocks = p.seq.num_sequences * slabs;
+  const int64_t tiles = scan_tiles(p.seq.T);
+  if (blocks >= target_blocks || tiles <= 1) return 1;
+  return std::min(max_splits(p.seq.num_sequences, tiles), (target_blocks + blocks - 1) / blocks);
+}
+
+inline int64_t multiprocessors() {
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  const int64_t blocks = p.seq.num_sequences * slabs, target = 2 * static_cast<int64_t>(sms);
-  const int64_t tiles = scan_tiles(p.seq.T);
-  if (blocks >= target || tiles <= 1) return 1;
-  return std::min(max_splits(p.seq.num_sequences, tiles), (target + blocks - 1) / blocks);
+  return sms;
 }
 
-// The grid, with p.split_tiles set for the chosen number of splits.
-template <class T>
-dim3 plan(GatedScanParams& p) {
-  const int64_t slabs = num_slabs<T>(p.D), tiles = scan_tiles(p.seq.T);
-  int64_t splits = choose_splits(p, slabs);
+// The grid for `slabs` channel slabs, with p.split_tiles set for the chosen number of
+// splits. The register kernels want two blocks per SM to hide their load latency; a
+// staged block keeps two tiles of every operand in flight, so one block per SM already
+// streams, and splitting (an extra pass) pays only below that.
+inline dim3 plan(GatedScanParams& p, int64_t slabs, bool staged) {
+  const int64_t tiles = scan_tiles(p.seq.T);
+  int64_t splits = choose_splits(p, slabs, (staged ? 1 : 2) * multiprocessors());
   p.split_tiles = splits > 1 ? (tiles + splits - 1) / splits : 0;
   if (splits > 1) splits = (tiles + p.split_tiles - 1) / p.split_tiles;
   return dim3(static_cast<unsigned>(slabs), static_cast<unsigned>(p.seq.num_sequences), static_cast<unsigned>(splits));
 }
 
 template <class T>
+constexpr CUtensorMapDataType tensor_map_dtype() {
+  if constexpr (std::is_same_v<T, __nv_bfloat16>) return CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+  else if constexpr (std::is_same_v<T, __half>) return CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  else return CU_TENSOR_MAP_DATA_TYPE_FLOAT32;
+}
+
+// The tensor map of one [B, T, D] operand in boxes of one slab × one tile.
+template <class T, class Layout>
+TensorMapShape tensor_map_shape(const GatedScanParams& p, const BtdView& v) {
+  const int64_t plane = p.tensor_batches > 1 ? v.stride_batch : v.stride_time * p.tensor_rows;
+  return {tensor_map_dtype<T>(), static_cast<int>(sizeof(T)), {p.D, p.tensor_rows, p.tensor_batches},
+          v.stride_time, plane, {static_cast<uint32_t>(Layout::kSlabChannels), static_cast<uint32_t>(kScanTileSteps)}};
+}
+
+// Tensor maps for the given operands (a, b, z, dy order in StagedMaps), or false when
+// the copy engine cannot read one of them (the register kernels run instead).
+template <class T, class Layout>
+bool make_staged_maps(const GatedScanParams& p, StagedMaps& maps) {
+  if (!p.vector_aligned || p.tensor_rows >= (int64_t{1} << 31) - kScanTileSteps) return false;
+  const std::pair<const BtdView*, CUtensorMap*> operands[] = {{&p.a, &maps.a}, {&p.b, &maps.b}, {&p.z, &maps.z},
+                                                               {&p.dy, &maps.dy}};
+  for (const auto& [view, map] : operands) {
+    if (!view->data) continue;
+    const TensorMapShape shape = tensor_map_shape<T, Layout>(p, *view);
+    if (!tensor_map_supported(view->data, shape)) return false;
+    *map = make_tensor_map(view->data, shape);
+  }
+  return true;
+}
+
+// Launches a staged kernel with its shared-memory stages (over the 48 KB default).
+template <class Layout, class Kernel>
+void launch_staged(Kernel kernel, const dim3& grid, const GatedScanParams& p, const StagedMaps& maps,
+                   cudaStream_t stream, const char* what) {
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kSharedBytes), what);
+  kernel<<<grid, kThreads + 32, Layout::kSharedBytes, stream>>>(p, maps);
+  check_launch(what);
+}
+
+template <class T>
 void launch_forward(GatedScanParams p) {
-  const dim3 grid = plan<T>(p);
   const auto stream = static_cast<cudaStream_t>(p.stream);
+  using L = ForwardLayout<T>;
+  StagedMaps maps{};
+  const bool staged = make_staged_maps<T, L>(p, maps);
+  const dim3 grid = plan(p, staged ? (p.D + L::kSlabChannels - 1) / L::kSlabChannels : num_slabs<T>(p.D), staged);
+  const dim3 registers(static_cast<unsigned>(num_slabs<T>(p.D)), grid.y, grid.z);
   if (p.split_tiles > 0) {
-    summary_kernel<T, false><<<grid, kThreads, 0, stream>>>(p);
+    summary_kernel<T, false><<<registers, kThreads, 0, stream>>>(p);
     check_launch("gated_scan forward split maps");
+  }
+  if (staged) {
+    launch_staged<L>(staged_forward_kernel<T>, grid, p, maps, stream, "gated_scan forward (staged)");
+    return;
   }
   forward_kernel<T><<<grid, kThreads, 0, stream>>>(p);
   check_launch("gated_scan forward");
@@ -43,15 +103,23 @@ void launch_forward(GatedScanParams p) {
 
 template <class T>
 void launch_backward(GatedScanParams p) {
-  const dim3 grid = plan<T>(p);
   const auto stream = static_cast<cudaStream_t>(p.stream);
+  using L = BackwardLayout<T>;
+  StagedMaps maps{};
+  const bool staged = p.tile_states && make_staged_maps<T, L>(p, maps);
+  const dim3 grid = plan(p, staged ? (p.D + L::kSlabChannels - 1) / L::kSlabChannels : num_slabs<T>(p.D), staged);
+  const dim3 registers(static_cast<unsigned>(num_slabs<T>(p.D)), grid.y, grid.z);
   if (p.split_tiles > 0) {
     if (!p.tile_states) {  // the entering states are recomputed from the forward split maps
-      summary_kernel<T, false><<<grid, kThreads, 0, stream>>>(p);
+      summary_kernel<T, false><<<registers, kThreads, 0, stream>>>(p);
       check_launch("gated_scan backward forward split maps");
     }
-    summary_kernel<T, true><<<grid, kThreads, 0, stream>>>(p);
+    summary_kernel<T, true><<<registers, kThreads, 0, stream>>>(p);
     check_launch("gated_scan backward reverse split maps");
+  }
+  if (staged) {
+    launch_staged<L>(staged_backward_kernel<T>, grid, p, maps, stream, "gated_scan backward (staged)");
+    return;
   }
   backward_kernel<T><<<grid, kThreads, 0, stream>>>(p);
   check_launch("gated_scan backward");

@@ -30,6 +30,7 @@ struct StateView {
 struct GatedScanParams {
   SequenceLayout seq;
   int64_t D;
+  int64_t tensor_batches = 0, tensor_rows = 0;  // B and T of the [B, T, D] tensors (B = 1 with cu_seqlens)
   int decay;            // seqmix::Decay: 0 direct, 1 log, 2 logit
   bool vector_aligned;  // every row start and pointer allows 16-byte accesses (and so 8-byte ones)
   BtdView a, b, z, y;   // z.data == nullptr: no gate

@@ -10,15 +10,15 @@
 
 namespace seqmix::cuda::scan {
 
-template <class T>
-struct ReverseTile : ForwardTile<T> {
-  Pack<T> dy[kSteps];
+template <class T, int kStepsT = kSteps>
+struct ReverseTile : ForwardTile<T, kStepsT> {
+  Pack<T> dy[kStepsT];
 
   // All that the backward reads; b is left out where only the reverse map is wanted.
   __device__ void load(const GatedScanParams& p, const BlockCoords& c, int64_t tile, bool gated, bool need_b) {
-    ForwardTile<T>::load(p, c, tile, gated, need_b);
+    ForwardTile<T, kStepsT>::load(p, c, tile, gated, need_b);
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) dy[s] = scan::load<T>(p.dy, c, c.step(tile, s), p.D, p.vector_aligned, 0.f);
+    for (int s = 0; s < kStepsT; ++s) dy[s] = scan::load<T>(p.dy, c, c.step(tile, s), p.D, p.vector_aligned, 0.f);
   }
   // u_t = dy_t ⊙ SiLU(z_t): what step t adds to dL/dh_t directly.
   __device__ float u(bool gated, int s, int i) const {
@@ -27,23 +27,23 @@ struct ReverseTile : ForwardTile<T> {
   // The thread's own reverse map c_in ↦ A·c_in + H, c_t = decay_t·(u_t + c_{t+1}),
   // given the decays x and the direct gradients u.
   template <int kVec>
-  __device__ static void own_reverse_map(const float (&x)[kSteps][kVec], const float (&u)[kSteps][kVec],
+  __device__ static void own_reverse_map(const float (&x)[kStepsT][kVec], const float (&u)[kStepsT][kVec],
                                          float (&A)[kVec], float (&H)[kVec]) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
       A[i] = 1.f;
       H[i] = 0.f;
 #pragma unroll
-      for (int s = kSteps - 1; s >= 0; --s) {
+      for (int s = kStepsT - 1; s >= 0; --s) {
         H[i] = x[s][i] * (u[s][i] + H[i]);
         A[i] *= x[s][i];
       }
     }
   }
   template <int kVec>
-  __device__ void direct_grads(bool gated, float (&u_out)[kSteps][kVec]) const {
+  __device__ void direct_grads(bool gated, float (&u_out)[kStepsT][kVec]) const {
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s)
+    for (int s = 0; s < kStepsT; ++s)
 #pragma unroll
       for (int i = 0; i < kVec; ++i) u_out[s][i] = u(gated, s, i);
   }

@@ -62,7 +62,8 @@ struct BlockCoords {
   int64_t d0;  // first channel of this thread's vector
   int lane, segment;
 
-  template <class T>
+  // Thread t is lane t % kLanesT (a vector of channels) of segment t / kLanesT.
+  template <class T, int kLanesT = kLanes>
   __device__ static BlockCoords make(const SequenceLayout& seq) {
     BlockCoords c;
     const int64_t n = blockIdx.y;
@@ -83,12 +84,13 @@ struct BlockCoords {
       c.start = 0;
       c.length = seq.T;
     }
-    c.lane = threadIdx.x % kLanes;
-    c.segment = threadIdx.x / kLanes;
-    c.d0 = (static_cast<int64_t>(blockIdx.x) * kLanes + c.lane) * Pack<T>::kVec;
+    c.lane = threadIdx.x % kLanesT;
+    c.segment = threadIdx.x / kLanesT;
+    c.d0 = (static_cast<int64_t>(blockIdx.x) * kLanesT + c.lane) * Pack<T>::kVec;
     return c;
   }
-  // Time step (within the sequence) of this thread's step `i` in tile `tile`.
+  // Time step (within the sequence) of this thread's step `i` in tile `tile` (the
+  // register kernels' layout: kSteps steps per segment).
   __device__ int64_t step(int64_t tile, int i) const { return tile * kScanTileSteps + segment * kSteps + i; }
   // Row of tile `tile` of this sequence in a tile-state table.
   __device__ int64_t tile_row(const SequenceLayout& seq, int64_t tile) const {
@@ -183,37 +185,48 @@ __device__ void store(const BtdView& v, const BlockCoords& c, int64_t t, int64_t
 
 // Shared memory of the segment scan: each warp's composed map and the map of the warps
 // before it, per channel and lane; the tile's map; the carry between tiles.
-template <int kVec>
+template <int kVec, int kLanesT = kLanes>
 struct ScanShared {
   static constexpr int kWarps = kThreads / 32;
-  float warp_A[kWarps][kVec][kLanes], warp_H[kWarps][kVec][kLanes];
-  float before_A[kWarps][kVec][kLanes], before_H[kWarps][kVec][kLanes];
-  float tile_A[kVec][kLanes], tile_H[kVec][kLanes];
-  float carry[kVec][kLanes];  // state entering the tile (forward) or leaving it (reverse)
+  float warp_A[kWarps][kVec][kLanesT], warp_H[kWarps][kVec][kLanesT];
+  float before_A[kWarps][kVec][kLanesT], before_H[kWarps][kVec][kLanesT];
+  float tile_A[kVec][kLanesT], tile_H[kVec][kLanesT];
+  float carry[kVec][kLanesT];  // state entering the tile (forward) or leaving it (reverse)
+};
+
+// The barrier among the kThreads scanning threads: the whole block, or (in kernels with
+// a copy-issuing warp beside them) named barrier 1 over the first kThreads threads.
+struct BlockSync {
+  __device__ void operator()() const { __syncthreads(); }
+};
+struct ScanThreadsSync {
+  __device__ void operator()() const { asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory"); }
 };
 
 // Given each thread's own map (A, H) over its steps, returns in (A, H) the map of all
 // segments strictly before it (forward) — or strictly after it when `reverse` — and
-// in (tile_A, tile_H) the map of the whole tile. Within a warp (8 segments × 4 lanes)
-// the scan runs on shuffles; the first warp composes the 8 warp maps in shared memory:
-// two barriers in all. The next call may start at once: what it writes first (the warp
-// maps) was last read before this call's second barrier.
-template <int kVec>
-__device__ void exclusive_segment_scan(ScanShared<kVec>& s, int lane, bool reverse, float (&A)[kVec],
-                                       float (&H)[kVec], float (&tile_A)[kVec], float (&tile_H)[kVec]) {
-  constexpr int kSegmentsPerWarp = 32 / kLanes, kWarps = ScanShared<kVec>::kWarps;
+// in (tile_A, tile_H) the map of the whole tile. Thread t is lane t % kLanesT of segment
+// t / kLanesT. Within a warp (32 / kLanesT segments) the scan runs on shuffles; the
+// first threads compose the 8 warp maps in shared memory: two barriers in all. The next
+// call may start at once: what it writes first (the warp maps) was last read before this
+// call's second barrier.
+template <int kVec, int kLanesT, class Sync = BlockSync>
+__device__ void exclusive_segment_scan(ScanShared<kVec, kLanesT>& s, int lane, bool reverse, float (&A)[kVec],
+                                       float (&H)[kVec], float (&tile_A)[kVec], float (&tile_H)[kVec],
+                                       Sync sync = {}) {
+  constexpr int kSegmentsPerWarp = 32 / kLanesT, kWarps = ScanShared<kVec, kLanesT>::kWarps;
   constexpr unsigned kAll = 0xffffffffu;
-  const int warp = threadIdx.x / 32, segment_in_warp = (threadIdx.x % 32) / kLanes;
+  const int warp = threadIdx.x / 32, segment_in_warp = (threadIdx.x % 32) / kLanesT;
   const int pos = reverse ? kSegmentsPerWarp - 1 - segment_in_warp : segment_in_warp;  // order of composition
   // Inclusive scan within the warp: compose with the map `distance` positions earlier.
 #pragma unroll
   for (int distance = 1; distance < kSegmentsPerWarp; distance *= 2) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) {
-      const float prev_A = reverse ? __shfl_down_sync(kAll, A[i], distance * kLanes)
-                                   : __shfl_up_sync(kAll, A[i], distance * kLanes);
-      const float prev_H = reverse ? __shfl_down_sync(kAll, H[i], distance * kLanes)
-                                   : __shfl_up_sync(kAll, H[i], distance * kLanes);
+      const float prev_A = reverse ? __shfl_down_sync(kAll, A[i], distance * kLanesT)
+                                   : __shfl_up_sync(kAll, A[i], distance * kLanesT);
+      const float prev_H = reverse ? __shfl_down_sync(kAll, H[i], distance * kLanesT)
+                                   : __shfl_up_sync(kAll, H[i], distance * kLanesT);
       if (pos >= distance) {  // first prev, then self: h ↦ A·(prev_A·h + prev_H) + H
         H[i] = A[i] * prev_H + H[i];
         A[i] *= prev_A;
@@ -223,18 +236,18 @@ __device__ void exclusive_segment_scan(ScanShared<kVec>& s, int lane, bool rever
   float within_A[kVec], within_H[kVec];  // exclusive within the warp: the previous position's inclusive
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
-    within_A[i] = reverse ? __shfl_down_sync(kAll, A[i], kLanes) : __shfl_up_sync(kAll, A[i], kLanes);
-    within_H[i] = reverse ? __shfl_down_sync(kAll, H[i], kLanes) : __shfl_up_sync(kAll, H[i], kLanes);
+    within_A[i] = reverse ? __shfl_down_sync(kAll, A[i], kLanesT) : __shfl_up_sync(kAll, A[i], kLanesT);
+    within_H[i] = reverse ? __shfl_down_sync(kAll, H[i], kLanesT) : __shfl_up_sync(kAll, H[i], kLanesT);
     if (pos == 0) within_A[i] = 1.f, within_H[i] = 0.f;
   }
   if (pos == kSegmentsPerWarp - 1) {
 #pragma unroll
     for (int i = 0; i < kVec; ++i) s.warp_A[warp][i][lane] = A[i], s.warp_H[warp][i][lane] = H[i];
   }
-  __syncthreads();
+  sync();
   // One thread per (channel, lane) composes the warp maps in order.
-  if (threadIdx.x < kVec * kLanes) {
-    const int i = threadIdx.x / kLanes, l = threadIdx.x % kLanes;
+  if (threadIdx.x < kVec * kLanesT) {
+    const int i = threadIdx.x / kLanesT, l = threadIdx.x % kLanesT;
     float run_A = 1.f, run_H = 0.f;
 #pragma unroll
     for (int k = 0; k < kWarps; ++k) {
@@ -246,7 +259,7 @@ __device__ void exclusive_segment_scan(ScanShared<kVec>& s, int lane, bool rever
     }
     s.tile_A[i][l] = run_A, s.tile_H[i][l] = run_H;
   }
-  __syncthreads();
+  sync();
 #pragma unroll
   for (int i = 0; i < kVec; ++i) {
     tile_A[i] = s.tile_A[i][lane], tile_H[i] = s.tile_H[i][lane];

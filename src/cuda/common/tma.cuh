@@ -1,0 +1,60 @@
+// Hopper's copy engine and transaction barriers (sm_90): the few PTX instructions a
+// staged kernel needs, wrapped so kernels read as what they do.
+//
+// A stage of shared memory has two barriers. `full` completes when the copies into the
+// stage have landed (one arrival that announces the bytes, then the engine's
+// transaction count); `empty` completes when every consuming warp has finished reading
+// it (one arrival per warp). Both are waited on by phase parity.
+#pragma once
+
+#include <cuda.h>
+
+#include <cstdint>
+
+namespace seqmix::cuda::tma {
+
+__device__ inline uint32_t shared_address(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+__device__ inline void barrier_init(uint64_t* bar, uint32_t arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
+}
+
+// Makes initialised barriers visible to the copy engine; then a block barrier.
+__device__ inline void barrier_init_fence() { asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory"); }
+
+// One arrival that also announces `bytes` of copies to come.
+__device__ inline void arrive_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(shared_address(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ inline void arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(shared_address(bar)) : "memory");
+}
+
+// Waits until the barrier's phase with the given parity has completed. A fresh barrier
+// counts its (never run) phase of parity 1 as completed.
+__device__ inline void wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(shared_address(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+
+// Copies the box at coordinates (x, y, z) of a 3-D tensor map into shared memory,
+// completing `bytes` (the whole box, out-of-range elements zero-filled) on `bar`.
+__device__ inline void load_box(void* dst, const CUtensorMap& map, int x, int y, int z, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], "
+      "[%5];" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(x), "r"(y), "r"(z), "r"(shared_address(bar))
+      : "memory");
+}
+
+}  // namespace seqmix::cuda::tma
