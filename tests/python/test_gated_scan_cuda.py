@@ -2,14 +2,14 @@
 
 import pytest
 
-from conftest import TOLERANCE, cuda_or_skip, rel_err, requires_torch
+from conftest import TOLERANCE, cuda_kernels_or_skip, rel_err, requires_torch
 
 pytestmark = requires_torch
 
 
 @pytest.fixture
 def torch():
-    cuda_or_skip()
+    cuda_kernels_or_skip("gated_scan")
     import torch
 
     return torch
