@@ -5,6 +5,11 @@
 
 #include "core/check.hpp"
 #include "cpu/gla.hpp"
+#include "cuda/gla/params.hpp"  // plain C++: which head dimensions the kernels cover
+
+#ifdef SEQMIX_CUDA_GLA
+#include "cuda/common/device.hpp"
+#endif
 
 namespace seqmix {
 namespace {
@@ -50,7 +55,9 @@ cpu::GlaProblem check_inputs(const core::Checker& check, const GlaInputs& in, co
   check.same_dtype(in.v, "v", q.dtype, "q");
   check.positive(V, "v", "value dimension V");
   if (!std::isfinite(options.scale)) check.fail("scale", "a finite number", std::to_string(options.scale));
-  cpu::GlaProblem problem{B, T, H, K, V, core::make_sequences(check, B, T, in.cu_seqlens), options.scale};
+  if (in.cu_seqlens && q.device.is_cuda()) check.same_device(*in.cu_seqlens, "cu_seqlens", q.device, "q");
+  cpu::GlaProblem problem{B, T, H, K, V, core::make_sequences(check, B, T, in.cu_seqlens, options.stream),
+                          options.scale};
   check_state(check, in.initial_state, "initial_state", problem, q.device);
   return problem;
 }
@@ -64,6 +71,63 @@ void check_presence(const core::Checker& check, const std::optional<Tensor>& gra
              grad ? "a tensor" : "none");
 }
 
+#ifdef SEQMIX_CUDA_GLA
+// A [B, T, H, D] operand the kernels can read with 16-byte vectors: contiguous last
+// dimension, 16-byte aligned data and strides.
+cuda::GlaTokens tokens(const core::Checker& check, const Tensor& t, const char* arg) {
+  const bool aligned = reinterpret_cast<uintptr_t>(t.data) % 16 == 0 && t.strides[0] % 8 == 0 &&
+                       t.strides[1] % 8 == 0 && t.strides[2] % 8 == 0;
+  if (!aligned)
+    check.fail(arg, "16-byte aligned data and strides (multiples of 8 elements) on a CUDA device",
+               "strides " + shape_str(t.strides));
+  return {t.data, t.strides[0], t.strides[1], t.strides[2]};
+}
+
+// An [N, H, K, V] float32 state, contiguous, or nullptr.
+template <class Pointer>
+Pointer cuda_state(const core::Checker& check, const std::optional<Tensor>& t, const char* arg) {
+  if (!t) return nullptr;
+  check.dtype_in(*t, arg, {DType::f32});
+  if (!t->is_contiguous()) check.fail(arg, "a contiguous tensor on a CUDA device", "strides " + shape_str(t->strides));
+  return static_cast<Pointer>(t->data);
+}
+
+void cuda_forward(const core::Checker& check, const cpu::GlaProblem& p, const GlaInputs& in, const GlaOutputs& out,
+                  const GlaOptions& options) {
+  if (options.impl == Impl::reference) check.fail("impl", "fast or automatic on a CUDA device", "reference");
+  if (in.q.dtype != DType::bf16 && in.q.dtype != DType::f16)
+    check.fail("q", "dtype bf16 or f16 on a CUDA device", dtype_name(in.q.dtype));
+  if (!cuda::gla_cuda_supports(p.K, p.V))
+    check.fail("q", "K in {64, 128} and V a multiple of 64 on a CUDA device",
+               "K = " + std::to_string(p.K) + ", V = " + std::to_string(p.V));
+  if (p.sequences.size() > 65535 || p.H > 65535)
+    check.fail("q", "at most 65535 sequences and heads on a CUDA device",
+               std::to_string(p.sequences.size()) + " sequences, " + std::to_string(p.H) + " heads");
+  cuda::GlaParams params;
+  params.num_sequences = static_cast<int64_t>(p.sequences.size());
+  params.T = p.T;
+  params.cu_seqlens = in.cu_seqlens ? in.cu_seqlens->data : nullptr;
+  params.cu_seqlens_int64 = in.cu_seqlens && in.cu_seqlens->dtype == DType::i64;
+  params.H = p.H, params.K = p.K, params.V = p.V;
+  params.scale = static_cast<float>(p.scale);
+  params.q = tokens(check, in.q, "q");
+  params.k = tokens(check, in.k, "k");
+  params.v = tokens(check, in.v, "v");
+  params.g = tokens(check, in.g, "g");
+  params.o = tokens(check, out.o, "o");
+  params.initial_state = cuda_state<const float*>(check, in.initial_state, "initial_state");
+  params.final_state = cuda_state<float*>(check, out.final_state, "final_state");
+  params.stream = options.stream;
+  const cuda::DeviceGuard guard(in.q.device.index);
+  if (in.q.dtype == DType::bf16) cuda::gla_forward<cuda::GlaDtype::bf16>(params);
+  else cuda::gla_forward<cuda::GlaDtype::f16>(params);
+}
+#else
+[[noreturn]] void no_cuda(const core::Checker& check, const Tensor& q) {
+  check.fail("q", "a CPU tensor (this build has no CUDA kernels for gla; see SEQMIX_CUDA_KERNELS)", q.device.str());
+}
+#endif
+
 }  // namespace
 
 void gla_forward(const GlaInputs& in, const GlaOutputs& out, const GlaOptions& options) {
@@ -71,6 +135,14 @@ void gla_forward(const GlaInputs& in, const GlaOutputs& out, const GlaOptions& o
   const auto problem = check_inputs(check, in, options);
   check_like_v(check, out.o, "o", in);
   check_state(check, out.final_state, "final_state", problem, in.q.device);
+  if (in.q.device.is_cuda()) {
+#ifdef SEQMIX_CUDA_GLA
+    cuda_forward(check, problem, in, out, options);
+    return;
+#else
+    no_cuda(check, in.q);
+#endif
+  }
   const Impl impl = core::resolve_cpu_impl(check, options.impl, in.q);
   cpu::gla_forward(problem, in, out, impl);
 }
@@ -87,6 +159,8 @@ void gla_backward(const GlaInputs& in, const Tensor& d_o, const std::optional<Te
   check_like_q(check, grads.dg, "dg", in.q);
   check_presence(check, grads.d_initial_state, "d_initial_state", in.initial_state, "initial_state");
   check_state(check, grads.d_initial_state, "d_initial_state", problem, in.q.device);
+  if (in.q.device.is_cuda())
+    check.fail("q", "a CPU tensor (the CUDA backward of gla is not written yet)", in.q.device.str());
   const Impl impl = core::resolve_cpu_impl(check, options.impl, in.q);
   cpu::gla_backward(problem, in, d_o, d_final_state, grads, impl);
 }

@@ -1,0 +1,42 @@
+// Host-side description of a gated-linear-attention launch: plain pointers and strides,
+// no CUDA types, so src/core can fill it in without CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace seqmix::cuda {
+
+// A [B, T, H, D] operand: element (b, t, h, d) at data + b·stride_batch + t·stride_time
+// + h·stride_head + d (the last dimension is contiguous).
+struct GlaTokens {
+  void* data = nullptr;
+  int64_t stride_batch = 0, stride_time = 0, stride_head = 0;
+};
+
+struct GlaParams {
+  // Sequences: B rows of length T, or with cu_seqlens (B = 1) N variable-length ones.
+  int64_t num_sequences = 0;  // N
+  int64_t T = 0;
+  const void* cu_seqlens = nullptr;  // device pointer or nullptr
+  bool cu_seqlens_int64 = false;
+  int64_t H = 0, K = 0, V = 0;
+  float scale = 1.0f;
+  GlaTokens q, k, v, g, o;
+  // [N, H, K, V] float32, contiguous; nullptr when absent.
+  const float* initial_state = nullptr;
+  float* final_state = nullptr;
+  void* stream = nullptr;
+};
+
+enum class GlaDtype { bf16, f16 };
+
+// Tokens per chunk: the state is carried from chunk to chunk.
+inline constexpr int64_t kGlaChunk = 64;
+
+// Head dimensions the CUDA kernels cover: K in {64, 128}, V a multiple of 64.
+inline constexpr bool gla_cuda_supports(int64_t K, int64_t V) { return (K == 64 || K == 128) && V % 64 == 0; }
+
+template <GlaDtype dtype>
+void gla_forward(const GlaParams& p);
+
+}  // namespace seqmix::cuda
