@@ -1,0 +1,102 @@
+"""GPU cases of exact attention: seqmix's Hopper kernel against PyTorch SDPA's cuDNN and
+FlashAttention-2 backends, on the same inputs in one process (the issue's grid: head
+dims 64, 128, 256, B·S = 16384 tokens, H·D = 2048, causal and not, bf16).
+
+Every builder takes ``device`` and ``dtype`` so the same cases run on CPU tensors with
+tiny shapes in the tests.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+import seqmix
+
+from .case import Case, Method
+
+TOKENS = 16384          # B·S of every grid case
+MODEL_WIDTH = 2048      # H·D
+REFERENCE_ROWS = 128    # query rows of batch entry 0 the float64 reference covers
+REFERENCE_HEADS = 2
+
+NOTES = (
+    "Inputs bf16 [B, S, H, D] standard normal (q, k, v), B·S = 16384, H·D = 2048; SDPA reads the same "
+    "tensors as [B, H, S, D] views (no copies). Causal is top-left = bottom-right here (Sq = Sk).",
+    "Methods: **seqmix** `seqmix.flash_attn_func(q, k, v, causal=...)` (wgmma + TMA, warp-specialized); "
+    "**SDPA cuDNN** `F.scaled_dot_product_attention` under `sdpa_kernel(CUDNN_ATTENTION)`; **SDPA FA2** the "
+    "same under `sdpa_kernel(FLASH_ATTENTION)`.",
+    "FLOP = 4·B·H·S²·D, halved for causal (the issue's convention); TFLOP/s = FLOP / median time.",
+    f"max rel err: the output rows 0..{REFERENCE_ROWS - 1} of batch entry 0, heads 0..{REFERENCE_HEADS - 1}, "
+    "against softmax(scale·QKᵀ + mask)·V in float64 from the same bf16 inputs.",
+)
+
+
+def attention_flop(B, S, H, D, causal: bool) -> float:
+    flop = 4.0 * B * H * S * S * D
+    return flop / 2 if causal else flop
+
+
+def reference_rows(q, k, v, causal: bool, rows: int, heads: int):
+    """float64 softmax(scale·QKᵀ + mask)·V for the first ``rows`` queries of batch entry 0
+    and the first ``heads`` heads (Sq = Sk, so the causal mask is j <= i). -> [rows, heads, D]."""
+    q64 = q[0, :rows, :heads].double().transpose(0, 1)   # [h, rows, D]
+    k64 = k[0, :, :heads].double().transpose(0, 1)       # [h, S, D]
+    v64 = v[0, :, :heads].double().transpose(0, 1)
+    scores = q64 @ k64.transpose(1, 2) * q.shape[-1] ** -0.5
+    if causal:
+        i = torch.arange(rows, device=q.device)[:, None]
+        j = torch.arange(k.shape[1], device=q.device)[None, :]
+        scores = scores.masked_fill(j > i, float("-inf"))
+    return (scores.softmax(-1) @ v64).transpose(0, 1)
+
+
+def sdpa(backend):
+    def run(x):
+        q, k, v = (t.transpose(1, 2) for t in x["leaves"])
+        with torch.nn.attention.sdpa_kernel(backend):
+            return F.scaled_dot_product_attention(q, k, v, is_causal=x["causal"]).transpose(1, 2)
+
+    return run
+
+
+def grid_case(S, D, causal: bool, device="cuda", dtype=torch.bfloat16, seed=0, tokens=TOKENS,
+              width=MODEL_WIDTH) -> Case:
+    B, H = max(1, tokens // S), max(1, width // D)
+    rows, heads = min(REFERENCE_ROWS, S), min(REFERENCE_HEADS, H)
+
+    def make_inputs():
+        gen = torch.Generator(device=device).manual_seed(seed)
+        q, k, v, dy = (torch.randn((B, S, H, D), generator=gen, device=device).to(dtype) for _ in range(4))
+        return {"leaves": [q.requires_grad_(), k.requires_grad_(), v.requires_grad_()], "dy": dy, "causal": causal}
+
+    def references(inputs, name):
+        q, k, v = (t.detach() for t in inputs["leaves"])
+        return reference_rows(q, k, v, causal, rows, heads), [None, None, None]
+
+    def observe(inputs, y, grads):
+        return (None if y is None else y[0, :rows, :heads]), None if grads is None else [None, None, None]
+
+    work = {"fwd": attention_flop(B, S, H, D, causal)}
+    backends = torch.nn.attention.SDPBackend
+    methods = [
+        Method("seqmix", lambda x: seqmix.flash_attn_func(*x["leaves"], causal=causal), work),
+        Method("SDPA cuDNN", sdpa(backends.CUDNN_ATTENTION), work, baseline=True),
+        Method("SDPA FA2", sdpa(backends.FLASH_ATTENTION), work, baseline=True),
+    ]
+    name = "causal" if causal else "non-causal"
+    shape = f"D{D} S{S} B{B} H{H} {'causal' if causal else 'full'}"
+    return Case("attention", f"forward, {name}", shape, {"B": B, "S": S, "H": H, "D": D, "causal": causal},
+                make_inputs, methods, references, observe, directions=("fwd",), unit="TFLOP/s",
+                speedup_over=("SDPA cuDNN", "SDPA FA2"), headline=("seqmix", "SDPA cuDNN"), tolerance=1e-2,
+                notes=NOTES)
+
+
+def cases(quick: bool = False) -> list:
+    """The attention cases of the GPU suite (bf16 on the current CUDA device): forward only
+    (the CUDA backward is not written yet)."""
+    if quick:
+        grid = [(S, 128) for S in (2048, 16384)]
+    else:
+        grid = [(S, D) for D in (64, 128, 256) for S in (512, 1024, 2048, 4096, 8192, 16384)]
+    return [grid_case(S, D, causal) for S, D in grid for causal in (False, True)]

@@ -1,0 +1,298 @@
+// Attention forward on Hopper: one CTA per (128 query rows, query head, sequence).
+//   warpgroup 0  producer: one thread issues TMA copies of the Q tile once and of K and V
+//                tiles into a ring of kStages shared-memory stages (mbarrier pipeline);
+//                it gives its registers to the consumers (setmaxnreg).
+//   warpgroups 1, 2  consumers: 64 query rows each. Per key block: S = Q·Kᵀ by wgmma from
+//                shared memory, online softmax on the fp32 accumulators, P converted to
+//                16-bit in registers and O += P·V by wgmma with A from registers.
+// Key blocks run from the last to the first, so the masked ones (the sequence end, the
+// causal diagonal) come first and the rest skip the mask.
+#pragma once
+
+#include <cuda.h>
+
+#include "cuda/attention/params.hpp"
+#include "cuda/attention/sm90.cuh"
+
+namespace seqmix::cuda::attn {
+
+template <class T, int D>
+struct ForwardConfig {
+  static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
+  static constexpr int kBlockM = 128;                  // query rows per CTA: 64 per consumer warpgroup
+  static constexpr int kBlockN = D <= 128 ? 128 : 64;  // keys per pipeline stage
+  static constexpr int kStages = 2;
+  static constexpr int kChunks = D / 64;  // 128-byte swizzle atoms across the head dim
+  static constexpr int kThreads = 384;
+  static constexpr int kConsumerWarps = 8;
+  static constexpr uint32_t kQBytes = kBlockM * D * sizeof(T);
+  static constexpr uint32_t kKVBytes = kBlockN * D * sizeof(T);
+  // Shared memory, each tile stored as kChunks column chunks of rows × 128 bytes.
+  static constexpr uint32_t kQOffset = 0;
+  static constexpr uint32_t kKOffset = kQOffset + kQBytes;
+  static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
+  static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
+  static constexpr uint32_t kBarriers = 1 + 3 * kStages;  // q_full, k_full[], v_full[], kv_empty[]
+  static constexpr uint32_t kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
+};
+
+// The kernel's arguments: tensor maps live in parameter space (__grid_constant__).
+struct ForwardArgs {
+  CUtensorMap q_map, k_map, v_map;  // 4-d: (D, rows, heads, batch), box (64, rows of a tile, 1, 1)
+  AttentionParams p;
+};
+
+// One sequence's place in the tensors.
+struct Sequence {
+  int64_t q_start, k_start;  // first row within the rows dimension
+  int len_q, len_k;
+  int batch;  // coordinate of the batch dimension (0 with cu_seqlens)
+};
+
+__device__ __forceinline__ int64_t load_offset(const void* cu, bool is_int64, int i) {
+  return is_int64 ? static_cast<const int64_t*>(cu)[i] : static_cast<const int32_t*>(cu)[i];
+}
+
+__device__ __forceinline__ Sequence sequence_of(const AttentionParams& p, int n) {
+  if (!p.cu_seqlens_q)
+    return {0, 0, static_cast<int>(p.rows_q), static_cast<int>(p.rows_k), n};
+  const int64_t q0 = load_offset(p.cu_seqlens_q, p.cu_seqlens_q_int64, n);
+  const int64_t q1 = load_offset(p.cu_seqlens_q, p.cu_seqlens_q_int64, n + 1);
+  const int64_t k0 = load_offset(p.cu_seqlens_k, p.cu_seqlens_k_int64, n);
+  const int64_t k1 = load_offset(p.cu_seqlens_k, p.cu_seqlens_k_int64, n + 1);
+  return {q0, k0, static_cast<int>(q1 - q0), static_cast<int>(k1 - k0), 0};
+}
+
+// Key blocks a query tile needs: up to the sequence end, or the causal diagonal (query i
+// sees key j iff j <= i + len_k - len_q).
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int key_blocks(const Sequence& s, int m_block, bool causal) {
+  int end = s.len_k;
+  if (causal) end = min(end, (m_block + 1) * kBlockM + s.len_k - s.len_q);
+  return end <= 0 ? 0 : (end + kBlockN - 1) / kBlockN;
+}
+
+__device__ __forceinline__ float fast_exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+// Online softmax state of the two rows a thread holds in a 64-row accumulator (rows
+// lane/4 and lane/4 + 8 of its warp's 16), in the log2 domain.
+struct RowState {
+  float max[2] = {-INFINITY, -INFINITY};  // running max of scale·log2(e)·s
+  float sum[2] = {0.f, 0.f};              // this thread's share of Σ exp2(· − max)
+};
+
+// Scores s (64 x kBlockN accumulator fragment) -> probabilities in place, rescaling o.
+// limit[r]: keys at or past it are masked (only when kMask).
+template <bool kMask, int kBlockN, int D>
+__device__ __forceinline__ void softmax_step(float (&s)[kBlockN / 2], float (&o)[D / 2], RowState& st,
+                                             float scale_log2, int key0, const int (&limit)[2], int lane) {
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) s[i] *= scale_log2;
+  if constexpr (kMask) {
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) {
+      const int key = key0 + (i / 4) * 8 + 2 * (lane % 4) + (i & 1);
+      if (key >= limit[(i >> 1) & 1]) s[i] = -INFINITY;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int c = 0; c < kBlockN / 8; ++c) mx = fmaxf(mx, fmaxf(s[4 * c + 2 * r], s[4 * c + 2 * r + 1]));
+    const float new_max = fmaxf(st.max[r], quad_max(mx));
+    const float base = new_max == -INFINITY ? 0.f : new_max;  // a row with nothing visible yet
+    const float correction = fast_exp2(st.max[r] - base);
+    st.max[r] = new_max;
+    float sum = st.sum[r] * correction;
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      o[4 * c + 2 * r] *= correction;
+      o[4 * c + 2 * r + 1] *= correction;
+    }
+#pragma unroll
+    for (int c = 0; c < kBlockN / 8; ++c) {
+      s[4 * c + 2 * r] = fast_exp2(s[4 * c + 2 * r] - base);
+      s[4 * c + 2 * r + 1] = fast_exp2(s[4 * c + 2 * r + 1] - base);
+      sum += s[4 * c + 2 * r] + s[4 * c + 2 * r + 1];
+    }
+    st.sum[r] = sum;
+  }
+}
+
+// The accumulator fragment of S, as 16-bit A-operand fragments of P for the PV wgmma:
+// the m64nNk16 accumulator layout and the register A layout coincide per 16 columns.
+template <class T, int kBlockN>
+__device__ __forceinline__ void probabilities_to_operand(const float (&s)[kBlockN / 2],
+                                                         uint32_t (&p)[kBlockN / 16][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) p[kk][j] = pack2<T>(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
+}
+
+// O / rowsum to out (rows below len_q only) and the log-sum-exp (natural log).
+template <class T, int D>
+__device__ __forceinline__ void store_output(const AttentionParams& p, const Sequence& seq, int head, int row0,
+                                             const float (&o)[D / 2], const RowState& st, int lane) {
+  constexpr float kLn2 = 0.6931471805599453f;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row0 + 8 * r;
+    const float total = quad_sum(st.sum[r]);
+    if (row >= seq.len_q) continue;
+    const float inv = total > 0.f ? 1.f / total : 0.f;
+    const int64_t q_row = seq.q_start + row;
+    T* out = static_cast<T*>(p.out.data) + seq.batch * p.out.stride_batch + q_row * p.out.stride_row +
+             head * p.out.stride_head;
+#pragma unroll
+    for (int c = 0; c < D / 8; ++c) {
+      const int col = 8 * c + 2 * (lane % 4);
+      *reinterpret_cast<uint32_t*>(out + col) = pack2<T>(o[4 * c + 2 * r] * inv, o[4 * c + 2 * r + 1] * inv);
+    }
+    if (lane % 4 == 0)
+      p.lse[seq.batch * p.lse_stride_batch + head * p.lse_stride_head + q_row * p.lse_stride_row] =
+          total > 0.f ? (st.max[r] + __log2f(total)) * kLn2 : -INFINITY;
+  }
+}
+
+template <class T, int D>
+__global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__ ForwardArgs args) {
+  using Cfg = ForwardConfig<T, D>;
+  constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
+  const AttentionParams& p = args.p;
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) tiles first
+  const int head = blockIdx.y;
+  const Sequence seq = sequence_of(p, blockIdx.z);
+  if (m_block * kBlockM >= seq.len_q) return;
+  const int n_blocks = key_blocks<kBlockM, kBlockN>(seq, m_block, p.causal);
+
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* q_tile = smem + Cfg::kQOffset;
+  uint8_t* k_tiles = smem + Cfg::kKOffset;
+  uint8_t* v_tiles = smem + Cfg::kVOffset;
+  uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
+  uint64_t* k_full = q_full + 1;
+  uint64_t* v_full = k_full + kStages;
+  uint64_t* kv_empty = v_full + kStages;
+
+  if (threadIdx.x == 0) {
+    barrier_init(q_full, 1);
+    for (int s = 0; s < kStages; ++s) {
+      barrier_init(&k_full[s], 1);
+      barrier_init(&v_full[s], 1);
+      barrier_init(&kv_empty[s], Cfg::kConsumerWarps);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+
+  const int warpgroup = threadIdx.x / 128;
+  const int lane = threadIdx.x % 32;
+  const int kv_head = head / static_cast<int>(p.Hq / p.Hkv);
+
+  if (warpgroup == 0) {  // producer
+    release_registers<24>();
+    if (threadIdx.x == 0 && n_blocks > 0) {
+      prefetch_tensor_map(&args.q_map);
+      prefetch_tensor_map(&args.k_map);
+      prefetch_tensor_map(&args.v_map);
+      const int q_row = static_cast<int>(seq.q_start) + m_block * kBlockM;
+      barrier_expect_bytes(q_full, Cfg::kQBytes);
+      for (int c = 0; c < Cfg::kChunks; ++c)
+        tma_load_4d(q_tile + c * kBlockM * 128, &args.q_map, q_full, 64 * c, q_row, head, seq.batch);
+      for (int it = 0; it < n_blocks; ++it) {
+        const int n = n_blocks - 1 - it, stage = it % kStages;
+        const uint32_t phase = (it / kStages) & 1;
+        barrier_wait(&kv_empty[stage], phase ^ 1);
+        const int k_row = static_cast<int>(seq.k_start) + n * kBlockN;
+        uint8_t* k_dst = k_tiles + stage * Cfg::kKVBytes;
+        uint8_t* v_dst = v_tiles + stage * Cfg::kKVBytes;
+        barrier_expect_bytes(&k_full[stage], Cfg::kKVBytes);
+        for (int c = 0; c < Cfg::kChunks; ++c)
+          tma_load_4d(k_dst + c * kBlockN * 128, &args.k_map, &k_full[stage], 64 * c, k_row, kv_head, seq.batch);
+        barrier_expect_bytes(&v_full[stage], Cfg::kKVBytes);
+        for (int c = 0; c < Cfg::kChunks; ++c)
+          tma_load_4d(v_dst + c * kBlockN * 128, &args.v_map, &v_full[stage], 64 * c, k_row, kv_head, seq.batch);
+      }
+    }
+    return;
+  }
+
+  // consumers
+  claim_registers<240>();
+  const int wg = warpgroup - 1;
+  const int warp = (threadIdx.x % 128) / 32;
+  const int row0 = m_block * kBlockM + wg * 64 + warp * 16 + lane / 4;  // and row0 + 8
+  const float scale_log2 = p.scale * 1.4426950408889634f;
+  float o[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+  RowState st;
+  int limit[2];
+  for (int r = 0; r < 2; ++r)
+    limit[r] = p.causal ? min(seq.len_k, row0 + 8 * r + seq.len_k - seq.len_q + 1) : seq.len_k;
+
+  if (n_blocks > 0) barrier_wait(q_full, 0);
+  const uint8_t* q_rows = q_tile + wg * 64 * 128;
+  for (int it = 0; it < n_blocks; ++it) {
+    const int n = n_blocks - 1 - it, stage = it % kStages;
+    const uint32_t phase = (it / kStages) & 1;
+    const uint8_t* k_tile = k_tiles + stage * Cfg::kKVBytes;
+    const uint8_t* v_tile = v_tiles + stage * Cfg::kKVBytes;
+
+    float s[kBlockN / 2];
+    barrier_wait(&k_full[stage], phase);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int chunk = kk / 4, offset = (kk % 4) * 32;
+      gmma_ss<T, kBlockN>(smem_descriptor(q_rows + chunk * kBlockM * 128 + offset, 16),
+                          smem_descriptor(k_tile + chunk * kBlockN * 128 + offset, 16), s, kk > 0);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(s);
+
+    const int key0 = n * kBlockN;
+    const bool mask = key0 + kBlockN > seq.len_k ||
+                      (p.causal && key0 + kBlockN - 1 > m_block * kBlockM + seq.len_k - seq.len_q);
+    if (mask)
+      softmax_step<true, kBlockN, D>(s, o, st, scale_log2, key0, limit, lane);
+    else
+      softmax_step<false, kBlockN, D>(s, o, st, scale_log2, key0, limit, lane);
+    uint32_t prob[kBlockN / 16][4];
+    probabilities_to_operand<T, kBlockN>(s, prob);
+
+    barrier_wait(&v_full[stage], phase);
+    fence_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk)
+      gmma_rs<T, D>(prob[kk], smem_descriptor(v_tile + kk * 16 * 128, kBlockN * 128), o);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_registers(o);
+    __syncwarp();
+    if (lane == 0) barrier_arrive(&kv_empty[stage]);
+  }
+  store_output<T, D>(p, seq, head, row0, o, st, lane);
+}
+
+}  // namespace seqmix::cuda::attn

@@ -1,0 +1,43 @@
+// Host-side description of an attention launch: plain pointers, sizes and strides, no
+// CUDA types, so src/core can fill it in without CUDA headers.
+#pragma once
+
+#include <cstdint>
+
+namespace seqmix::cuda {
+
+// A [B, S, H, D] operand (or [total, H, D] with stride_batch = 0): element (b, s, h, d)
+// lives at data + b*stride_batch + s*stride_row + h*stride_head + d (in elements).
+struct AttentionView {
+  void* data = nullptr;
+  int64_t stride_batch = 0, stride_row = 0, stride_head = 0;
+};
+
+struct AttentionParams {
+  AttentionView q, k, v, out;
+  // Log-sum-exp, float: element (b, h, s) at lse + b*lse_stride_batch + h*lse_stride_head
+  // + s*lse_stride_row, s counted from the start of q's rows (varlen: the packed row).
+  float* lse = nullptr;
+  int64_t lse_stride_batch = 0, lse_stride_head = 0, lse_stride_row = 0;
+  int64_t num_sequences = 0;     // B, or N with cu_seqlens
+  int64_t rows_q = 0, rows_k = 0;  // rows of the q / k tensors per batch entry (S, or total)
+  int64_t max_seqlen_q = 0, max_seqlen_k = 0;
+  int64_t Hq = 0, Hkv = 0, D = 0;
+  // Variable length: device offsets [N + 1] (both or neither), int32 or int64.
+  const void* cu_seqlens_q = nullptr;
+  const void* cu_seqlens_k = nullptr;
+  bool cu_seqlens_q_int64 = false, cu_seqlens_k_int64 = false;
+  float scale = 1.0f;
+  bool causal = false;
+  void* stream = nullptr;
+};
+
+enum class AttentionDtype { bf16, f16 };
+
+// Head dims with a compiled forward kernel.
+inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
+
+template <AttentionDtype dtype, int D>
+void attention_forward(const AttentionParams& p);
+
+}  // namespace seqmix::cuda

@@ -1,0 +1,162 @@
+// Hopper building blocks for the attention kernels: mbarriers, TMA tile loads, wgmma
+// shared-memory descriptors and calls, register reallocation. Thin PTX wrappers; the
+// wgmma instructions themselves come from CuTe's atoms (cute/arch/mma_sm90_gmma.hpp).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <cstdint>
+#include <utility>
+
+#include <cute/arch/mma_sm90_gmma.hpp>
+
+namespace seqmix::cuda::attn {
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// --- mbarriers ---------------------------------------------------------------------
+
+__device__ __forceinline__ void barrier_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
+
+// The calling thread arrives and announces `bytes` that the copy engine will deliver.
+__device__ __forceinline__ void barrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
+               : "memory");
+}
+
+__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+
+// Blocks until the phase of parity `phase` has completed.
+__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t phase) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(phase)
+        : "memory");
+  } while (!done);
+}
+
+// --- TMA -----------------------------------------------------------------------------
+
+// One box of a 4-d tensor map (coordinates innermost first) into shared memory,
+// completing on `bar`.
+__device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2,
+                                            int c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
+      "[%2];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+
+__device__ __forceinline__ void prefetch_tensor_map(const void* map) {
+  asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+// --- register reallocation between warpgroups ------------------------------------------
+
+template <int kRegisters>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
+}
+
+// --- wgmma -----------------------------------------------------------------------------
+
+// Descriptor of a shared-memory operand stored in 128-byte swizzled atoms (what TMA
+// writes with CU_TENSOR_MAP_SWIZZLE_128B): rows of 128 bytes, 8-row groups 1024 bytes
+// apart (stride offset). `leading` is the byte distance between 64-element column chunks
+// for MN-major operands; K-major operands never cross a chunk within one instruction.
+__device__ __forceinline__ uint64_t smem_descriptor(const void* p, uint32_t leading_bytes) {
+  const uint32_t addr = smem_addr(p);
+  uint64_t desc = (addr & 0x3FFFF) >> 4;
+  desc |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16;
+  desc |= static_cast<uint64_t>(1024 >> 4) << 32;
+  desc |= 1ull << 62;  // 128-byte swizzle
+  return desc;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of accumulators across a wgmma wait.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+// The m64nNk16 instructions for element type T: SS (A and B K-major in shared memory)
+// and RS (A in registers, B MN-major in shared memory).
+template <class T, int N>
+struct Gmma;
+
+#define SEQMIX_ATTN_GMMA(TYPE, TAG, N)                                                                      \
+  template <>                                                                                              \
+  struct Gmma<TYPE, N> {                                                                                   \
+    using SS = cute::SM90::GMMA::MMA_64x##N##x16_F32##TAG##TAG##_SS<cute::SM90::GMMA::Major::K,            \
+                                                                     cute::SM90::GMMA::Major::K>;          \
+    using RS = cute::SM90::GMMA::MMA_64x##N##x16_F32##TAG##TAG##_RS<cute::SM90::GMMA::Major::K,            \
+                                                                     cute::SM90::GMMA::Major::MN>;         \
+  };
+SEQMIX_ATTN_GMMA(__nv_bfloat16, BF16, 64)
+SEQMIX_ATTN_GMMA(__nv_bfloat16, BF16, 128)
+SEQMIX_ATTN_GMMA(__nv_bfloat16, BF16, 256)
+SEQMIX_ATTN_GMMA(__half, F16, 64)
+SEQMIX_ATTN_GMMA(__half, F16, 128)
+SEQMIX_ATTN_GMMA(__half, F16, 256)
+#undef SEQMIX_ATTN_GMMA
+
+template <class Op, int... I>
+__device__ __forceinline__ void gmma_ss_impl(uint64_t a, uint64_t b, float* d, bool accumulate,
+                                             std::integer_sequence<int, I...>) {
+  Op::fma(a, b, d[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+template <class Op, int... I>
+__device__ __forceinline__ void gmma_rs_impl(const uint32_t (&a)[4], uint64_t b, float* d,
+                                             std::integer_sequence<int, I...>) {
+  Op::fma(a[0], a[1], a[2], a[3], b, d[I]..., cute::SM90::GMMA::ScaleOut::One);
+}
+
+// d[N/2] (+)= A(64x16, smem) · B(Nx16, smem)ᵀ
+template <class T, int N>
+__device__ __forceinline__ void gmma_ss(uint64_t a, uint64_t b, float (&d)[N / 2], bool accumulate) {
+  gmma_ss_impl<typename Gmma<T, N>::SS>(a, b, d, accumulate, std::make_integer_sequence<int, N / 2>{});
+}
+// d[N/2] += A(64x16, registers) · B(16xN, smem)
+template <class T, int N>
+__device__ __forceinline__ void gmma_rs(const uint32_t (&a)[4], uint64_t b, float (&d)[N / 2]) {
+  gmma_rs_impl<typename Gmma<T, N>::RS>(a, b, d, std::make_integer_sequence<int, N / 2>{});
+}
+
+// Two floats as one register of two 16-bit values (the lower column first).
+template <class T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi);
+template <>
+__device__ __forceinline__ uint32_t pack2<__nv_bfloat16>(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+template <>
+__device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+}  // namespace seqmix::cuda::attn

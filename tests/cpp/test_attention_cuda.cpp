@@ -1,0 +1,164 @@
+// The CUDA attention forward against the float64 oracle (the CPU reference on the same
+// stored inputs), outputs poisoned first. Cases named Small* are the ones the GPU check
+// runs under compute-sanitizer.
+#include "cuda_util.hpp"
+#include "seqmix/attention.hpp"
+
+namespace seqmix::test {
+namespace {
+
+struct GpuAttnCase {
+  const char* name;
+  int64_t B, Sq, Sk, Hq, Hkv, D;
+  DType dtype;
+  bool causal;
+  std::vector<int64_t> cu_q, cu_k;  // non-empty: variable length (B = 1)
+  int64_t pad = 0;                  // q, k, v, out read through views of rows D + pad wide
+  DType cu_dtype = DType::i32;
+};
+
+void PrintTo(const GpuAttnCase& c, std::ostream* os) { *os << c.name; }
+
+bool varlen(const GpuAttnCase& c) { return !c.cu_q.empty(); }
+
+std::vector<int64_t> rows_shape(const GpuAttnCase& c, int64_t S, const std::vector<int64_t>& cu, int64_t H,
+                                int64_t width) {
+  if (varlen(c)) return {cu.back(), H, width};
+  return {c.B, S, H, width};
+}
+
+// A host tensor `width` wide in its last dim, and the view of its first `dim` columns.
+struct Operand {
+  HostTensor storage;
+  Tensor view;
+  Operand(std::vector<int64_t> shape, int64_t dim, DType dtype, bool poison)
+      : storage(poison ? poisoned(shape, dtype) : uniform(shape, dtype, -2, 2)) {
+    view = storage.view;
+    view.shape.back() = dim;
+  }
+};
+
+// The view `host` describes, over the device copy's bytes.
+Tensor on_device(const DeviceTensor& dev, const Tensor& host_view, const HostTensor& host) {
+  Tensor t = host_view;
+  t.data = static_cast<char*>(dev.ptr) + (static_cast<const char*>(host_view.data) -
+                                          reinterpret_cast<const char*>(host.storage.data()));
+  t.device = Device::cuda(0);
+  return t;
+}
+
+// LSE rows that see no key must be −inf in both; the rest compare by relative norm.
+double lse_error(const std::vector<double>& got, const std::vector<double>& want) {
+  std::vector<double> g, w;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (std::isinf(want[i]) && want[i] < 0) {
+      if (!(std::isinf(got[i]) && got[i] < 0)) return INFINITY;
+      continue;
+    }
+    g.push_back(got[i]);
+    w.push_back(want[i]);
+  }
+  return g.empty() ? 0.0 : rel_err(g, w);
+}
+
+class AttentionCuda : public ::testing::TestWithParam<GpuAttnCase> {};
+
+TEST_P(AttentionCuda, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuAttnCase c = GetParam();
+  const int64_t width = c.D + c.pad;
+  Operand q(rows_shape(c, c.Sq, c.cu_q, c.Hq, width), c.D, c.dtype, false);
+  Operand k(rows_shape(c, c.Sk, c.cu_k, c.Hkv, width), c.D, c.dtype, false);
+  Operand v(rows_shape(c, c.Sk, c.cu_k, c.Hkv, width), c.D, c.dtype, false);
+  Operand out(rows_shape(c, c.Sq, c.cu_q, c.Hq, width), c.D, c.dtype, true);
+  HostTensor lse = poisoned(varlen(c) ? std::vector<int64_t>{c.Hq, c.cu_q.back()}
+                                      : std::vector<int64_t>{c.B, c.Hq, c.Sq},
+                            DType::f32);
+  HostTensor cu_q = offsets(varlen(c) ? c.cu_q : std::vector<int64_t>{0, 1}, c.cu_dtype);
+  HostTensor cu_k = offsets(varlen(c) ? c.cu_k : std::vector<int64_t>{0, 1}, c.cu_dtype);
+
+  AttentionOptions options;
+  options.causal = c.causal;
+  AttentionInputs host_in{q.view, k.view, v.view};
+  if (varlen(c)) {
+    host_in.cu_seqlens_q = cu_q.view;
+    host_in.cu_seqlens_k = cu_k.view;
+    for (size_t i = 1; i < c.cu_q.size(); ++i) {
+      host_in.max_seqlen_q = std::max(host_in.max_seqlen_q, c.cu_q[i] - c.cu_q[i - 1]);
+      host_in.max_seqlen_k = std::max(host_in.max_seqlen_k, c.cu_k[i] - c.cu_k[i - 1]);
+    }
+  }
+
+  DeviceTensor dq(q.storage), dk(k.storage), dv(v.storage), dout(out.storage), dlse(lse), dcu_q(cu_q), dcu_k(cu_k);
+  AttentionInputs dev_in = host_in;
+  dev_in.q = on_device(dq, q.view, q.storage);
+  dev_in.k = on_device(dk, k.view, k.storage);
+  dev_in.v = on_device(dv, v.view, v.storage);
+  if (varlen(c)) {
+    dev_in.cu_seqlens_q = dcu_q.view;
+    dev_in.cu_seqlens_k = dcu_k.view;
+  }
+  attention_forward(dev_in, {on_device(dout, out.view, out.storage), dlse.view}, options);
+  cuda_ok(cudaDeviceSynchronize());
+
+  // The oracle on the host, into the host buffers (after the device results are read back).
+  HostTensor got_lse(lse.view.shape, DType::f32);
+  dlse.values(got_lse);
+  HostTensor got_out_storage(out.storage.view.shape, c.dtype);
+  dout.values(got_out_storage);
+  Tensor got_out = got_out_storage.view;
+  got_out.shape.back() = c.D;
+  options.impl = Impl::reference;
+  attention_forward(host_in, {out.view, lse.view}, options);
+
+  const std::vector<double> got = core::to_dense<double>(got_out), want = core::to_dense<double>(out.view);
+  for (double x : got) ASSERT_TRUE(std::isfinite(x)) << "an output element is not finite (unwritten?)";
+  EXPECT_LT(rel_err(got, want), tolerance(c.dtype));
+  EXPECT_LT(lse_error(got_lse.values(), lse.values()), 1e-4);
+  if (c.pad > 0) {  // the columns past D of out stay poisoned: nothing wrote past a row
+    const std::vector<double> all = got_out_storage.values();
+    for (size_t i = 0; i < all.size(); ++i)
+      if (static_cast<int64_t>(i % width) >= c.D) ASSERT_TRUE(std::isnan(all[i])) << "write past the head dim";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionCuda,
+    ::testing::Values(
+        GpuAttnCase{"Small_bf16_d128_S100", 2, 100, 100, 2, 2, 128, DType::bf16, false, {}, {}},
+        GpuAttnCase{"Small_f16_d128_causal_gqa4_Sq77_Sk200", 2, 77, 200, 8, 2, 128, DType::f16, true, {}, {}},
+        GpuAttnCase{"Small_bf16_d128_causal_Sq150_Sk60", 1, 150, 60, 2, 1, 128, DType::bf16, true, {}, {}},
+        GpuAttnCase{"Small_bf16_d128_S1", 3, 1, 1, 2, 2, 128, DType::bf16, true, {}, {}},
+        GpuAttnCase{"Small_bf16_d64_causal", 2, 130, 130, 2, 2, 64, DType::bf16, true, {}, {}},
+        GpuAttnCase{"Small_f16_d256_causal", 1, 200, 200, 2, 1, 256, DType::f16, true, {}, {}},
+        GpuAttnCase{"Small_bf16_d128_varlen_causal", 1, 0, 0, 4, 2, 128, DType::bf16, true,
+                    {0, 1, 130, 400, 401}, {0, 5, 200, 330, 600}},
+        GpuAttnCase{"Small_f16_d64_varlen_i64", 1, 0, 0, 2, 2, 64, DType::f16, false, {0, 63, 64, 300},
+                    {0, 129, 130, 200}, 0, DType::i64},
+        GpuAttnCase{"Small_bf16_d128_strided", 2, 90, 140, 4, 2, 128, DType::bf16, true, {}, {}, 64},
+        GpuAttnCase{"bf16_d128_S1000_causal", 1, 1000, 1000, 2, 2, 128, DType::bf16, true, {}, {}},
+        GpuAttnCase{"bf16_d128_S1000_gqa8", 1, 1000, 1000, 8, 1, 128, DType::bf16, false, {}, {}},
+        GpuAttnCase{"f16_d128_S700", 2, 700, 700, 2, 2, 128, DType::f16, false, {}, {}},
+        GpuAttnCase{"bf16_d64_S777_causal", 1, 777, 900, 4, 4, 64, DType::bf16, true, {}, {}},
+        GpuAttnCase{"bf16_d256_S600", 1, 600, 600, 2, 2, 256, DType::bf16, false, {}, {}},
+        GpuAttnCase{"bf16_d256_S513_causal_strided", 1, 513, 513, 2, 1, 256, DType::bf16, true, {}, {}, 64},
+        GpuAttnCase{"bf16_d128_varlen_long", 1, 0, 0, 4, 1, 128, DType::bf16, true, {0, 1000, 1001, 1700},
+                    {0, 900, 1200, 2000}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// Bad input that only the CUDA path rejects.
+TEST(AttentionCudaErrors, RejectsWhatTheKernelsCannotTake) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  auto fwd = [](int64_t D, int64_t Dv, DType dtype) {
+    HostTensor q = uniform({1, 4, 1, D}, dtype), k = uniform({1, 4, 1, D}, dtype), v = uniform({1, 4, 1, Dv}, dtype);
+    HostTensor out = poisoned({1, 4, 1, Dv}, dtype), lse = poisoned({1, 1, 4}, DType::f32);
+    DeviceTensor dq(q), dk(k), dv(v), dout(out), dlse(lse);
+    attention_forward({dq.view, dk.view, dv.view}, {dout.view, dlse.view});
+  };
+  EXPECT_SEQMIX_ERROR(fwd(32, 32, DType::bf16), "this op has no CUDA kernel for head dims D = 32, Dv = 32");
+  EXPECT_SEQMIX_ERROR(fwd(128, 64, DType::bf16), "this op has no CUDA kernel for head dims D = 128, Dv = 64");
+  EXPECT_SEQMIX_ERROR(fwd(64, 64, DType::f32), "this op has no CUDA kernel for dtype f32");
+}
+
+}  // namespace
+}  // namespace seqmix::test
