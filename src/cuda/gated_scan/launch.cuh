@@ -1,6 +1,7 @@
 // Launchers: the grid, the split decision, and the launches in order.
 #pragma once
 
+#include <atomic>
 #include <utility>
 
 #include "cuda/common/runtime.cuh"
@@ -10,6 +11,8 @@
 #include "cuda/gated_scan/staged_forward.cuh"
 
 namespace seqmix::cuda::scan {
+
+inline constexpr int kMaxDevices = 64;
 
 // Splits per sequence so that (sequences × slabs × splits) reach `target_blocks`; 1 when
 // the problem already does, or when there is no workspace for split maps. Splitting is
@@ -22,10 +25,16 @@ inline int64_t choose_splits(const GatedScanParams& p, int64_t slabs, int64_t ta
   return std::min(max_splits(p.seq.num_sequences, tiles), (target_blocks + blocks - 1) / blocks);
 }
 
+// The current device's multiprocessor count, asked once per device.
 inline int64_t multiprocessors() {
-  int device = 0, sms = 0;
+  static std::atomic<int> counts[kMaxDevices] = {};
+  int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  int sms = device < kMaxDevices ? counts[device].load(std::memory_order_relaxed) : 0;
+  if (sms == 0) {
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    if (device < kMaxDevices) counts[device].store(sms, std::memory_order_relaxed);
+  }
   return sms;
 }
 
@@ -72,12 +81,21 @@ bool make_staged_maps(const GatedScanParams& p, StagedMaps& maps) {
   return true;
 }
 
-// Launches a staged kernel with its shared-memory stages (over the 48 KB default).
-template <class Layout, class Kernel>
-void launch_staged(Kernel kernel, const dim3& grid, const GatedScanParams& p, const StagedMaps& maps,
-                   cudaStream_t stream, const char* what) {
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kSharedBytes), what);
-  kernel<<<grid, kThreads + 32, Layout::kSharedBytes, stream>>>(p, maps);
+// Launches a staged kernel with its shared-memory stages (over the 48 KB default). The
+// limit is raised once per kernel and device (the kernel is a template argument, so each
+// kernel has its own record).
+template <class Layout, auto kKernel>
+void launch_staged(const dim3& grid, const GatedScanParams& p, const StagedMaps& maps, cudaStream_t stream,
+                   const char* what) {
+  static std::atomic<uint64_t> raised{0};  // bit d: done on device d
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
+  if (!bit || !(raised.load(std::memory_order_relaxed) & bit)) {
+    check(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kSharedBytes), what);
+    raised.fetch_or(bit, std::memory_order_relaxed);
+  }
+  kKernel<<<grid, kThreads + 32, Layout::kSharedBytes, stream>>>(p, maps);
   check_launch(what);
 }
 
@@ -94,7 +112,7 @@ void launch_forward(GatedScanParams p) {
     check_launch("gated_scan forward split maps");
   }
   if (staged) {
-    launch_staged<L>(staged_forward_kernel<T>, grid, p, maps, stream, "gated_scan forward (staged)");
+    launch_staged<L, staged_forward_kernel<T>>(grid, p, maps, stream, "gated_scan forward (staged)");
     return;
   }
   forward_kernel<T><<<grid, kThreads, 0, stream>>>(p);
@@ -118,7 +136,7 @@ void launch_backward(GatedScanParams p) {
     check_launch("gated_scan backward reverse split maps");
   }
   if (staged) {
-    launch_staged<L>(staged_backward_kernel<T>, grid, p, maps, stream, "gated_scan backward (staged)");
+    launch_staged<L, staged_backward_kernel<T>>(grid, p, maps, stream, "gated_scan backward (staged)");
     return;
   }
   backward_kernel<T><<<grid, kThreads, 0, stream>>>(p);
