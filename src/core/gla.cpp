@@ -1,6 +1,7 @@
 // Validation and dispatch of gated linear attention.
 #include "seqmix/gla.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/check.hpp"
@@ -106,6 +107,8 @@ void cuda_forward(const core::Checker& check, const cpu::GlaProblem& p, const Gl
   cuda::GlaParams params;
   params.num_sequences = static_cast<int64_t>(p.sequences.size());
   params.T = p.T;
+  for (const auto& sequence : p.sequences)
+    params.max_chunks = std::max(params.max_chunks, (sequence.length + cuda::kGlaChunk - 1) / cuda::kGlaChunk);
   params.cu_seqlens = in.cu_seqlens ? in.cu_seqlens->data : nullptr;
   params.cu_seqlens_int64 = in.cu_seqlens && in.cu_seqlens->dtype == DType::i64;
   params.H = p.H, params.K = p.K, params.V = p.V;

@@ -62,6 +62,8 @@ TEST_P(GlaCuda, ForwardMatchesOracle) {
 // Chunks are 64 tokens in 16-token sub-chunks: T = 1, 63, 300, 1000 and the varlen offsets
 // leave partial chunks and sequences that start mid-chunk; decays from near 0 (the state
 // carries over thousands of tokens) to −20 (every product underflows but the diagonal's).
+// Grids of fewer than half the SMs' blocks split each sequence into segments (most cases
+// here); T ≤ 192 and bf16_unsplit_B4_H17 take the unsplit path.
 INSTANTIATE_TEST_SUITE_P(
     Cases, GlaCuda,
     ::testing::Values(
@@ -73,7 +75,9 @@ INSTANTIATE_TEST_SUITE_P(
         GpuGlaCase{"bf16_T1000_V256", 2, 1000, 2, 128, 256, DType::bf16, true, -1.0, 0.0, {}},
         GpuGlaCase{"f16_T1000_near0", 1, 1000, 3, 128, 128, DType::f16, true, -0.02, 0.0, {}},
         GpuGlaCase{"bf16_varlen_long", 1, 2100, 2, 128, 128, DType::bf16, false, -0.1, 0.0, {0, 700, 701, 2100}},
-        GpuGlaCase{"f16_T1000_decay20_K64", 2, 1000, 2, 64, 192, DType::f16, true, -20.0, -5.0, {}}),
+        GpuGlaCase{"f16_T1000_decay20_K64", 2, 1000, 2, 64, 192, DType::f16, true, -20.0, -5.0, {}},
+        GpuGlaCase{"bf16_unsplit_B4_H17", 4, 300, 17, 64, 64, DType::bf16, true, -0.3, 0.0, {}},
+        GpuGlaCase{"f16_split_T5000", 1, 5000, 1, 128, 128, DType::f16, true, -0.05, 0.0, {}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // What the CUDA path refuses, with the reason; no kernel runs (the tensors only claim a
@@ -108,11 +112,11 @@ TEST(GlaCudaErrors, UnsupportedInputsAreRefused) {
                       "the CUDA backward of gla is not written yet");
 }
 
-// Forward time at the benchmark shape (B 8, T 2048, H 16, K = V = 128, bf16), printed;
-// run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the output is finite.
-TEST(GlaCudaTiming, ForwardB8T2048) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const int64_t B = 8, T = 2048, H = 16, K = 128, V = 128;
+// Forward times at the benchmark shapes (H 16, K = V = 128, bf16; B 8 × T 2048 and one
+// sequence of 32768 tokens, which is split), printed; run with --gtest_filter='*GlaCudaTiming*'.
+// Asserts only that the output is finite.
+void time_forward(int64_t B, int64_t T) {
+  const int64_t H = 16, K = 128, V = 128;
   HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
              v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0);
   HostTensor o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32);
@@ -142,6 +146,16 @@ TEST(GlaCudaTiming, ForwardB8T2048) {
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](double x) { return std::isfinite(x); }));
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
+}
+
+TEST(GlaCudaTiming, ForwardB8T2048) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_forward(8, 2048);
+}
+
+TEST(GlaCudaTiming, ForwardB1T32768) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_forward(1, 32768);
 }
 
 }  // namespace

@@ -70,7 +70,8 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
 // The decayed operands of one chunk. Thread (channel c, role): role 0 walks the tokens
 // forward (q_sub, q_start, e^{g}, e^{b_last}), role 1 backward (k_end, k_pair); both take
 // e^{g} from g and multiply, so each factor is a product of values ≤ 1.
-template <class E, int KD, int VB>
+// kOutput false (the segment-state pass): only what the state needs, k_end and e^{b_last}.
+template <bool kOutput, class E, int KD, int VB>
 __device__ __forceinline__ void decay_operands(Smem<E, KD, VB>& s, int tid) {
   constexpr int PK = Smem<E, KD, VB>::PK;
   if (tid >= 2 * KD) return;
@@ -81,12 +82,14 @@ __device__ __forceinline__ void decay_operands(Smem<E, KD, VB>& s, int tid) {
     for (int t = 0; t < kChunk; ++t) {
       const int at = t * PK + c;
       const float e = __expf(to_float(s.g[at]));
-      s.decay[at] = __float2half_rn(e);
       from_start *= e;
-      from_sub = t % kSub == 0 ? 1.0f : from_sub * e;
-      const float q = to_float(s.q[at]);
-      s.q_sub[at] = from_float<E>(q * from_sub);
-      s.q_start[at] = from_float<E>(q * from_start);
+      if constexpr (kOutput) {
+        s.decay[at] = __float2half_rn(e);
+        from_sub = t % kSub == 0 ? 1.0f : from_sub * e;
+        const float q = to_float(s.q[at]);
+        s.q_sub[at] = from_float<E>(q * from_sub);
+        s.q_start[at] = from_float<E>(q * from_start);
+      }
     }
     s.decay_all[c] = from_start;
   } else {
@@ -100,58 +103,82 @@ __device__ __forceinline__ void decay_operands(Smem<E, KD, VB>& s, int tid) {
         const float k = to_float(s.k[at]);
         s.k_end[at] = from_float<E>(k * to_end);
         to_end *= e;
+        if constexpr (kOutput) {
 #pragma unroll
-        for (int I = sub + 1; I < 4; ++I) {
-          s.k_pair[(pair_row0(I) + t) * PK + c] = from_float<E>(k * to_sub[I]);
-          to_sub[I] *= e;
+          for (int I = sub + 1; I < 4; ++I) {
+            s.k_pair[(pair_row0(I) + t) * PK + c] = from_float<E>(k * to_sub[I]);
+            to_sub[I] *= e;
+          }
+          if (tt == 0 && sub >= 1) to_sub[sub] = e;
         }
-        if (tt == 0 && sub >= 1) to_sub[sub] = e;
       }
     }
   }
 }
 
-// The intra-chunk scores A (causal, decay-weighted q·kᵀ) into s.scores.
-//  - diagonal sub-chunks: warp w owns rows 8w..8w+7; lanes split the channels; for each
-//    j ≤ i in i's sub-chunk the weight e^{b_i − b_j} is a running product of e^{g}.
-//  - the six pairs J < I: warps 0..5, one 16×16 tensor-core block each.
+// Four consecutive 16-bit values as floats (8-byte shared load).
+template <class E>
+__device__ __forceinline__ float4 load4(const E* p) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(p);
+  const E* v = reinterpret_cast<const E*>(&raw);
+  return make_float4(to_float(v[0]), to_float(v[1]), to_float(v[2]), to_float(v[3]));
+}
+
+// The diagonal sub-chunks of A: A_ij for j ≤ i in the same 16 tokens, exactly, on the CUDA
+// cores. Lane (row i, channel group cg) of warp w: row 8w + lane/4; it sums channels
+// 16m + 4cg.. for every j of its sub-chunk at once (16 independent accumulators), the
+// weight e^{b_i − b_j} a running product of e^{g} from j = i down; the 4 groups of a row
+// then combine by shuffles. Writes zeros above the diagonal.
 template <class E, int KD, int VB>
-__device__ __forceinline__ void chunk_scores(Smem<E, KD, VB>& s, int warp, int lane) {
-  constexpr int PK = Smem<E, KD, VB>::PK, PA = Smem<E, KD, VB>::PA, kPerLane = KD / 32;
-  for (int rr = 0; rr < kChunk / 8; ++rr) {
-    const int i = warp * (kChunk / 8) + rr, i0 = i & ~(kSub - 1);
-    float q[kPerLane], w[kPerLane];
+__device__ __forceinline__ void diagonal_scores(Smem<E, KD, VB>& s, int warp, int lane) {
+  constexpr int PK = Smem<E, KD, VB>::PK, PA = Smem<E, KD, VB>::PA;
+  const int i = warp * 8 + lane / 4, cg = lane % 4, i0 = i & ~(kSub - 1), last = i - i0;
+  const int warp_last = (warp % 2) * 8 + 7;  // the largest `last` in this warp
+  float acc[kSub] = {};
+#pragma unroll 2
+  for (int m = 0; m < KD / 16; ++m) {
+    const int c = 16 * m + 4 * cg;
+    const float4 q = load4(s.q + i * PK + c);
+    float w[4] = {1.0f, 1.0f, 1.0f, 1.0f};
 #pragma unroll
-    for (int m = 0; m < kPerLane; ++m) q[m] = to_float(s.q[i * PK + lane + 32 * m]), w[m] = 1.0f;
-    for (int j = i; j >= i0; --j) {
-      float part = 0.0f;
-#pragma unroll
-      for (int m = 0; m < kPerLane; ++m) {
-        const int at = j * PK + lane + 32 * m;
-        part += q[m] * to_float(s.k[at]) * w[m];
-        w[m] *= __half2float(s.decay[at]);
+    for (int jj = kSub - 1; jj >= 0; --jj) {
+      if (jj > warp_last) continue;  // uniform across the warp
+      if (jj <= last) {
+        const float4 k = load4(s.k + (i0 + jj) * PK + c);
+        acc[jj] += q.x * k.x * w[0] + q.y * k.y * w[1] + q.z * k.z * w[2] + q.w * k.w * w[3];
+        const float4 e = load4(s.decay + (i0 + jj) * PK + c);
+        w[0] *= e.x, w[1] *= e.y, w[2] *= e.z, w[3] *= e.w;
       }
-      part = warp_sum(part);
-      if (lane == 0) s.scores[i * PA + j] = from_float<E>(part);
     }
-    if (lane < kSub && i0 + lane > i) s.scores[i * PA + i0 + lane] = from_float<E>(0.0f);
   }
-  if (warp < 6) {
-    const int I = warp < 1 ? 1 : warp < 3 ? 2 : 3, J = warp - (I - 1) * I / 2;  // pairs (1,0) (2,0) (2,1) (3,0)…
-    float acc[2][4] = {};
 #pragma unroll
-    for (int kk = 0; kk < KD / 16; ++kk) {
-      uint32_t a[4], b[4];
-      load_a(a, s.q_sub, PK, kSub * I, 16 * kk, lane);
-      load_b_from_rows(b, s.k_pair, PK, pair_row0(I) + kSub * J, 16 * kk, lane);
-      mma_pair<E>(acc[0], acc[1], a, b);
-    }
-    const int row = kSub * I + lane / 4, col = kSub * J + 2 * (lane % 4);
+  for (int jj = 0; jj < kSub; ++jj) {
+    acc[jj] += __shfl_xor_sync(0xffffffffu, acc[jj], 1);
+    acc[jj] += __shfl_xor_sync(0xffffffffu, acc[jj], 2);
+    if (jj % 4 == cg) s.scores[i * PA + i0 + jj] = from_float<E>(jj <= last ? acc[jj] : 0.0f);
+  }
+}
+
+// The six sub-chunk pairs J < I of A: warps 0..5, one 16×16 tensor-core block each,
+// (q ⊙ e^{b_i − b_{i0}}) · (k ⊙ e^{b_{i0} − b_j})ᵀ.
+template <class E, int KD, int VB>
+__device__ __forceinline__ void pair_scores(Smem<E, KD, VB>& s, int warp, int lane) {
+  constexpr int PK = Smem<E, KD, VB>::PK, PA = Smem<E, KD, VB>::PA;
+  if (warp >= 6) return;
+  const int I = warp < 1 ? 1 : warp < 3 ? 2 : 3, J = warp - (I - 1) * I / 2;  // (1,0) (2,0) (2,1) (3,0)…
+  float acc[2][4] = {};
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      *reinterpret_cast<uint32_t*>(&s.scores[row * PA + col + 8 * nt]) = pack2<E>(acc[nt][0], acc[nt][1]);
-      *reinterpret_cast<uint32_t*>(&s.scores[(row + 8) * PA + col + 8 * nt]) = pack2<E>(acc[nt][2], acc[nt][3]);
-    }
+  for (int kk = 0; kk < KD / 16; ++kk) {
+    uint32_t a[4], b[4];
+    load_a(a, s.q_sub, PK, kSub * I, 16 * kk, lane);
+    load_b_from_rows(b, s.k_pair, PK, pair_row0(I) + kSub * J, 16 * kk, lane);
+    mma_pair<E>(acc[0], acc[1], a, b);
+  }
+  const int row = kSub * I + lane / 4, col = kSub * J + 2 * (lane % 4);
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    *reinterpret_cast<uint32_t*>(&s.scores[row * PA + col + 8 * nt]) = pack2<E>(acc[nt][0], acc[nt][1]);
+    *reinterpret_cast<uint32_t*>(&s.scores[(row + 8) * PA + col + 8 * nt]) = pack2<E>(acc[nt][2], acc[nt][3]);
   }
 }
 
@@ -254,75 +281,105 @@ __device__ __forceinline__ void chunk_output(const Smem<E, KD, VB>& s, const E* 
   }
 }
 
-template <class E, int KD, int VB>
+// Where block (value block, head, sequence × segment) reads and writes: its tokens, the
+// chunks of its segment, and its slots of the state tables.
+struct BlockPlan {
+  Span seq;
+  int64_t h, n, seg, first_chunk, end_chunk, chunks;
+  int64_t state_slot;  // (n·H + h)·segments + seg
+  __device__ BlockPlan(const GlaParams& p) {
+    h = blockIdx.y, n = blockIdx.z / p.segments, seg = blockIdx.z % p.segments;
+    seq = sequence_span(p, n);
+    chunks = (seq.length + kChunk - 1) / kChunk;
+    first_chunk = p.segments > 1 ? seg * p.segment_chunks : 0;
+    end_chunk = p.segments > 1 ? min(chunks, first_chunk + p.segment_chunks) : chunks;
+    state_slot = (n * p.H + h) * p.segments + seg;
+  }
+  // Tokens of chunk `c` that exist (the rest is zero-filled).
+  __device__ int valid(int64_t c) const {
+    const int64_t left = seq.length - c * kChunk;
+    return static_cast<int>(left < kChunk ? left : kChunk);
+  }
+};
+
+// One block walks the chunks of one segment of one sequence (the whole sequence when not
+// split) for one head and value block. kOutput: o (and the final state after the last
+// chunk) from the entering state; else the segment's own end state from zero and its
+// total decay, into the workspace.
+template <class E, int KD, int VB, bool kOutput>
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int vb0 = blockIdx.x * VB;
-  const int64_t h = blockIdx.y, n = blockIdx.z;
-  const Span seq = sequence_span(p, n);
-  const int64_t chunks = (seq.length + kChunk - 1) / kChunk;
+  const BlockPlan plan(p);
+  const int64_t h = plan.h;
+  float* const segment_state = p.workspace ? p.workspace + plan.state_slot * KD * p.V + vb0 : nullptr;
+  float* const segment_decay =
+      p.workspace ? p.workspace + p.num_sequences * p.H * p.segments * KD * p.V + plan.state_slot * KD : nullptr;
+  StateTile<E, KD, VB> S(warp, lane);
+  if (plan.first_chunk >= plan.end_chunk) {  // a segment past a short sequence's end
+    if constexpr (!kOutput) {
+      S.load(nullptr, p.V);
+      S.store(segment_state, p.V);
+      if (blockIdx.x == 0 && tid < KD) segment_decay[tid] = 1.0f;
+    }
+    return;
+  }
   auto row0 = [&](const GlaTokens& x, int64_t t, int col) {
-    return static_cast<E*>(x.data) + seq.batch * x.stride_batch + (seq.start + t) * x.stride_time +
+    return static_cast<E*>(x.data) + plan.seq.batch * x.stride_batch + (plan.seq.start + t) * x.stride_time +
            h * x.stride_head + col;
   };
-  auto issue_loads = [&](int64_t chunk, int stage) {
+  // The decays of a chunk are read first and released first: two groups of copies.
+  auto issue_decay_loads = [&](int64_t chunk) {
+    load_chunk<KD, PK>(s.g, row0(p.g, chunk * kChunk, 0), p.g.stride_time, plan.valid(chunk), tid);
+    copy_async_commit();
+  };
+  auto issue_token_loads = [&](int64_t chunk, int stage) {
     const int64_t t = chunk * kChunk;
-    const int valid = static_cast<int>(seq.length - t < kChunk ? seq.length - t : kChunk);
-    load_chunk<KD, PK>(s.q, row0(p.q, t, 0), p.q.stride_time, valid, tid);
-    load_chunk<KD, PK>(s.k, row0(p.k, t, 0), p.k.stride_time, valid, tid);
-    load_chunk<KD, PK>(s.g, row0(p.g, t, 0), p.g.stride_time, valid, tid);
-    load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, valid, tid);
+    if constexpr (kOutput) load_chunk<KD, PK>(s.q, row0(p.q, t, 0), p.q.stride_time, plan.valid(chunk), tid);
+    load_chunk<KD, PK>(s.k, row0(p.k, t, 0), p.k.stride_time, plan.valid(chunk), tid);
+    load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
 
   for (int i = tid; i < kChunk * Smem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
-  const int64_t state_offset = (n * p.H + h) * KD * p.V + vb0;
-  StateTile<E, KD, VB> S(warp, lane);
-  S.load(p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
-  issue_loads(0, 0);
+  const int64_t state_offset = (plan.n * p.H + h) * KD * p.V + vb0;
+  if constexpr (kOutput) S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
+  else S.load(nullptr, p.V);
+  float total_decay = 1.0f;  // threads < KD: e^{Σ g} of channel tid over the segment
+  issue_decay_loads(plan.first_chunk);
+  issue_token_loads(plan.first_chunk, 0);
 
-  for (int64_t chunk = 0; chunk < chunks; ++chunk) {
-    const int stage = static_cast<int>(chunk & 1);
+  for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
+    const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
+    const bool more = chunk + 1 < plan.end_chunk;
     copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
-    decay_operands(s, tid);
-    S.store_operand(s.state);
-    __syncthreads();
-    chunk_scores(s, warp, lane);
-    __syncthreads();  // raw q, k, g are free: the next chunk streams in behind the products
-    if (chunk + 1 < chunks) issue_loads(chunk + 1, stage ^ 1);
-    const int64_t t = chunk * kChunk;
-    const int valid = static_cast<int>(seq.length - t < kChunk ? seq.length - t : kChunk);
-    chunk_output(s, s.v[stage], warp, lane, row0(p.o, t, vb0), p.o.stride_time, valid, p.scale);
+    decay_operands<kOutput>(s, tid);
+    if constexpr (kOutput) S.store_operand(s.state);
+    __syncthreads();  // g is free: the next chunk's decays stream in from here
+    if (more) issue_decay_loads(chunk + 1);
+    if constexpr (kOutput) {
+      diagonal_scores(s, warp, lane);
+      __syncthreads();  // q, k are free: the next chunk's tokens stream in behind the products
+      if (more) issue_token_loads(chunk + 1, stage ^ 1);
+      pair_scores(s, warp, lane);
+      __syncthreads();
+      chunk_output(s, s.v[stage], warp, lane, row0(p.o, chunk * kChunk, vb0), p.o.stride_time, plan.valid(chunk),
+                   p.scale);
+    } else {
+      if (tid < KD) total_decay *= s.decay_all[tid];
+      if (more) issue_token_loads(chunk + 1, stage ^ 1);  // k is read by the walkers only
+    }
     S.advance(s, s.v[stage], lane);
   }
-  if (p.final_state) S.store(p.final_state + state_offset, p.V);
-}
-
-template <class E, int KD, int VB>
-void launch_forward(const GlaParams& p) {
-  const size_t smem = sizeof(Smem<E, KD, VB>);
-  auto kernel = forward_kernel<E, KD, VB>;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-        "gla forward shared memory");
-  const dim3 grid(static_cast<unsigned>(p.V / VB), static_cast<unsigned>(p.H),
-                  static_cast<unsigned>(p.num_sequences));
-  kernel<<<grid, kThreads, smem, static_cast<cudaStream_t>(p.stream)>>>(p);
-  check_launch("gla forward");
-}
-
-// The value block: 128 columns when V allows and the state still fits 64 registers a thread.
-template <class E>
-void forward_for_shape(const GlaParams& p) {
-  if (p.K == 128) {
-    if (p.V % 128 == 0) launch_forward<E, 128, 128>(p);
-    else launch_forward<E, 128, 64>(p);
+  if constexpr (kOutput) {
+    if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);
   } else {
-    if (p.V % 128 == 0) launch_forward<E, 64, 128>(p);
-    else launch_forward<E, 64, 64>(p);
+    S.store(segment_state, p.V);
+    if (blockIdx.x == 0 && tid < KD) segment_decay[tid] = total_decay;
   }
 }
 

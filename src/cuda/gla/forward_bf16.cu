@@ -1,5 +1,5 @@
 // Explicit instantiation: GLA forward, bf16.
-#include "cuda/gla/forward.cuh"
+#include "cuda/gla/launch.cuh"
 
 namespace seqmix::cuda {
 

@@ -19,6 +19,7 @@ struct GlaParams {
   int64_t T = 0;
   const void* cu_seqlens = nullptr;  // device pointer or nullptr
   bool cu_seqlens_int64 = false;
+  int64_t max_chunks = 0;  // chunks of the longest sequence
   int64_t H = 0, K = 0, V = 0;
   float scale = 1.0f;
   GlaTokens q, k, v, g, o;
@@ -26,6 +27,13 @@ struct GlaParams {
   const float* initial_state = nullptr;
   float* final_state = nullptr;
   void* stream = nullptr;
+  // Set by the launcher. When few (sequence, head) pairs would leave SMs idle, each
+  // sequence's chunks are cut into `segments` runs of `segment_chunks`: a first pass finds
+  // each run's own end state and decay, a second chains them, a third computes the outputs
+  // of every run from its entering state. workspace: [N, H, segments, K, V] states, then
+  // [N, H, segments, K] decays (floats).
+  int64_t segments = 1, segment_chunks = 0;
+  float* workspace = nullptr;
 };
 
 enum class GlaDtype { bf16, f16 };
