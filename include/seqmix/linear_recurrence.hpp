@@ -28,9 +28,10 @@
 
 namespace seqmix {
 
-// Which algorithm Impl::fast runs. `automatic` picks the fastest one measured on the
-// CPU for the shape (bench/cpu_linear_recurrence.md). Impl::reference always runs the
-// float64 sequential oracle, whatever the method.
+// Which algorithm Impl::fast (or a CUDA call) runs. `automatic` picks the fastest one
+// measured for the shape: on the CPU (bench/cpu_linear_recurrence.md), or on the GPU
+// (linear_recurrence_cuda_method; src/cuda/linear_recurrence/NOTES.md). Impl::reference
+// always runs the float64 sequential oracle, whatever the method.
 enum class LinearRecurrenceMethod { automatic, sequential, chunked, scan, cyclic_reduction };
 
 // "automatic", "sequential", "chunked", "scan", "cyclic_reduction".
@@ -54,6 +55,10 @@ struct LinearRecurrenceInputs {
 struct LinearRecurrenceOutputs {
   Tensor h;                              // [G, T, n, m] every state
   std::optional<Tensor> final_state;     // [G, n, m] the state after step T
+  // CUDA only, optional: f32 scratch of linear_recurrence_workspace_size(...) elements on
+  // the inputs' device. Without it a CUDA call that needs scratch takes it from the
+  // device's stream-ordered memory pool for the duration of the call.
+  std::optional<Tensor> workspace;
 };
 
 // Forward. Writes h and, when given, final_state.
@@ -64,7 +69,18 @@ struct LinearRecurrenceGrads {
   Tensor dA;                             // [G, T, n, n]
   Tensor db;                             // [G, T, n, m]
   std::optional<Tensor> d_initial_state; // [G, n, m], required when initial_state is given
+  // CUDA only, optional: as LinearRecurrenceOutputs::workspace (sized with backward = true).
+  std::optional<Tensor> workspace;
 };
+
+// The method `automatic` resolves to for these sizes on a CUDA device.
+LinearRecurrenceMethod linear_recurrence_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m);
+
+// Elements of the f32 workspace a CUDA forward (backward = false) or backward call with
+// these sizes and options may use; at least 1. The CPU backend uses none. CUDA takes
+// bf16 or f32 inputs with n a multiple of 8, at most 128, and contiguous tensors.
+int64_t linear_recurrence_workspace_size(int64_t G, int64_t T, int64_t n, int64_t m, bool backward,
+                                         const LinearRecurrenceOptions& options = {});
 
 // Backward: from dh (the gradient with respect to every h_t) and, optionally, the
 // gradient of the final state, runs g_T = dh_T + d_final, g_t = dh_t + A_{t+1}ᵀ g_{t+1}

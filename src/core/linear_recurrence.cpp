@@ -1,9 +1,20 @@
 // Validation and dispatch of the dense linear recurrence.
 #include "seqmix/linear_recurrence.hpp"
 
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+#include <utility>
+
 #include "core/check.hpp"
 #include "cpu/linear_recurrence.hpp"
 #include "seqmix/error.hpp"
+
+#include "cuda/linear_recurrence/params.hpp"  // plain C++: the method rule and workspace sizes
+
+#ifdef SEQMIX_CUDA_LINEAR_RECURRENCE
+#include "cuda/common/device.hpp"
+#endif
 
 namespace seqmix {
 namespace {
@@ -50,7 +61,82 @@ void check_like(const core::Checker& check, const std::optional<Tensor>& t, cons
   check.same_dtype(*t, arg, in.A.dtype, "A");
 }
 
+cuda::RecurrenceMethod cuda_method(LinearRecurrenceMethod method, int64_t G, int64_t T, int64_t n, int64_t m) {
+  switch (method) {
+    case LinearRecurrenceMethod::sequential: return cuda::RecurrenceMethod::sequential;
+    case LinearRecurrenceMethod::chunked: return cuda::RecurrenceMethod::chunked;
+    case LinearRecurrenceMethod::scan: return cuda::RecurrenceMethod::scan;
+    case LinearRecurrenceMethod::cyclic_reduction: return cuda::RecurrenceMethod::cyclic_reduction;
+    case LinearRecurrenceMethod::automatic: break;
+  }
+  return cuda::choose_cuda_method(G, T, n, m);
+}
+
+#ifdef SEQMIX_CUDA_LINEAR_RECURRENCE
+// What the kernels take beyond the general checks: bf16 or f32, n a multiple of 8 up to
+// 128 (rows are copied in 16-byte pieces), contiguous tensors, a grid within limits.
+cuda::LinearRecurrenceParams cuda_params(const core::Checker& check, const LinearRecurrenceInputs& in,
+                                         const cpu::LinearRecurrenceProblem& p, const LinearRecurrenceOptions& o,
+                                         std::initializer_list<std::pair<const char*, std::optional<Tensor>>> tensors) {
+  if (o.impl == Impl::reference) check.fail("impl", "fast or automatic on a CUDA device", "reference");
+  check.dtype_in(in.A, "A", {DType::bf16, DType::f32});
+  if (p.n % cuda::kRecurrenceStateGranule != 0 || p.n > cuda::kMaxRecurrenceState)
+    check.fail("A", "a state size n that is a multiple of 8 and at most 128 on a CUDA device",
+               "n = " + std::to_string(p.n));
+  if (p.G > 65535) check.fail("A", "at most 65535 groups G on a CUDA device", "G = " + std::to_string(p.G));
+  for (const auto& [arg, t] : tensors)
+    if (t && !t->is_contiguous())
+      check.fail(arg, "a contiguous tensor on a CUDA device", "strides " + shape_str(t->strides));
+  if (reinterpret_cast<uintptr_t>(in.A.data) % 16 != 0)  // transitions are copied in 16-byte pieces
+    check.fail("A", "a data pointer aligned to 16 bytes on a CUDA device", "an unaligned pointer");
+  cuda::LinearRecurrenceParams params;
+  params.G = p.G, params.T = p.T, params.n = p.n, params.m = p.m;
+  params.method = cuda_method(o.method, p.G, p.T, p.n, p.m);
+  params.chunk_size = o.chunk_size;
+  params.A = in.A.data;
+  params.b = in.b.data;
+  params.initial_state = in.initial_state ? in.initial_state->data : nullptr;
+  params.stream = o.stream;
+  return params;
+}
+
+float* checked_workspace(const core::Checker& check, const std::optional<Tensor>& workspace,
+                         const cuda::LinearRecurrenceParams& params, bool backward, const Device& device) {
+  if (!workspace) return nullptr;
+  const int64_t needed = cuda::linear_recurrence_workspace_floats(params.G, params.T, params.n, params.m,
+                                                                  params.method, params.chunk_size, backward);
+  check.view(*workspace, "workspace", 1, "[elements]", device);
+  check.dtype_in(*workspace, "workspace", {DType::f32});
+  if (workspace->shape[0] < needed)
+    check.fail("workspace", "at least " + std::to_string(needed) + " elements", std::to_string(workspace->shape[0]));
+  return static_cast<float*>(workspace->data);
+}
+
+template <class Launch>
+void launch_by_dtype(DType dtype, const Launch& launch) {
+  if (dtype == DType::bf16) launch(std::integral_constant<cuda::RecurrenceDtype, cuda::RecurrenceDtype::bf16>{});
+  else launch(std::integral_constant<cuda::RecurrenceDtype, cuda::RecurrenceDtype::f32>{});
+}
+#endif
+
 }  // namespace
+
+LinearRecurrenceMethod linear_recurrence_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m) {
+  switch (cuda::choose_cuda_method(G, T, n, m)) {
+    case cuda::RecurrenceMethod::sequential: return LinearRecurrenceMethod::sequential;
+    case cuda::RecurrenceMethod::chunked: return LinearRecurrenceMethod::chunked;
+    case cuda::RecurrenceMethod::scan: return LinearRecurrenceMethod::scan;
+    case cuda::RecurrenceMethod::cyclic_reduction: return LinearRecurrenceMethod::cyclic_reduction;
+  }
+  return LinearRecurrenceMethod::sequential;
+}
+
+int64_t linear_recurrence_workspace_size(int64_t G, int64_t T, int64_t n, int64_t m, bool backward,
+                                         const LinearRecurrenceOptions& options) {
+  const auto method = cuda_method(options.method, G, T, n, m);
+  return std::max<int64_t>(1, cuda::linear_recurrence_workspace_floats(G, T, n, m, method, options.chunk_size,
+                                                                       backward));
+}
 
 const char* linear_recurrence_method_name(LinearRecurrenceMethod method) {
   switch (method) {
@@ -79,6 +165,20 @@ void linear_recurrence_forward(const LinearRecurrenceInputs& in, const LinearRec
   const auto p = check_inputs(check, in, options);
   check_like(check, out.h, "h", {p.G, p.T, p.n, p.m}, kSteps, in);
   check_like(check, out.final_state, "final_state", {p.G, p.n, p.m}, kState, in);
+  if (in.A.device.is_cuda()) {
+#ifdef SEQMIX_CUDA_LINEAR_RECURRENCE
+    auto params = cuda_params(check, in, p, options,
+                              {{"A", in.A}, {"b", in.b}, {"initial_state", in.initial_state}, {"h", out.h},
+                               {"final_state", out.final_state}});
+    params.h = out.h.data;
+    params.final_state = out.final_state ? out.final_state->data : nullptr;
+    params.workspace = checked_workspace(check, out.workspace, params, false, in.A.device);
+    const cuda::DeviceGuard guard(in.A.device.index);
+    launch_by_dtype(in.A.dtype, [&](auto dtype) { cuda::linear_recurrence_forward<decltype(dtype)::value>(params); });
+    return;
+#endif
+    // Without the kernels in this build, resolve_cpu_impl refuses CUDA tensors.
+  }
   const Impl impl = core::resolve_cpu_impl(check, options.impl, in.A);
   cpu::linear_recurrence_forward(p, in, out, impl);
 }
@@ -96,6 +196,24 @@ void linear_recurrence_backward(const LinearRecurrenceInputs& in, const Tensor& 
     check.fail("d_initial_state", in.initial_state ? "a tensor (initial_state is given)" : "none (initial_state is not given)",
                grads.d_initial_state ? "a tensor" : "none");
   check_like(check, grads.d_initial_state, "d_initial_state", {p.G, p.n, p.m}, kState, in);
+  if (in.A.device.is_cuda()) {
+#ifdef SEQMIX_CUDA_LINEAR_RECURRENCE
+    auto params = cuda_params(check, in, p, options,
+                              {{"A", in.A}, {"b", in.b}, {"initial_state", in.initial_state}, {"dh", dh},
+                               {"d_final_state", d_final_state}, {"dA", grads.dA}, {"db", grads.db},
+                               {"d_initial_state", grads.d_initial_state}});
+    params.dh = dh.data;
+    params.d_final_state = d_final_state ? d_final_state->data : nullptr;
+    params.dA = grads.dA.data;
+    params.db = grads.db.data;
+    params.d_initial_state = grads.d_initial_state ? grads.d_initial_state->data : nullptr;
+    params.workspace = checked_workspace(check, grads.workspace, params, true, in.A.device);
+    const cuda::DeviceGuard guard(in.A.device.index);
+    launch_by_dtype(in.A.dtype, [&](auto dtype) { cuda::linear_recurrence_backward<decltype(dtype)::value>(params); });
+    return;
+#endif
+    // Without the kernels in this build, resolve_cpu_impl refuses CUDA tensors.
+  }
   const Impl impl = core::resolve_cpu_impl(check, options.impl, in.A);
   cpu::linear_recurrence_backward(p, in, dh, d_final_state, grads, impl);
 }

@@ -284,8 +284,13 @@ TEST(LinearRecurrenceErrors, EveryBadInputNamesTheArgument) {
   EXPECT_SEQMIX_ERROR(forward(A, b_gpu), "argument 'b': expected device cpu (the device of the first input), got cuda:0");
   Tensor h_gpu = h.view;
   h_gpu.device = Device::cuda(0);
+#ifdef SEQMIX_CUDA_LINEAR_RECURRENCE  // the CUDA path checks what its kernels take (n = 4 is too small)
+  EXPECT_SEQMIX_ERROR(forward(A_gpu, b_gpu, std::nullopt, {h_gpu}),
+                      "argument 'A': expected a state size n that is a multiple of 8 and at most 128 on a CUDA device");
+#else
   EXPECT_SEQMIX_ERROR(forward(A_gpu, b_gpu, std::nullopt, {h_gpu}),
                       "argument 'device': expected a CPU tensor (this op has no CUDA kernel in this build), got cuda:0");
+#endif
 
   HostTensor A_T0({2, 0, 4, 4}, f32), b_T0({2, 0, 4, 3}, f32);
   EXPECT_SEQMIX_ERROR(forward(A_T0, b_T0), "argument 'A': expected sequence length T >= 1, got sequence length T = 0");

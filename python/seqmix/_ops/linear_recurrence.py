@@ -37,8 +37,10 @@ def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, im
             state whose columns evolve independently under the same ``A_t``.
         h0: optional ``[G, n, m]`` initial state (zeros when absent).
         method: how the fast path computes it; all give the same result up to rounding:
-            ``"auto"`` (the fastest measured on the CPU for the shape, see
-            ``bench/cpu_linear_recurrence.md``), ``"sequential"`` (step by step),
+            ``"auto"`` (the fastest measured for the shape and device: on the CPU see
+            ``bench/cpu_linear_recurrence.md``; on CUDA the sequential kernel when
+            G·ceil(m/8) ≥ 16 or T < 256, else the chunked one, see
+            ``src/cuda/linear_recurrence/NOTES.md``), ``"sequential"`` (step by step),
             ``"chunked"`` (independent chunks, then a pass over chunk summaries),
             ``"scan"`` (Hillis–Steele prefix scan of the affine maps) or
             ``"cyclic_reduction"`` (odd–even elimination). Ignored by
@@ -51,6 +53,10 @@ def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, im
     Returns:
         ``h`` ``[G, T, n, m]`` holding every state ``h_1..h_T`` in the input dtype, and
         the final state when ``output_final_state``.
+
+    CUDA tensors need bf16 or fp32, ``n`` a multiple of 8 up to 128, and contiguous
+    tensors; the parallel methods take float32 scratch (about ``G·T·n·(n + m)`` floats,
+    twice that for the scan) from the device's stream-ordered memory pool for the call.
 
     numpy arrays give numpy results (forward only; see ``linear_recurrence_backward``);
     torch tensors go through ``seqmix.torch`` and are differentiable in A, b and h0,

@@ -1,0 +1,82 @@
+// Small device helpers shared by the linear-recurrence kernels: element conversion,
+// asynchronous copies into shared memory, and the workspace layout.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/linear_recurrence/params.hpp"
+
+namespace seqmix::cuda::linrec {
+
+inline constexpr int kThreads = 256;
+
+template <RecurrenceDtype d>
+struct ElementOf;
+template <>
+struct ElementOf<RecurrenceDtype::f32> {
+  using type = float;
+};
+template <>
+struct ElementOf<RecurrenceDtype::bf16> {
+  using type = __nv_bfloat16;
+};
+
+__device__ __forceinline__ float to_float(float x) { return x; }
+__device__ __forceinline__ float to_float(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+template <class T>
+__device__ __forceinline__ T from_float(float x);
+template <>
+__device__ __forceinline__ float from_float<float>(float x) {
+  return x;
+}
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
+  return __float2bfloat16_rn(x);
+}
+
+// Copies `bytes` (4, 8 or 16) from global to shared memory without passing through
+// registers; `valid` false writes zeros and reads nothing.
+template <int bytes>
+__device__ __forceinline__ void copy_async(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  const int src_bytes = valid ? bytes : 0;
+  if constexpr (bytes == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(src_bytes));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(bytes),
+                 "r"(src_bytes));
+  }
+}
+__device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int pending>
+__device__ __forceinline__ void copy_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
+}
+
+// Where the parallel methods keep their float copies (params.hpp sizes it). Per group:
+// maps [T, n, n] and states [T, n, m] (the offsets of the maps, which become the states
+// in place); `start` [n, m] is the state before step 0.
+struct Workspace {
+  float* maps;        // [G, T, n, n]
+  float* forward;     // [G, T, n, m] states of the forward chain
+  float* reverse;     // [G, T, n, m] states of the reverse-time chain (backward only)
+  float* start;       // [G, n, m]
+  float* extra;       // method-specific: chunk starts, or the scan's second buffers
+};
+
+inline Workspace carve(float* base, const LinearRecurrenceParams& p, bool backward) {
+  const int64_t maps = p.G * p.T * p.n * p.n, states = p.G * p.T * p.n * p.m;
+  Workspace w{};
+  w.maps = base;
+  w.forward = w.maps + maps;
+  w.reverse = backward ? w.forward + states : nullptr;
+  w.start = w.forward + (backward ? 2 : 1) * states;
+  w.extra = w.start + p.G * p.n * p.m;
+  return w;
+}
+
+}  // namespace seqmix::cuda::linrec

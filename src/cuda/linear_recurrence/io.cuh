@@ -1,0 +1,155 @@
+// The kernels between the caller's tensors and the methods: float copies of the chain
+// (forward, or reversed in time through A_tᵀ for the backward), the states back in the
+// input dtype, and the gradient products dA_t = g_t h_{t-1}ᵀ and dh_0 = A_0ᵀ g_0.
+#pragma once
+
+#include "cuda/linear_recurrence/common.cuh"
+
+namespace seqmix::cuda::linrec {
+
+// Float copy of the chain a method solves, per group:
+//   forward   M_s = A_s,                         v_s = b_s,          start = h0 (or 0)
+//   reverse   M_0 = I, M_s = A_{T-s}ᵀ (s ≥ 1),   v_s = dh_{T-1-s},   start = d_final (or 0)
+// The reverse chain's state u_s is the gradient g_{T-1-s}.
+template <class T>
+struct PrepParams {
+  const T* A;        // [G, T, n, n]
+  const T* b;        // [G, T, n, m]: b, or dh for the reverse chain
+  const T* start;    // [G, n, m] or null
+  float* maps;       // [G, T, n, n]
+  float* states;     // [G, T, n, m]
+  float* start_out;  // [G, n, m]
+  int64_t T_len = 0;
+  int n = 0, m = 0;
+  bool reverse = false;
+};
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) prep_kernel(const PrepParams<T> p) {
+  extern __shared__ float tile[];  // [n][n+1] for the transpose
+  const int64_t g = blockIdx.y, nn = int64_t(p.n) * p.n, nm = int64_t(p.n) * p.m;
+  const int tid = threadIdx.x;
+  for (int64_t s = blockIdx.x; s < p.T_len; s += gridDim.x) {
+    float* M = p.maps + (g * p.T_len + s) * nn;
+    float* v = p.states + (g * p.T_len + s) * nm;
+    const int64_t b_step = p.reverse ? p.T_len - 1 - s : s;
+    const T* b = p.b + (g * p.T_len + b_step) * nm;
+    for (int e = tid; e < nm; e += kThreads) v[e] = to_float(b[e]);
+    if (!p.reverse) {
+      const T* A = p.A + (g * p.T_len + s) * nn;
+      for (int e = tid; e < nn; e += kThreads) M[e] = to_float(A[e]);
+    } else if (s == 0) {
+      for (int e = tid; e < nn; e += kThreads) M[e] = (e / p.n == e % p.n) ? 1.f : 0.f;
+    } else {
+      const T* A = p.A + (g * p.T_len + p.T_len - s) * nn;
+      __syncthreads();  // the previous step's tile is consumed
+      for (int e = tid; e < nn; e += kThreads) tile[(e / p.n) * (p.n + 1) + e % p.n] = to_float(A[e]);
+      __syncthreads();
+      for (int e = tid; e < nn; e += kThreads) M[e] = tile[(e % p.n) * (p.n + 1) + e / p.n];
+    }
+  }
+  if (blockIdx.x == 0)
+    for (int e = tid; e < nm; e += kThreads) p.start_out[g * nm + e] = p.start ? to_float(p.start[g * nm + e]) : 0.f;
+}
+
+// h = states in the input dtype, and the last state as final_state.
+template <class T>
+__global__ void __launch_bounds__(kThreads) store_kernel(const float* states, T* h, T* final_state, int64_t G,
+                                                         int64_t T_len, int64_t nm) {
+  const int64_t total = G * T_len * nm;
+  for (int64_t e = blockIdx.x * int64_t(kThreads) + threadIdx.x; e < total; e += int64_t(gridDim.x) * kThreads) {
+    const float x = states[e];
+    h[e] = from_float<T>(x);
+    const int64_t g = e / (T_len * nm), rest = e % (T_len * nm);
+    if (final_state && rest >= (T_len - 1) * nm) final_state[g * nm + rest - (T_len - 1) * nm] = from_float<T>(x);
+  }
+}
+
+// dA_t = g_t h_{t-1}ᵀ (h_{-1} = h0 or 0) and db_t = g_t, with g_t = u_{T-1-t} the
+// reverse chain's state. One block per step: gᵀ and hᵀ slices of 64 state columns in
+// shared memory, 4×4 register tiles of the n×n product.
+template <class T>
+struct GradParams {
+  const float* u;   // [G, T, n, m] reverse-chain states
+  const float* h;   // [G, T, n, m] forward states
+  const T* h0;      // [G, n, m] or null
+  const T* A;       // [G, T, n, n], for dh0
+  T* dA;            // [G, T, n, n]
+  T* db;            // [G, T, n, m]
+  T* dh0;           // [G, n, m] or null
+  int64_t T_len = 0;
+  int n = 0, m = 0;
+};
+
+inline constexpr int kGradCols = 32;
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) grad_kernel(const GradParams<T> p) {
+  extern __shared__ __align__(16) float grad_smem[];
+  const int ld = p.n + 4;
+  float* gt = grad_smem;              // [32][n+4]  gt[c][i] = g[i][c]
+  float* ht = grad_smem + kGradCols * ld;  // [32][n+4]  ht[c][k] = h[k][c]
+  const int64_t g = blockIdx.y, nn = int64_t(p.n) * p.n, nm = int64_t(p.n) * p.m;
+  const int tid = threadIdx.x, tiles = (p.n / 4) * (p.n / 4);
+  for (int64_t t = blockIdx.x; t < p.T_len; t += gridDim.x) {
+    const float* gu = p.u + (g * p.T_len + p.T_len - 1 - t) * nm;
+    T* db = p.db + (g * p.T_len + t) * nm;
+    for (int e = tid; e < nm; e += kThreads) db[e] = from_float<T>(gu[e]);
+    const float* hf = t > 0 ? p.h + (g * p.T_len + t - 1) * nm : nullptr;
+    const T* h0 = t == 0 && p.h0 ? p.h0 + g * nm : nullptr;
+    constexpr int kTilesPerThread = 4;  // n = 128 has 1024 tiles
+    float acc[kTilesPerThread][4][4] = {};
+    for (int c0 = 0; c0 < p.m; c0 += kGradCols) {
+      const int cols = min(kGradCols, p.m - c0);
+      __syncthreads();
+      for (int e = tid; e < p.n * cols; e += kThreads) {
+        const int i = e / cols, c = e % cols;
+        gt[c * ld + i] = gu[i * p.m + c0 + c];
+        ht[c * ld + i] = hf ? hf[i * p.m + c0 + c] : (h0 ? to_float(h0[i * p.m + c0 + c]) : 0.f);
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < kTilesPerThread; ++k) {
+        const int tile = tid + k * kThreads;
+        if (tile >= tiles) break;
+        const int i0 = (tile / (p.n / 4)) * 4, j0 = (tile % (p.n / 4)) * 4;
+        for (int c = 0; c < cols; ++c) {
+          const float4 a = *reinterpret_cast<const float4*>(gt + c * ld + i0);
+          const float4 z = *reinterpret_cast<const float4*>(ht + c * ld + j0);
+          const float av[4] = {a.x, a.y, a.z, a.w}, zv[4] = {z.x, z.y, z.z, z.w};
+#pragma unroll
+          for (int r = 0; r < 4; ++r)
+#pragma unroll
+            for (int cc = 0; cc < 4; ++cc) acc[k][r][cc] = fmaf(av[r], zv[cc], acc[k][r][cc]);
+        }
+      }
+    }
+    T* dA = p.dA + (g * p.T_len + t) * nn;
+#pragma unroll
+    for (int k = 0; k < kTilesPerThread; ++k) {
+      const int tile = tid + k * kThreads;
+      if (tile >= tiles) break;
+      const int i0 = (tile / (p.n / 4)) * 4, j0 = (tile % (p.n / 4)) * 4;
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) dA[(i0 + r) * p.n + j0 + cc] = from_float<T>(acc[k][r][cc]);
+    }
+  }
+}
+
+// dh0 = A_0ᵀ g_0 (g_0 = u_{T-1}); one block per group.
+template <class T>
+__global__ void __launch_bounds__(kThreads) initial_state_grad_kernel(const GradParams<T> p) {
+  const int64_t g = blockIdx.x, nm = int64_t(p.n) * p.m;
+  const T* A0 = p.A + g * p.T_len * p.n * p.n;
+  const float* g0 = p.u + (g * p.T_len + p.T_len - 1) * nm;
+  for (int e = threadIdx.x; e < nm; e += kThreads) {
+    const int i = e / p.m, c = e % p.m;
+    float sum = 0.f;
+    for (int k = 0; k < p.n; ++k) sum = fmaf(to_float(A0[k * p.n + i]), g0[k * p.m + c], sum);
+    p.dh0[g * nm + e] = from_float<T>(sum);
+  }
+}
+
+}  // namespace seqmix::cuda::linrec

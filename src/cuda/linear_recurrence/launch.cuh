@@ -1,0 +1,161 @@
+// Launchers: forward and backward of each method, in order on the caller's stream.
+//   sequential  forward: one kernel over the inputs. backward: one launch running the
+//               forward chain (states h) and the reverse-time chain through A_tᵀ
+//               (gradients g) side by side, then the gradient products.
+//   others      float copies of the chain (io.cuh prep), the method in place
+//               (methods.cu), then the states in the input dtype or the gradients.
+#pragma once
+
+#include <algorithm>
+
+#include "cuda/common/runtime.cuh"
+#include "cuda/linear_recurrence/io.cuh"
+#include "cuda/linear_recurrence/methods.hpp"
+#include "cuda/linear_recurrence/sequential.cuh"
+
+namespace seqmix::cuda::linrec {
+
+// The caller's workspace, or one from the device's stream-ordered pool for this call.
+class Scratch {
+ public:
+  Scratch(float* given, int64_t floats, cudaStream_t stream) : ptr_(given), stream_(stream) {
+    if (!ptr_ && floats > 0) {
+      check(cudaMallocAsync(reinterpret_cast<void**>(&ptr_), floats * sizeof(float), stream_),
+            "cudaMallocAsync (linear_recurrence workspace)");
+      owned_ = true;
+    }
+  }
+  ~Scratch() {
+    if (owned_) cudaFreeAsync(ptr_, stream_);
+  }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  float* get() const { return ptr_; }
+
+ private:
+  float* ptr_;
+  cudaStream_t stream_;
+  bool owned_ = false;
+};
+
+inline int64_t chunk_of(const LinearRecurrenceParams& p) {
+  return p.chunk_size > 0 ? std::min(p.chunk_size, p.T) : default_chunk_size(p.G, p.T);
+}
+
+inline int64_t workspace_floats(const LinearRecurrenceParams& p, bool backward) {
+  return linear_recurrence_workspace_floats(p.G, p.T, p.n, p.m, p.method, chunk_of(p), backward);
+}
+
+// h_t = A_t h_{t-1} + b_t over the inputs, states to out (float or T).
+template <class T>
+SeqChain forward_chain(const LinearRecurrenceParams& p, void* out, bool out_float) {
+  const int64_t nn = p.n * p.n, nm = p.n * p.m;
+  SeqChain c;
+  c.A = p.A, c.a_step = nn, c.a_group = p.T * nn;
+  c.b = p.b, c.b_step = nm, c.b_group = p.T * nm;
+  c.start = p.initial_state, c.start_group = nm;
+  c.out = out, c.out_step = nm, c.out_group = p.T * nm, c.out_float = out_float;
+  c.steps = p.T;
+  return c;
+}
+
+// u_s = A_{T-s}ᵀ u_{s-1} + dh_{T-1-s} (the identity for s = 0), u_{-1} = d_final: u_s is
+// the gradient g_{T-1-s}. Float states to out.
+template <class T>
+SeqChain reverse_chain(const LinearRecurrenceParams& p, float* out) {
+  const int64_t nn = p.n * p.n, nm = p.n * p.m;
+  SeqChain c;
+  c.A = static_cast<const T*>(p.A) + p.T * nn, c.a_step = -nn, c.a_group = p.T * nn;
+  c.b = static_cast<const T*>(p.dh) + (p.T - 1) * nm, c.b_step = -nm, c.b_group = p.T * nm;
+  c.start = p.d_final_state, c.start_group = nm;
+  c.out = out, c.out_step = nm, c.out_group = p.T * nm, c.out_float = true;
+  c.steps = p.T;
+  c.transposed = true;
+  c.identity_first = true;
+  return c;
+}
+
+template <class T>
+void prep(const LinearRecurrenceParams& p, const Workspace& w, float* states, bool reverse, cudaStream_t stream) {
+  PrepParams<T> q;
+  q.A = static_cast<const T*>(p.A);
+  q.b = static_cast<const T*>(reverse ? p.dh : p.b);
+  q.start = static_cast<const T*>(reverse ? p.d_final_state : p.initial_state);
+  q.maps = w.maps, q.states = states, q.start_out = w.start;
+  q.T_len = p.T, q.n = static_cast<int>(p.n), q.m = static_cast<int>(p.m), q.reverse = reverse;
+  const int smem = static_cast<int>(p.n * (p.n + 1) * sizeof(float));
+  check(cudaFuncSetAttribute(prep_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+        "cudaFuncSetAttribute (prep)");
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.T, 4096)), static_cast<unsigned>(p.G));
+  prep_kernel<T><<<grid, kThreads, smem, stream>>>(q);
+  check_launch("linear_recurrence prep");
+}
+
+inline void solve(const LinearRecurrenceParams& p, const Workspace& w, float* states) {
+  const FloatChain c{w.maps, states, w.start, w.extra, p.G, p.T, p.n, p.m};
+  switch (p.method) {
+    case RecurrenceMethod::chunked: return solve_chunked(c, chunk_of(p), p.stream);
+    case RecurrenceMethod::scan: return solve_scan(c, p.stream);
+    case RecurrenceMethod::cyclic_reduction: return solve_cyclic_reduction(c, p.stream);
+    case RecurrenceMethod::sequential: break;
+  }
+}
+
+template <class T>
+void forward(const LinearRecurrenceParams& p) {
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (p.method == RecurrenceMethod::sequential) {
+    SeqParams s;
+    s.chains[0] = forward_chain<T>(p, p.h, false);
+    s.chains[0].last = p.final_state, s.chains[0].last_group = p.n * p.m;
+    s.n = p.n, s.m = p.m;
+    launch_sequential<T>(s, p.G, p.stream);
+    return;
+  }
+  const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
+  const Workspace w = carve(scratch.get(), p, false);
+  prep<T>(p, w, w.forward, false, stream);
+  solve(p, w, w.forward);
+  const int64_t total = p.G * p.T * p.n * p.m;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, 4096));
+  store_kernel<T><<<blocks, kThreads, 0, stream>>>(w.forward, static_cast<T*>(p.h), static_cast<T*>(p.final_state),
+                                                   p.G, p.T, p.n * p.m);
+  check_launch("linear_recurrence store");
+}
+
+template <class T>
+void backward(const LinearRecurrenceParams& p) {
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const Scratch scratch(p.workspace, workspace_floats(p, true), stream);
+  Workspace w = carve(scratch.get(), p, true);
+  if (p.method == RecurrenceMethod::sequential) {  // no float maps: only the two state arrays
+    w.forward = scratch.get();
+    w.reverse = w.forward + p.G * p.T * p.n * p.m;
+    SeqParams s;
+    s.chains[0] = forward_chain<T>(p, w.forward, true);
+    s.chains[1] = reverse_chain<T>(p, w.reverse);
+    s.n = p.n, s.m = p.m;
+    launch_sequential<T>(s, p.G, p.stream);
+  } else {
+    prep<T>(p, w, w.forward, false, stream);
+    solve(p, w, w.forward);
+    prep<T>(p, w, w.reverse, true, stream);
+    solve(p, w, w.reverse);
+  }
+  GradParams<T> g;
+  g.u = w.reverse, g.h = w.forward;
+  g.h0 = static_cast<const T*>(p.initial_state);
+  g.A = static_cast<const T*>(p.A);
+  g.dA = static_cast<T*>(p.dA), g.db = static_cast<T*>(p.db), g.dh0 = static_cast<T*>(p.d_initial_state);
+  g.T_len = p.T, g.n = static_cast<int>(p.n), g.m = static_cast<int>(p.m);
+  const int smem = static_cast<int>(2 * kGradCols * (p.n + 4) * sizeof(float));
+  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.T, 8192)), static_cast<unsigned>(p.G));
+  grad_kernel<T><<<grid, kThreads, smem, stream>>>(g);
+  check_launch("linear_recurrence gradients");
+  if (p.d_initial_state) {
+    initial_state_grad_kernel<T><<<static_cast<unsigned>(p.G), kThreads, 0, stream>>>(g);
+    check_launch("linear_recurrence initial-state gradient");
+  }
+}
+
+}  // namespace seqmix::cuda::linrec

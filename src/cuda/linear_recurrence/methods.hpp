@@ -1,0 +1,31 @@
+// Entry points shared between the .cu files of the linear recurrence: the sequential
+// kernel's launcher per input type, and the parallel methods on float copies.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/linear_recurrence/params.hpp"
+
+namespace seqmix::cuda::linrec {
+
+struct SeqParams;
+
+// Launches the sequential kernel over G groups for the chains in p (one or two).
+template <class T>
+void launch_sequential(const SeqParams& p, int64_t G, void* stream);
+
+// A chain of float copies in the workspace, solved in place: maps [G, T, n, n] (clobbered),
+// states [G, T, n, m] (the offsets b_t in, the states h_t out), start [G, n, m].
+struct FloatChain {
+  float* maps;
+  float* states;
+  const float* start;
+  float* extra;  // the method's scratch (params.hpp sizes it)
+  int64_t G, T, n, m;
+};
+
+void solve_chunked(const FloatChain& c, int64_t chunk, void* stream);
+void solve_scan(const FloatChain& c, void* stream);
+void solve_cyclic_reduction(const FloatChain& c, void* stream);
+
+}  // namespace seqmix::cuda::linrec

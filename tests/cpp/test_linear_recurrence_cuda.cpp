@@ -1,0 +1,360 @@
+// The CUDA dense linear recurrence against the float64 oracle, every method and dtype.
+// Cases named Small* are the ones the GPU check runs under compute-sanitizer. With
+// SEQMIX_LINREC_TIMING=1 the LinearRecurrenceCudaTiming test also times every method
+// on a grid of shapes (CUDA events, L2 flushed, medians) and prints a table.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <numeric>
+
+#include "cuda_util.hpp"
+#include "seqmix/linear_recurrence.hpp"
+
+namespace seqmix::test {
+namespace {
+
+using Method = LinearRecurrenceMethod;
+
+struct GpuCase {
+  const char* name;
+  int64_t G, T, n, m;
+  DType dtype;
+  Method method;
+  bool with_state = true;
+  bool with_d_final = true;
+  bool give_workspace = false;
+};
+
+void PrintTo(const GpuCase& c, std::ostream* os) { *os << c.name; }
+
+// Transitions with iid entries of standard deviation about 0.7/√n (spectral radius well
+// below 1), inputs and output gradients uniform in [-1, 1).
+struct GpuData {
+  HostTensor A, b, h0, dh, d_final;
+  explicit GpuData(const GpuCase& c)
+      : A(uniform({c.G, c.T, c.n, c.n}, c.dtype, -1.2 / std::sqrt(double(c.n)), 1.2 / std::sqrt(double(c.n)))),
+        b(uniform({c.G, c.T, c.n, c.m}, c.dtype)),
+        h0(uniform({c.G, c.n, c.m}, c.dtype)),
+        dh(uniform({c.G, c.T, c.n, c.m}, c.dtype)),
+        d_final(uniform({c.G, c.n, c.m}, c.dtype)) {}
+};
+
+struct Results {
+  HostTensor h, final_state, dA, db, dh0;
+  explicit Results(const GpuCase& c)
+      : h(poisoned({c.G, c.T, c.n, c.m}, c.dtype)),
+        final_state(poisoned({c.G, c.n, c.m}, c.dtype)),
+        dA(poisoned({c.G, c.T, c.n, c.n}, c.dtype)),
+        db(poisoned({c.G, c.T, c.n, c.m}, c.dtype)),
+        dh0(poisoned({c.G, c.n, c.m}, c.dtype)) {}
+};
+
+// The oracle's forward and backward on the host copies.
+void run_oracle(const GpuCase& c, const GpuData& d, Results& r) {
+  LinearRecurrenceOptions o;
+  o.impl = Impl::reference;
+  LinearRecurrenceInputs in{d.A, d.b};
+  if (c.with_state) in.initial_state = d.h0.view;
+  linear_recurrence_forward(in, {r.h.view, r.final_state.view}, o);
+  LinearRecurrenceGrads grads{r.dA.view, r.db.view};
+  if (c.with_state) grads.d_initial_state = r.dh0.view;
+  linear_recurrence_backward(in, d.dh, c.with_d_final ? std::optional<Tensor>(d.d_final.view) : std::nullopt, grads,
+                             o);
+}
+
+// A device f32 buffer for the workspace argument.
+struct DeviceWorkspace {
+  float* ptr = nullptr;
+  int64_t elems = 0;
+  explicit DeviceWorkspace(int64_t n) : elems(n) { cuda_ok(cudaMalloc(&ptr, n * sizeof(float))); }
+  ~DeviceWorkspace() { cudaFree(ptr); }
+  Tensor view() const { return Tensor::contiguous(ptr, DType::f32, {elems}, Device::cuda(0)); }
+};
+
+class LinearRecurrenceCuda : public ::testing::TestWithParam<GpuCase> {};
+
+TEST_P(LinearRecurrenceCuda, ForwardAndBackwardMatchOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuCase c = GetParam();
+  const GpuData d(c);
+  Results want(c), got(c);
+  run_oracle(c, d, want);
+
+  DeviceTensor A(d.A), b(d.b), h0(d.h0), dh(d.dh), d_final(d.d_final);
+  DeviceTensor h(got.h), final_state(got.final_state), dA(got.dA), db(got.db), dh0(got.dh0);
+  LinearRecurrenceOptions o;
+  o.method = c.method;
+  LinearRecurrenceInputs in{A, b};
+  if (c.with_state) in.initial_state = h0.view;
+  LinearRecurrenceOutputs out{h, final_state.view};
+  LinearRecurrenceGrads grads{dA, db};
+  if (c.with_state) grads.d_initial_state = dh0.view;
+  std::optional<DeviceWorkspace> forward_ws, backward_ws;
+  if (c.give_workspace) {
+    forward_ws.emplace(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, false, o));
+    backward_ws.emplace(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, true, o));
+    out.workspace = forward_ws->view();
+    grads.workspace = backward_ws->view();
+  }
+  linear_recurrence_forward(in, out, o);
+  linear_recurrence_backward(in, dh, c.with_d_final ? std::optional<Tensor>(d_final.view) : std::nullopt, grads, o);
+  cuda_ok(cudaDeviceSynchronize());
+
+  const double tol = tolerance(c.dtype);
+  EXPECT_LT(rel_err(h.values(got.h), want.h.values()), tol) << "h";
+  EXPECT_LT(rel_err(final_state.values(got.final_state), want.final_state.values()), tol) << "final_state";
+  EXPECT_LT(rel_err(dA.values(got.dA), want.dA.values()), tol) << "dA";
+  EXPECT_LT(rel_err(db.values(got.db), want.db.values()), tol) << "db";
+  if (c.with_state) EXPECT_LT(rel_err(dh0.values(got.dh0), want.dh0.values()), tol) << "d_initial_state";
+}
+
+std::string case_name(const ::testing::TestParamInfo<GpuCase>& info) { return info.param.name; }
+
+constexpr DType f32 = DType::f32, bf16 = DType::bf16;
+constexpr Method seq = Method::sequential, chunked = Method::chunked, scan = Method::scan,
+                 cr = Method::cyclic_reduction, autom = Method::automatic;
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LinearRecurrenceCuda,
+    ::testing::Values(
+        // Small: every method, both dtypes, padded state sizes, T not a power of two.
+        GpuCase{"SmallSequentialF32Vector", 2, 37, 64, 1, f32, seq},
+        GpuCase{"SmallSequentialF32Matrix", 2, 21, 40, 11, f32, seq},
+        GpuCase{"SmallSequentialBf16N32", 3, 19, 32, 1, bf16, seq},
+        GpuCase{"SmallSequentialBf16N128Matrix", 1, 9, 128, 8, bf16, seq, false, false},
+        GpuCase{"SmallSequentialF32N8", 2, 50, 8, 3, f32, seq, true, false},
+        GpuCase{"SmallSequentialF32N128", 1, 13, 128, 1, f32, seq},
+        GpuCase{"SmallSequentialT1", 2, 1, 16, 2, f32, seq},
+        GpuCase{"SmallChunkedF32", 2, 45, 24, 1, f32, chunked},
+        GpuCase{"SmallChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true},
+        GpuCase{"SmallChunkedWorkspace", 1, 70, 32, 2, f32, chunked, true, true, true},
+        GpuCase{"SmallScanF32", 2, 37, 32, 1, f32, scan},
+        GpuCase{"SmallScanBf16Matrix", 1, 29, 40, 3, bf16, scan, true, false},
+        GpuCase{"SmallScanN128", 1, 11, 128, 2, f32, scan},
+        GpuCase{"SmallCyclicReductionF32", 2, 37, 32, 1, f32, cr},
+        GpuCase{"SmallCyclicReductionBf16Matrix", 1, 30, 64, 9, bf16, cr, false, false},
+        GpuCase{"SmallCyclicReductionWorkspace", 1, 17, 16, 66, f32, cr, true, true, true},
+        GpuCase{"SmallCyclicReductionT1", 1, 1, 8, 1, f32, cr},
+        GpuCase{"SmallAutomatic", 2, 40, 32, 1, f32, autom},
+        // Longer chains and wide states.
+        GpuCase{"SequentialF32Long", 4, 1000, 64, 1, f32, seq},
+        GpuCase{"SequentialF32Wide", 2, 300, 64, 64, f32, seq},
+        GpuCase{"SequentialBf16Long", 4, 1000, 128, 1, bf16, seq},
+        GpuCase{"ChunkedF32Long", 1, 1000, 64, 1, f32, chunked},
+        GpuCase{"ChunkedBf16Wide", 1, 300, 32, 64, bf16, chunked},
+        GpuCase{"ScanF32Long", 1, 1000, 64, 1, f32, scan},
+        GpuCase{"CyclicReductionF32Long", 1, 1000, 64, 1, f32, cr},
+        GpuCase{"CyclicReductionBf16Wide", 1, 300, 128, 64, bf16, cr}),
+    case_name);
+
+// Transitions 0.999·Q_t with Q_t orthogonal keep the state's norm over hundreds of
+// steps, so rounding errors are not damped. Prints each method's error growth.
+TEST(LinearRecurrenceCudaAccuracy, SpectralRadiusNearOne) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (DType dtype : {f32, bf16}) {
+    const GpuCase base{"radius", 1, 2048, 32, 2, dtype, seq};
+    GpuData d(base);
+    std::vector<double> A = d.A.values();
+    const int64_t n = base.n;
+    for (int64_t t = 0; t < base.T; ++t) {  // Gram–Schmidt on the rows, then scale
+      double* Q = A.data() + t * n * n;
+      for (int64_t i = 0; i < n; ++i) {
+        for (int64_t k = 0; k < i; ++k) {
+          const double proj = std::inner_product(Q + i * n, Q + (i + 1) * n, Q + k * n, 0.0);
+          for (int64_t j = 0; j < n; ++j) Q[i * n + j] -= proj * Q[k * n + j];
+        }
+        const double norm = std::sqrt(std::inner_product(Q + i * n, Q + (i + 1) * n, Q + i * n, 0.0));
+        for (int64_t j = 0; j < n; ++j) Q[i * n + j] *= 0.999 / norm;
+      }
+    }
+    d.A.set(A);  // stored in dtype: the oracle sees the same rounded transitions
+    Results want(base);
+    run_oracle(base, d, want);
+    for (Method method : {seq, chunked, scan, cr}) {
+      GpuCase c = base;
+      c.method = method;
+      Results got(c);
+      DeviceTensor dA_in(d.A), b(d.b), h0(d.h0), dh(d.dh), d_final(d.d_final);
+      DeviceTensor h(got.h), final_state(got.final_state), dA(got.dA), db(got.db), dh0(got.dh0);
+      LinearRecurrenceOptions o;
+      o.method = method;
+      LinearRecurrenceInputs in{dA_in, b, h0.view};
+      linear_recurrence_forward(in, {h, final_state.view}, o);
+      linear_recurrence_backward(in, dh, d_final.view, {dA, db, dh0.view}, o);
+      const double h_err = rel_err(h.values(got.h), want.h.values());
+      const double dA_err = rel_err(dA.values(got.dA), want.dA.values());
+      const double db_err = rel_err(db.values(got.db), want.db.values());
+      std::cout << "  radius 0.999, T=2048, n=32, m=2, " << dtype_name(dtype) << ": "
+                << linear_recurrence_method_name(method) << " rel err h " << h_err << ", dA " << dA_err << ", db "
+                << db_err << "\n";
+      const double bound = dtype == f32 ? 1e-4 : 2e-2;
+      EXPECT_LT(h_err, bound) << linear_recurrence_method_name(method);
+      EXPECT_LT(dA_err, bound) << linear_recurrence_method_name(method);
+      EXPECT_LT(db_err, bound) << linear_recurrence_method_name(method);
+    }
+  }
+}
+
+TEST(LinearRecurrenceCudaErrors, SmallUnsupportedInputsNameTheArgument) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuCase c{"errors", 1, 4, 12, 1, f32, seq};
+  const GpuData d(c);
+  Results r(c);
+  DeviceTensor A(d.A), b(d.b), h(r.h);
+  const char* op = "seqmix.linear_recurrence: ";
+  EXPECT_SEQMIX_ERROR(linear_recurrence_forward({A, b}, {h}),
+                      std::string(op) + "argument 'A': expected a state size n that is a multiple of 8");
+  HostTensor A16 = uniform({1, 4, 16, 16}, DType::f16), b16 = uniform({1, 4, 16, 1}, DType::f16);
+  HostTensor h16 = poisoned({1, 4, 16, 1}, DType::f16);
+  DeviceTensor dA16(A16), db16(b16), dh16(h16);
+  EXPECT_SEQMIX_ERROR(linear_recurrence_forward({dA16, db16}, {dh16}), "argument 'A': expected dtype bf16 or f32");
+  HostTensor A8 = uniform({1, 4, 8, 8}, f32), b8 = uniform({1, 4, 8, 2}, f32), h8 = poisoned({1, 4, 8, 2}, f32);
+  DeviceTensor dA8(A8), db8(b8), dh8(h8);
+  Tensor column = db8.view;  // [1, 4, 8, 1] column of a [.., 2] tensor: not contiguous
+  column.shape[3] = 1;
+  Tensor h_column = dh8.view;
+  h_column.shape[3] = 1;
+  EXPECT_SEQMIX_ERROR(linear_recurrence_forward({dA8, column}, {h_column}),
+                      "argument 'b': expected a contiguous tensor on a CUDA device");
+  LinearRecurrenceOptions reference;
+  reference.impl = Impl::reference;
+  EXPECT_SEQMIX_ERROR(linear_recurrence_forward({dA8, db8}, {dh8}, reference),
+                      "argument 'impl': expected fast or automatic on a CUDA device");
+  LinearRecurrenceOptions scan_options;
+  scan_options.method = scan;
+  DeviceWorkspace tiny(1);
+  EXPECT_SEQMIX_ERROR(linear_recurrence_forward({dA8, db8}, {dh8, std::nullopt, tiny.view()}, scan_options),
+                      "argument 'workspace': expected at least");
+}
+
+// ---- timing (SEQMIX_LINREC_TIMING=1) ----
+
+struct TimedShape {
+  int64_t G, T, n, m;
+  DType dtype;
+};
+
+// Median milliseconds of `run` over `reps` calls after one warm-up, L2 flushed before each.
+template <class Run>
+double median_ms(const Run& run, int reps, void* flush, size_t flush_bytes) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  run();
+  std::vector<double> times;
+  for (int i = 0; i < reps; ++i) {
+    cudaMemsetAsync(flush, i, flush_bytes);
+    cudaEventRecord(start);
+    run();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+// Fills a device buffer of `count` elements with copies of one random block (a host
+// fill of gigabytes would take longer than the timing).
+void fill_random(void* device, int64_t count, DType dtype, double scale) {
+  const int64_t block = std::min<int64_t>(count, 1 << 22);
+  HostTensor random = uniform({block}, dtype, -scale, scale);
+  const size_t block_bytes = block * dtype_size(dtype);
+  for (int64_t at = 0; at < count; at += block) {
+    const size_t bytes = std::min<int64_t>(block, count - at) * dtype_size(dtype);
+    cuda_ok(cudaMemcpy(static_cast<char*>(device) + at * dtype_size(dtype), random.storage.data(),
+                       std::min(bytes, block_bytes), cudaMemcpyHostToDevice));
+  }
+}
+
+TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const char* flag = std::getenv("SEQMIX_LINREC_TIMING");
+  if (!flag || std::string(flag) != "1") GTEST_SKIP() << "set SEQMIX_LINREC_TIMING=1 to time the methods";
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  std::cout << "device: " << prop.name << "\n";
+  const std::vector<TimedShape> shapes = {
+      {16, 4096, 64, 1, f32},  {16, 4096, 64, 1, bf16}, {16, 4096, 32, 1, f32},  {16, 4096, 128, 1, f32},
+      {1, 4096, 64, 1, f32},   {1, 4096, 64, 1, bf16},  {1, 4096, 32, 1, f32},   {1, 4096, 128, 1, f32},
+      {64, 4096, 64, 1, f32},  {64, 4096, 32, 1, bf16}, {16, 1024, 64, 1, f32},  {16, 8192, 64, 1, f32},
+      {16, 4096, 64, 64, f32}, {16, 4096, 64, 64, bf16}, {1, 4096, 64, 64, f32}, {64, 2048, 128, 1, bf16},
+  };
+  std::vector<TimedShape> chosen = shapes;
+  if (const char* only = std::getenv("SEQMIX_LINREC_TIMING_SHAPES")) {  // "G,T,n,m,dtype;..."
+    chosen.clear();
+    std::string text = only;
+    for (size_t at = 0; at < text.size();) {
+      const size_t end = std::min(text.find(';', at), text.size());
+      long long G, T, n, m;
+      char dtype[8] = {};
+      if (std::sscanf(text.substr(at, end - at).c_str(), "%lld,%lld,%lld,%lld,%7s", &G, &T, &n, &m, dtype) == 5)
+        chosen.push_back({G, T, n, m, std::string(dtype) == "bf16" ? bf16 : f32});
+      at = end + 1;
+    }
+  }
+  const char* only_methods = std::getenv("SEQMIX_LINREC_TIMING_METHODS");  // e.g. "sequential,chunked"
+  size_t flush_bytes = 256ull << 20;
+  void* flush = nullptr;
+  cuda_ok(cudaMalloc(&flush, flush_bytes));
+  std::cout << "| G | T | n | m | dtype | method | fwd ms | bwd ms | bwd/fwd | floor ms | fwd/floor | workspace MB |\n"
+            << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& s : chosen) {
+    const int e = dtype_size(s.dtype);
+    const int64_t nA = s.G * s.T * s.n * s.n, nb = s.G * s.T * s.n * s.m, ns = s.G * s.n * s.m;
+    void *A, *b, *h, *dh, *dA, *db, *fs;
+    cuda_ok(cudaMalloc(&A, nA * e));
+    cuda_ok(cudaMalloc(&b, nb * e));
+    cuda_ok(cudaMalloc(&h, nb * e));
+    cuda_ok(cudaMalloc(&dh, nb * e));
+    cuda_ok(cudaMalloc(&dA, nA * e));
+    cuda_ok(cudaMalloc(&db, nb * e));
+    cuda_ok(cudaMalloc(&fs, ns * e));
+    fill_random(A, nA, s.dtype, 1.2 / std::sqrt(double(s.n)));
+    fill_random(b, nb, s.dtype, 1.0);
+    fill_random(dh, nb, s.dtype, 1.0);
+    auto view = [&](void* p, std::vector<int64_t> shape) {
+      return Tensor::contiguous(p, s.dtype, std::move(shape), Device::cuda(0));
+    };
+    const Tensor tA = view(A, {s.G, s.T, s.n, s.n}), tb = view(b, {s.G, s.T, s.n, s.m});
+    const Tensor th = view(h, {s.G, s.T, s.n, s.m}), tdh = view(dh, {s.G, s.T, s.n, s.m});
+    const Tensor tdA = view(dA, {s.G, s.T, s.n, s.n}), tdb = view(db, {s.G, s.T, s.n, s.m});
+    const Tensor tfs = view(fs, {s.G, s.n, s.m});
+    const double floor_ms = double((nA + 2 * nb) * e) / 3.0e12 * 1e3;
+    for (Method method : {seq, chunked, cr, scan}) {
+      if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
+      LinearRecurrenceOptions o;
+      o.method = method;
+      const int64_t ws_fwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, false, o);
+      const int64_t ws_bwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, true, o);
+      const double work = double(s.G) * s.T * s.n * s.n * (s.n + s.m);  // a parallel method's n³ work
+      if (method == scan && work * std::log2(double(s.T)) > 2e12) continue;  // seconds per call
+      if (method != seq && (ws_bwd * 4.0 + 2.0 * nA * e) > 60e9) continue;
+      DeviceWorkspace wf(ws_fwd), wb(ws_bwd);
+      const double fwd = median_ms([&] { linear_recurrence_forward({tA, tb}, {th, tfs, wf.view()}, o); }, 5, flush,
+                                   flush_bytes);
+      const double bwd = median_ms(
+          [&] { linear_recurrence_backward({tA, tb}, tdh, tfs, {tdA, tdb, std::nullopt, wb.view()}, o); }, 3, flush,
+          flush_bytes);
+      cuda_ok(cudaGetLastError());
+      std::printf("| %lld | %lld | %lld | %lld | %s | %s | %.4f | %.4f | %.2f | %.4f | %.2f | %.0f |\n",
+                  (long long)s.G, (long long)s.T, (long long)s.n, (long long)s.m, dtype_name(s.dtype),
+                  linear_recurrence_method_name(method), fwd, bwd, bwd / fwd, floor_ms, fwd / floor_ms,
+                  ws_bwd * 4.0 / 1e6);
+      std::fflush(stdout);
+    }
+    for (void* p : {A, b, h, dh, dA, db, fs}) cudaFree(p);
+  }
+  cudaFree(flush);
+}
+
+}  // namespace
+}  // namespace seqmix::test
