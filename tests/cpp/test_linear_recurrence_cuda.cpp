@@ -231,6 +231,31 @@ TEST(LinearRecurrenceCudaErrors, SmallUnsupportedInputsNameTheArgument) {
                       "argument 'workspace': expected at least");
 }
 
+// Host-side planning, no GPU needed: the in-place cyclic reduction never asks for more
+// scratch than the double-buffered scan, and the automatic rule's two regimes.
+TEST(LinearRecurrenceCudaPlan, CyclicReductionNeedsNoMoreWorkspaceThanTheScan) {
+  for (int64_t G : {1, 16, 64})
+    for (int64_t T : {1, 1024, 4096, 8192})
+      for (int64_t n : {32, 64, 128})
+        for (int64_t m : {1, 64})
+          for (bool backward : {false, true}) {
+            LinearRecurrenceOptions scan_o, cr_o, seq_o;
+            scan_o.method = scan, cr_o.method = cr, seq_o.method = seq;
+            const int64_t w_scan = linear_recurrence_workspace_size(G, T, n, m, backward, scan_o);
+            const int64_t w_cr = linear_recurrence_workspace_size(G, T, n, m, backward, cr_o);
+            EXPECT_LT(w_cr, w_scan) << G << " " << T << " " << n << " " << m << " " << backward;
+            EXPECT_EQ(linear_recurrence_workspace_size(G, T, n, m, backward, seq_o),
+                      backward ? 2 * G * T * n * m : 1);
+          }
+}
+
+TEST(LinearRecurrenceCudaPlan, AutomaticMethodFollowsTheBlockCount) {
+  EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 64, 1), seq);
+  EXPECT_EQ(linear_recurrence_cuda_method(2, 4096, 64, 64), seq);  // 2 groups × 8 column slices
+  EXPECT_EQ(linear_recurrence_cuda_method(1, 4096, 64, 1), chunked);
+  EXPECT_EQ(linear_recurrence_cuda_method(1, 100, 64, 1), seq);  // too short to split
+}
+
 // ---- timing (SEQMIX_LINREC_TIMING=1) ----
 
 struct TimedShape {
