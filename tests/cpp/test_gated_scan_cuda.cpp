@@ -127,6 +127,8 @@ INSTANTIATE_TEST_SUITE_P(
         GpuScanCase{"Small_f16_varlen", 1, 300, 40, DType::f16, true, true, Decay::direct, {0, 1, 129, 300}},
         GpuScanCase{"Small_bf16_interleaved", 2, 200, 64, DType::bf16, true, false, Decay::logit, {}, true},
         GpuScanCase{"f32_T1000_nogate", 3, 1000, 48, DType::f32, false, false, Decay::direct, {}},
+        // Enough channels for the wide staged layouts on 132 SMs (the others run narrow).
+        GpuScanCase{"Small_bf16_wide", 3, 130, 2888, DType::bf16, true, true, Decay::log, {}},
         // Three sequences of one slab: split in time, tiles copied by the copy engine.
         GpuScanCase{"Small_bf16_batch_split", 3, 700, 72, DType::bf16, true, true, Decay::log, {}},
         GpuScanCase{"Small_bf16_recompute_unsplit", 2, 700, 24, DType::bf16, true, true, Decay::logit, {}, false, false,

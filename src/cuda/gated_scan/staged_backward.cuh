@@ -8,15 +8,17 @@
 
 namespace seqmix::cuda::scan {
 
-// 8 lanes: 64-byte rows, 4 rows per thread (the backward keeps h, u and the decays of
-// every row in registers); three stages of four 8 KB boxes, two blocks per SM.
+// Wide: 8 lanes, 64-byte rows, 4 rows per thread (the backward keeps h, u and the decays
+// of every row in registers); three stages of four 8 KB boxes, two blocks per SM.
+// Narrow: 4 lanes (32-byte rows), twice the slabs, for short batches (see the forward).
 template <class T>
-using BackwardLayout = StagedLayout<T, 8, 3, 4>;
+using WideBackward = StagedLayout<T, 8, 3, 4>;
+template <class T>
+using NarrowBackward = StagedLayout<T, 4, 4, 4>;
 
-template <class T>
+template <class T, class L>
 __global__ void __launch_bounds__(kThreads + 32, 2)
     staged_backward_kernel(const GatedScanParams p, const __grid_constant__ StagedMaps maps) {
-  using L = BackwardLayout<T>;
   constexpr int kVec = L::kVec, kRows = L::kSteps;
   extern __shared__ __align__(128) unsigned char stages[];
   __shared__ StageBarriers<L::kStages> bars;

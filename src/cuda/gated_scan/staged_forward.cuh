@@ -6,15 +6,18 @@
 
 namespace seqmix::cuda::scan {
 
-// 16 lanes: 128-byte rows (whole cache lines), 8 rows per thread; two stages of three
-// 16 KB boxes leave room for two blocks per SM.
+// Wide: 16 lanes, 128-byte rows (whole cache lines), 8 rows per thread; two stages of
+// three 16 KB boxes leave room for two blocks per SM. Narrow: 4 lanes (32-byte rows),
+// four times the slabs, for batches too short to give every SM a wide block without
+// splitting the sequences; four stages of 4 KB boxes.
 template <class T>
-using ForwardLayout = StagedLayout<T, 16, 2, 3>;
+using WideForward = StagedLayout<T, 16, 2, 3>;
+template <class T>
+using NarrowForward = StagedLayout<T, 4, 4, 3>;
 
-template <class T>
+template <class T, class L>
 __global__ void __launch_bounds__(kThreads + 32, 2)
     staged_forward_kernel(const GatedScanParams p, const __grid_constant__ StagedMaps maps) {
-  using L = ForwardLayout<T>;
   constexpr int kVec = L::kVec, kRows = L::kSteps;
   extern __shared__ __align__(128) unsigned char stages[];
   __shared__ StageBarriers<L::kStages> bars;
