@@ -8,13 +8,20 @@ from .._backend import NUMPY, is_torch
 METHODS = ("auto", "sequential", "chunked", "scan", "cyclic_reduction")
 
 
+def _workspace(xp, b, method, backward):
+    """f32 scratch for a CUDA call (None on the CPU, which needs none)."""
+    if not xp.is_cuda(b):
+        return None
+    G, T, n, m = b.shape
+    return xp.empty((_C.linear_recurrence_workspace_size(G, T, n, m, backward, method),), xp.float32, b)
+
+
 def forward(xp, A, b, initial_state, method, impl):
     """Returns (h [G, T, n, m], final_state [G, n, m]), both in b's dtype."""
     h = xp.empty_like(b)
     final_state = xp.empty((b.shape[0], b.shape[2], b.shape[3]), xp.dtype(b), b)
-    _C.linear_recurrence_forward(xp.arg(A), xp.arg(b), xp.arg(initial_state), xp.arg(h), xp.arg(final_state), method,
-                                 impl,
-                                 xp.stream(b))
+    _C.linear_recurrence_forward(xp.arg(A), xp.arg(b), xp.arg(initial_state), xp.arg(h), xp.arg(final_state),
+                                 xp.arg(_workspace(xp, b, method, False)), method, impl, xp.stream(b))
     return h, final_state
 
 
@@ -23,7 +30,8 @@ def backward(xp, A, b, initial_state, dh, d_final_state, method, impl):
     dA, db = xp.empty_like(A), xp.empty_like(b)
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
     _C.linear_recurrence_backward(xp.arg(A), xp.arg(b), xp.arg(initial_state), xp.arg(dh), xp.arg(d_final_state),
-                                  xp.arg(dA), xp.arg(db), xp.arg(dh0), method, impl, xp.stream(b))
+                                  xp.arg(dA), xp.arg(db), xp.arg(dh0), xp.arg(_workspace(xp, b, method, True)), method,
+                                  impl, xp.stream(b))
     return dA, db, dh0
 
 
@@ -55,8 +63,8 @@ def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, im
         the final state when ``output_final_state``.
 
     CUDA tensors need bf16 or fp32, ``n`` a multiple of 8 up to 128, and contiguous
-    tensors; the parallel methods take float32 scratch (about ``G·T·n·(n + m)`` floats,
-    twice that for the scan) from the device's stream-ordered memory pool for the call.
+    tensors; the parallel methods use float32 scratch (about ``G·T·n·(n + m)`` floats,
+    twice that for the scan), allocated here for the call like the outputs.
 
     numpy arrays give numpy results (forward only; see ``linear_recurrence_backward``);
     torch tensors go through ``seqmix.torch`` and are differentiable in A, b and h0,
