@@ -302,6 +302,8 @@ void attention_backward(const AttentionInputs& in, const AttentionOutputs& forwa
   check_like_input(check, grads.dk, "dk", in.k, "k", L.k);
   check_like_input(check, grads.dv, "dv", in.v, "v", L.v);
 #ifdef SEQMIX_ATTENTION_KERNELS
+  // The CUDA backward kernels (backward.cuh) are not instantiated until they have run
+  // against the oracle on a GPU (see src/cuda/attention/NOTES.md).
   if (in.q.device.is_cuda())
     check.fail("q", "a CPU tensor (this op has no CUDA kernel for the attention backward yet)", in.q.device.str());
 #endif

@@ -1,8 +1,6 @@
 """The CUDA attention forward through torch, against a float64 reference computed from
 the same stored inputs (skips without a GPU or without the attention kernels)."""
 
-import math
-
 import pytest
 
 from conftest import TOLERANCE, cuda_kernels_or_skip, rel_err, requires_torch
@@ -100,6 +98,6 @@ def test_cuda_backward_is_refused_clearly(torch):
 
     q, k, v = (torch.randn(1, 64, 2, 128, device="cuda").bfloat16().requires_grad_() for _ in range(3))
     out = seqmix.flash_attn_func(q, k, v)
-    with pytest.raises(Exception, match="CUDA"):
+    assert bool(out.detach().isfinite().all())
+    with pytest.raises(Exception, match="no CUDA kernel for the attention backward"):
         out.float().sum().backward()
-    assert math.isfinite(float(out.float().sum()))

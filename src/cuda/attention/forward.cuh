@@ -4,7 +4,9 @@
 //                it gives its registers to the consumers (setmaxnreg).
 //   warpgroups 1, 2  consumers: 64 query rows each. Per key block: S = Q·Kᵀ by wgmma from
 //                shared memory, online softmax on the fp32 accumulators, P converted to
-//                16-bit in registers and O += P·V by wgmma with A from registers.
+//                16-bit in registers and O += P·V by wgmma with A from registers;
+//                S of the next block is issued before the PV product of the current one,
+//                so the softmax overlaps the tensor cores (intra-warpgroup overlap).
 // Key blocks run from the last to the first, so the masked ones (the sequence end, the
 // causal diagonal) come first and the rest skip the mask.
 #pragma once
@@ -95,10 +97,11 @@ struct RowState {
   float sum[2] = {0.f, 0.f};              // this thread's share of Σ exp2(· − max)
 };
 
-// Scores s (64 x kBlockN accumulator fragment) -> probabilities in place, rescaling o.
+// Scores s (64 x kBlockN accumulator fragment) -> unnormalised probabilities in place;
+// returns in correction[r] the factor the output rows must be rescaled by.
 // limit[r]: keys at or past it are masked (only when kMask).
-template <bool kMask, int kBlockN, int D>
-__device__ __forceinline__ void softmax_step(float (&s)[kBlockN / 2], float (&o)[D / 2], RowState& st,
+template <bool kMask, int kBlockN>
+__device__ __forceinline__ void softmax_step(float (&s)[kBlockN / 2], RowState& st, float (&correction)[2],
                                              float scale_log2, int key0, const int (&limit)[2], int lane) {
 #pragma unroll
   for (int i = 0; i < kBlockN / 2; ++i) s[i] *= scale_log2;
@@ -116,14 +119,9 @@ __device__ __forceinline__ void softmax_step(float (&s)[kBlockN / 2], float (&o)
     for (int c = 0; c < kBlockN / 8; ++c) mx = fmaxf(mx, fmaxf(s[4 * c + 2 * r], s[4 * c + 2 * r + 1]));
     const float new_max = fmaxf(st.max[r], quad_max(mx));
     const float base = new_max == -INFINITY ? 0.f : new_max;  // a row with nothing visible yet
-    const float correction = fast_exp2(st.max[r] - base);
+    correction[r] = fast_exp2(st.max[r] - base);
     st.max[r] = new_max;
-    float sum = st.sum[r] * correction;
-#pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
-      o[4 * c + 2 * r] *= correction;
-      o[4 * c + 2 * r + 1] *= correction;
-    }
+    float sum = st.sum[r] * correction[r];
 #pragma unroll
     for (int c = 0; c < kBlockN / 8; ++c) {
       s[4 * c + 2 * r] = fast_exp2(s[4 * c + 2 * r] - base);
@@ -131,6 +129,17 @@ __device__ __forceinline__ void softmax_step(float (&s)[kBlockN / 2], float (&o)
       sum += s[4 * c + 2 * r] + s[4 * c + 2 * r + 1];
     }
     st.sum[r] = sum;
+  }
+}
+
+template <int D>
+__device__ __forceinline__ void rescale_output(float (&o)[D / 2], const float (&correction)[2]) {
+#pragma unroll
+  for (int c = 0; c < D / 8; ++c) {
+    o[4 * c] *= correction[0];
+    o[4 * c + 1] *= correction[0];
+    o[4 * c + 2] *= correction[1];
+    o[4 * c + 3] *= correction[1];
   }
 }
 
@@ -249,17 +258,11 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
   for (int r = 0; r < 2; ++r)
     limit[r] = p.causal ? min(seq.len_k, row0 + 8 * r + seq.len_k - seq.len_q + 1) : seq.len_k;
 
-  if (n_blocks > 0) barrier_wait(q_full, 0);
+  // S_j = Q·K_jᵀ is issued before O += P_{j-1}·V_{j-1}, so the softmax of block j runs
+  // while the tensor cores still work on the previous block's PV product.
   const uint8_t* q_rows = q_tile + wg * 64 * 128;
-  for (int it = 0; it < n_blocks; ++it) {
-    const int n = n_blocks - 1 - it, stage = it % kStages;
-    const uint32_t phase = (it / kStages) & 1;
+  auto issue_scores = [&](float(&s)[kBlockN / 2], int stage) {
     const uint8_t* k_tile = k_tiles + stage * Cfg::kKVBytes;
-    const uint8_t* v_tile = v_tiles + stage * Cfg::kKVBytes;
-
-    float s[kBlockN / 2];
-    barrier_wait(&k_full[stage], phase);
-    wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int chunk = kk / 4, offset = (kk % 4) * 32;
@@ -267,30 +270,65 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
                           smem_descriptor(k_tile + chunk * kBlockN * 128 + offset, 16), s, kk > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(s);
-
-    const int key0 = n * kBlockN;
-    const bool mask = key0 + kBlockN > seq.len_k ||
-                      (p.causal && key0 + kBlockN - 1 > m_block * kBlockM + seq.len_k - seq.len_q);
-    if (mask)
-      softmax_step<true, kBlockN, D>(s, o, st, scale_log2, key0, limit, lane);
-    else
-      softmax_step<false, kBlockN, D>(s, o, st, scale_log2, key0, limit, lane);
-    uint32_t prob[kBlockN / 16][4];
-    probabilities_to_operand<T, kBlockN>(s, prob);
-
-    barrier_wait(&v_full[stage], phase);
-    fence_registers(o);
-    wgmma_fence();
+  };
+  auto issue_output = [&](const uint32_t(&prob)[kBlockN / 16][4], int stage) {
+    const uint8_t* v_tile = v_tiles + stage * Cfg::kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
       gmma_rs<T, D>(prob[kk], smem_descriptor(v_tile + kk * 16 * 128, kBlockN * 128), o);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(o);
+  };
+  auto softmax = [&](float(&s)[kBlockN / 2], int n, float(&correction)[2]) {
+    const int key0 = n * kBlockN;
+    const bool mask = key0 + kBlockN > seq.len_k ||
+                      (p.causal && key0 + kBlockN - 1 > m_block * kBlockM + seq.len_k - seq.len_q);
+    if (mask)
+      softmax_step<true, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
+    else
+      softmax_step<false, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
+  };
+  auto release_stage = [&](int stage) {
     __syncwarp();
     if (lane == 0) barrier_arrive(&kv_empty[stage]);
+  };
+
+  if (n_blocks > 0) {
+    barrier_wait(q_full, 0);
+    float s[kBlockN / 2];
+    uint32_t prob[kBlockN / 16][4];
+    float correction[2];
+    barrier_wait(&k_full[0], 0);
+    wgmma_fence();
+    issue_scores(s, 0);
+    wgmma_wait<0>();
+    fence_registers(s);
+    softmax(s, n_blocks - 1, correction);  // o is still zero: no rescale
+    probabilities_to_operand<T, kBlockN>(s, prob);
+    for (int it = 1; it < n_blocks; ++it) {
+      const int stage = it % kStages, previous = (it - 1) % kStages;
+      barrier_wait(&k_full[stage], (it / kStages) & 1);
+      wgmma_fence();
+      issue_scores(s, stage);
+      barrier_wait(&v_full[previous], ((it - 1) / kStages) & 1);
+      issue_output(prob, previous);
+      wgmma_wait<1>();  // the scores are in; the PV product may still run
+      fence_registers(s);
+      softmax(s, n_blocks - 1 - it, correction);
+      wgmma_wait<0>();
+      fence_registers(o);
+      fence_registers(prob);
+      release_stage(previous);
+      rescale_output<D>(o, correction);
+      probabilities_to_operand<T, kBlockN>(s, prob);
+    }
+    const int last = (n_blocks - 1) % kStages;
+    barrier_wait(&v_full[last], ((n_blocks - 1) / kStages) & 1);
+    wgmma_fence();
+    issue_output(prob, last);
+    wgmma_wait<0>();
+    fence_registers(o);
+    fence_registers(prob);
+    release_stage(last);
   }
   store_output<T, D>(p, seq, head, row0, o, st, lane);
 }

@@ -32,12 +32,27 @@ struct AttentionParams {
   void* stream = nullptr;
 };
 
+// The backward's extra operands; `fwd` holds the inputs, out and lse of the forward.
+struct AttentionBackwardParams {
+  AttentionParams fwd;
+  AttentionView dout, dq, dk, dv;
+  // Optional gradient reaching lse (same indexing as lse, its own strides), or nullptr.
+  const float* d_lse = nullptr;
+  int64_t d_lse_stride_batch = 0, d_lse_stride_head = 0, d_lse_stride_row = 0;
+};
+
 enum class AttentionDtype { bf16, f16 };
 
 // Head dims with a compiled forward kernel.
 inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
+// Head dims the backward kernels of backward.cuh take (dK and dV of a key block stay in
+// registers). Those kernels are not instantiated yet: see NOTES.md.
+inline constexpr bool attention_backward_head_dim_supported(int64_t D) { return D == 64 || D == 128; }
+
 template <AttentionDtype dtype, int D>
 void attention_forward(const AttentionParams& p);
+template <AttentionDtype dtype, int D>
+void attention_backward(const AttentionBackwardParams& p);
 
 }  // namespace seqmix::cuda

@@ -102,6 +102,14 @@ __device__ __forceinline__ void fence_registers(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
+template <int N, int M>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < M; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
 // The m64nNk16 instructions for element type T: SS (A and B K-major in shared memory)
 // and RS (A in registers, B MN-major in shared memory).
 template <class T, int N>

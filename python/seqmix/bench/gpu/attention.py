@@ -29,6 +29,7 @@ NOTES = (
     "FLOP = 4·B·H·S²·D, halved for causal (the issue's convention); TFLOP/s = FLOP / median time.",
     f"max rel err: the output rows 0..{REFERENCE_ROWS - 1} of batch entry 0, heads 0..{REFERENCE_HEADS - 1}, "
     "against softmax(scale·QKᵀ + mask)·V in float64 from the same bf16 inputs.",
+    "Forward only: the CUDA backward is not in the dispatch yet.",
 )
 
 
@@ -40,15 +41,13 @@ def attention_flop(B, S, H, D, causal: bool) -> float:
 def reference_rows(q, k, v, causal: bool, rows: int, heads: int):
     """float64 softmax(scale·QKᵀ + mask)·V for the first ``rows`` queries of batch entry 0
     and the first ``heads`` heads (Sq = Sk, so the causal mask is j <= i). -> [rows, heads, D]."""
-    q64 = q[0, :rows, :heads].double().transpose(0, 1)   # [h, rows, D]
-    k64 = k[0, :, :heads].double().transpose(0, 1)       # [h, S, D]
-    v64 = v[0, :, :heads].double().transpose(0, 1)
-    scores = q64 @ k64.transpose(1, 2) * q.shape[-1] ** -0.5
+    q64, k64, v64 = (t[0, :, :heads].detach().double() for t in (q, k, v))
+    scores = torch.einsum("qhd,khd->hqk", q64[:rows], k64) * q.shape[-1] ** -0.5
     if causal:
         i = torch.arange(rows, device=q.device)[:, None]
         j = torch.arange(k.shape[1], device=q.device)[None, :]
         scores = scores.masked_fill(j > i, float("-inf"))
-    return (scores.softmax(-1) @ v64).transpose(0, 1)
+    return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v64)
 
 
 def sdpa(backend):
@@ -71,8 +70,7 @@ def grid_case(S, D, causal: bool, device="cuda", dtype=torch.bfloat16, seed=0, t
         return {"leaves": [q.requires_grad_(), k.requires_grad_(), v.requires_grad_()], "dy": dy, "causal": causal}
 
     def references(inputs, name):
-        q, k, v = (t.detach() for t in inputs["leaves"])
-        return reference_rows(q, k, v, causal, rows, heads), [None, None, None]
+        return reference_rows(*inputs["leaves"], causal, rows, heads), [None, None, None]
 
     def observe(inputs, y, grads):
         return (None if y is None else y[0, :rows, :heads]), None if grads is None else [None, None, None]
@@ -93,8 +91,8 @@ def grid_case(S, D, causal: bool, device="cuda", dtype=torch.bfloat16, seed=0, t
 
 
 def cases(quick: bool = False) -> list:
-    """The attention cases of the GPU suite (bf16 on the current CUDA device): forward only
-    (the CUDA backward is not written yet)."""
+    """The attention cases of the GPU suite (bf16 on the current CUDA device), forward only
+    (the CUDA backward is not in the dispatch yet)."""
     if quick:
         grid = [(S, 128) for S in (2048, 16384)]
     else:
