@@ -29,7 +29,8 @@ struct AttentionOptions : CommonOptions {
   double scale = 0.0;
   // Bottom-right aligned causal mask (see above).
   bool causal = false;
-  // Accepted for flash-attn parity: the CPU backward is always deterministic.
+  // Accepted for flash-attn parity: the CPU backward is always deterministic (there is no
+  // CUDA backward yet: CUDA tensors are refused by attention_backward).
   bool deterministic = false;
 };
 
@@ -37,7 +38,8 @@ struct AttentionInputs {
   Tensor q;  // [B, Sq, Hq, D], or [total_q, Hq, D] with cu_seqlens
   Tensor k;  // [B, Sk, Hkv, D], or [total_k, Hkv, D]
   Tensor v;  // [B, Sk, Hkv, Dv], or [total_k, Hkv, Dv]
-  // Variable length: both or neither; [N + 1] int32/int64 offsets on the CPU, no empty sequence.
+  // Variable length: both or neither; [N + 1] int32/int64 offsets on the CPU (for CUDA
+  // inputs: contiguous, on q's device; read back to the host for validation), no empty sequence.
   std::optional<Tensor> cu_seqlens_q;
   std::optional<Tensor> cu_seqlens_k;
   // Variable length only: upper bounds on the sequence lengths (checked to be ≥ the real

@@ -52,6 +52,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
 
     Args:
         q: ``[B, Sq, Hq, D]`` queries; bf16, fp16, fp32 or fp64 (q, k, v share one dtype).
+            CUDA tensors (Hopper): bf16 or fp16, ``D == Dv`` in {64, 128, 256}, 16-byte
+            aligned with strides that are multiples of 8 elements; forward only for now
+            (the backward refuses CUDA tensors).
         k: ``[B, Sk, Hkv, D]`` keys. ``Hq % Hkv == 0``: query head ``h`` reads kv head
             ``h // (Hq // Hkv)`` (GQA; MQA when ``Hkv == 1``).
         v: ``[B, Sk, Hkv, Dv]`` values (``Dv`` may differ from ``D``).
@@ -91,8 +94,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         q: ``[total_q, Hq, D]``; bf16, fp16, fp32 or fp64 (q, k, v share one dtype).
         k: ``[total_k, Hkv, D]`` with ``Hq % Hkv == 0`` (GQA/MQA as in ``flash_attn_func``).
         v: ``[total_k, Hkv, Dv]``.
-        cu_seqlens_q, cu_seqlens_k: ``[N + 1]`` int32/int64 offsets on the CPU, starting at
-            0, strictly increasing (no empty sequence), ending at total_q / total_k.
+        cu_seqlens_q, cu_seqlens_k: ``[N + 1]`` int32/int64 offsets, starting at 0, strictly
+            increasing (no empty sequence), ending at total_q / total_k; on the CPU for CPU
+            inputs, on q's device for CUDA inputs (read back once for validation).
         max_seqlen_q, max_seqlen_k: the longest query / key sequence (checked to be at
             least the real maxima).
         softmax_scale: multiplies ``Q K^T``; ``None`` means ``D ** -0.5``.
