@@ -103,8 +103,8 @@ class TorchBackend:
         if shape and strides[-1] != 1 and shape[-1] != 1:
             x = x.contiguous()
             strides = x.stride()
-        device = x.device
-        return (x.data_ptr(), code, 2 if device.type == "cuda" else 1, device.index or 0, tuple(shape), strides, x)
+        index = x.get_device()  # -1 on the CPU: one call instead of building a torch.device
+        return (x.data_ptr(), code, 2 if index >= 0 else 1, max(index, 0), tuple(shape), strides, x)
 
 
 NUMPY = NumpyBackend()
