@@ -2,25 +2,12 @@
 #pragma once
 
 #include <cuda.h>
-#include <cudaTypedefs.h>
 
 #include "cuda/attention/forward.cuh"
 #include "cuda/common/runtime.cuh"
+#include "cuda/common/tensor_map.hpp"
 
 namespace seqmix::cuda::attn {
-
-// cuTensorMapEncodeTiled through the runtime's driver entry point (no link to libcuda).
-inline PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
-  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* ptr = nullptr;
-    cudaDriverEntryPointQueryResult found{};
-    check(cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &ptr, 12000, cudaEnableDefault, &found),
-          "cudaGetDriverEntryPointByVersion(cuTensorMapEncodeTiled)");
-    if (found != cudaDriverEntryPointSuccess || !ptr) check(cudaErrorSymbolNotFound, "cuTensorMapEncodeTiled");
-    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(ptr);
-  }();
-  return fn;
-}
 
 // A 4-d map (D, rows, heads, batch) of a [B, S, H, D] view, read in boxes of 64 head-dim
 // columns (128 bytes, 128-byte swizzle) × box_rows rows. Rows past `rows` read as zeros.
@@ -38,7 +25,7 @@ CUtensorMap tensor_map(const AttentionView& view, int64_t rows, int64_t heads, i
   const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   CUtensorMap map;
-  const CUresult status = encode_tiled()(
+  const CUresult status = tensor_map_encoder()(
       &map, sizeof(T) == 2 && std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
       4, view.data, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -13,7 +13,11 @@
 namespace seqmix::cuda {
 namespace {
 
-PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
+bool fits(int64_t v, int64_t limit) { return v > 0 && v <= limit; }
+
+}  // namespace
+
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder() {
   static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
   static std::once_flag once;
   std::call_once(once, [] {
@@ -26,10 +30,6 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_function() {
   });
   return encode;
 }
-
-bool fits(int64_t v, int64_t limit) { return v > 0 && v <= limit; }
-
-}  // namespace
 
 bool tensor_map_supported(const void* base, const TensorMapShape& s) {
   const int64_t bytes_y = s.stride_y * s.element_bytes, bytes_z = s.stride_z * s.element_bytes;
@@ -47,7 +47,7 @@ CUtensorMap make_tensor_map(const void* base, const TensorMapShape& s) {
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(s.stride_y * s.element_bytes),
                                  static_cast<cuuint64_t>(s.stride_z * s.element_bytes)};
   const cuuint32_t box[3] = {s.box[0], s.box[1], 1}, element_strides[3] = {1, 1, 1};
-  const CUresult status = encode_function()(
+  const CUresult status = tensor_map_encoder()(
       &map, s.dtype, 3, const_cast<void*>(base), extent, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) throw Error("seqmix: cuTensorMapEncodeTiled failed with CUresult " + std::to_string(status));

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cuda.h>
+#include <cudaTypedefs.h>
 
 #include <cstdint>
 
@@ -21,6 +22,10 @@ struct TensorMapShape {
 // True when the copy engine can read it: 16-byte aligned base and strides (in bytes), and
 // extents and strides within its limits.
 bool tensor_map_supported(const void* base, const TensorMapShape& shape);
+
+// The driver's cuTensorMapEncodeTiled, found once through the runtime's driver entry
+// point (so nothing links against libcuda). Throws seqmix::Error when the driver lacks it.
+PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 
 // Encodes the map (through the driver's cuTensorMapEncodeTiled, found at run time, so
 // nothing links against libcuda). Throws seqmix::Error when the driver refuses it.
