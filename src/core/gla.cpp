@@ -93,8 +93,9 @@ Pointer cuda_state(const core::Checker& check, const std::optional<Tensor>& t, c
   return static_cast<Pointer>(t->data);
 }
 
-void cuda_forward(const core::Checker& check, const cpu::GlaProblem& p, const GlaInputs& in, const GlaOutputs& out,
-                  const GlaOptions& options) {
+// What both directions need: the checks of the CUDA path and the inputs' description.
+cuda::GlaParams cuda_params(const core::Checker& check, const cpu::GlaProblem& p, const GlaInputs& in,
+                            const GlaOptions& options) {
   if (options.impl == Impl::reference) check.fail("impl", "fast or automatic on a CUDA device", "reference");
   if (in.q.dtype != DType::bf16 && in.q.dtype != DType::f16)
     check.fail("q", "dtype bf16 or f16 on a CUDA device", dtype_name(in.q.dtype));
@@ -117,13 +118,34 @@ void cuda_forward(const core::Checker& check, const cpu::GlaProblem& p, const Gl
   params.k = tokens(check, in.k, "k");
   params.v = tokens(check, in.v, "v");
   params.g = tokens(check, in.g, "g");
-  params.o = tokens(check, out.o, "o");
   params.initial_state = cuda_state<const float*>(check, in.initial_state, "initial_state");
-  params.final_state = cuda_state<float*>(check, out.final_state, "final_state");
   params.stream = options.stream;
+  return params;
+}
+
+void cuda_forward(const core::Checker& check, const cpu::GlaProblem& p, const GlaInputs& in, const GlaOutputs& out,
+                  const GlaOptions& options) {
+  cuda::GlaParams params = cuda_params(check, p, in, options);
+  params.o = tokens(check, out.o, "o");
+  params.final_state = cuda_state<float*>(check, out.final_state, "final_state");
   const cuda::DeviceGuard guard(in.q.device.index);
   if (in.q.dtype == DType::bf16) cuda::gla_forward<cuda::GlaDtype::bf16>(params);
   else cuda::gla_forward<cuda::GlaDtype::f16>(params);
+}
+
+void cuda_backward(const core::Checker& check, const cpu::GlaProblem& p, const GlaInputs& in, const Tensor& d_o,
+                   const std::optional<Tensor>& d_final_state, const GlaGrads& grads, const GlaOptions& options) {
+  cuda::GlaParams params = cuda_params(check, p, in, options);
+  params.d_o = tokens(check, d_o, "do");
+  params.dq = tokens(check, grads.dq, "dq");
+  params.dk = tokens(check, grads.dk, "dk");
+  params.dv = tokens(check, grads.dv, "dv");
+  params.dg = tokens(check, grads.dg, "dg");
+  params.d_final_state = cuda_state<const float*>(check, d_final_state, "d_final_state");
+  params.d_initial_state = cuda_state<float*>(check, grads.d_initial_state, "d_initial_state");
+  const cuda::DeviceGuard guard(in.q.device.index);
+  if (in.q.dtype == DType::bf16) cuda::gla_backward<cuda::GlaDtype::bf16>(params);
+  else cuda::gla_backward<cuda::GlaDtype::f16>(params);
 }
 #else
 [[noreturn]] void no_cuda(const core::Checker& check, const Tensor& q) {
@@ -162,8 +184,14 @@ void gla_backward(const GlaInputs& in, const Tensor& d_o, const std::optional<Te
   check_like_q(check, grads.dg, "dg", in.q);
   check_presence(check, grads.d_initial_state, "d_initial_state", in.initial_state, "initial_state");
   check_state(check, grads.d_initial_state, "d_initial_state", problem, in.q.device);
-  if (in.q.device.is_cuda())
-    check.fail("q", "a CPU tensor (the CUDA backward of gla is not written yet)", in.q.device.str());
+  if (in.q.device.is_cuda()) {
+#ifdef SEQMIX_CUDA_GLA
+    cuda_backward(check, problem, in, d_o, d_final_state, grads, options);
+    return;
+#else
+    no_cuda(check, in.q);
+#endif
+  }
   const Impl impl = core::resolve_cpu_impl(check, options.impl, in.q);
   cpu::gla_backward(problem, in, d_o, d_final_state, grads, impl);
 }

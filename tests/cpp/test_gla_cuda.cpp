@@ -25,38 +25,93 @@ void PrintTo(const GpuGlaCase& c, std::ostream* os) { *os << c.name; }
 
 class GlaCuda : public ::testing::TestWithParam<GpuGlaCase> {};
 
-TEST_P(GlaCuda, ForwardMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const GpuGlaCase c = GetParam();
-  const int64_t N = c.cu.empty() ? c.B : static_cast<int64_t>(c.cu.size()) - 1;
-  const std::vector<int64_t> key_shape{c.B, c.T, c.H, c.K}, value_shape{c.B, c.T, c.H, c.V},
-      state_shape{N, c.H, c.K, c.V};
-  HostTensor q = uniform(key_shape, c.dtype), k = uniform(key_shape, c.dtype), v = uniform(value_shape, c.dtype),
-             g = uniform(key_shape, c.dtype, c.g_lo, c.g_hi), h0 = uniform(state_shape, DType::f32);
-  HostTensor cu = offsets(c.cu.empty() ? std::vector<int64_t>{0, 1} : c.cu);
-  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_h0(h0), d_cu(cu);
-  auto inputs = [&](bool device) {
+// One case's fresh random inputs, on the host (for the oracle) and on the device.
+struct GlaCaseInputs {
+  const GpuGlaCase& c;
+  int64_t N;
+  std::vector<int64_t> key_shape, value_shape, state_shape;
+  HostTensor q, k, v, g, h0, cu;
+  DeviceTensor d_q, d_k, d_v, d_g, d_h0, d_cu;
+
+  explicit GlaCaseInputs(const GpuGlaCase& c_)
+      : c(c_),
+        N(c.cu.empty() ? c.B : static_cast<int64_t>(c.cu.size()) - 1),
+        key_shape{c.B, c.T, c.H, c.K},
+        value_shape{c.B, c.T, c.H, c.V},
+        state_shape{N, c.H, c.K, c.V},
+        q(uniform(key_shape, c.dtype)),
+        k(uniform(key_shape, c.dtype)),
+        v(uniform(value_shape, c.dtype)),
+        g(uniform(key_shape, c.dtype, c.g_lo, c.g_hi)),
+        h0(uniform(state_shape, DType::f32)),
+        cu(offsets(c.cu.empty() ? std::vector<int64_t>{0, 1} : c.cu)),
+        d_q(q), d_k(k), d_v(v), d_g(g), d_h0(h0), d_cu(cu) {}
+
+  GlaInputs inputs(bool device) const {
     GlaInputs in{device ? d_q.view : q.view, device ? d_k.view : k.view, device ? d_v.view : v.view,
                  device ? d_g.view : g.view};
     if (c.with_state) in.initial_state = device ? d_h0.view : h0.view;
     if (!c.cu.empty()) in.cu_seqlens = device ? d_cu.view : cu.view;
     return in;
-  };
-  GlaOptions options;
-  options.scale = 1.0 / std::sqrt(static_cast<double>(c.K));
+  }
+  GlaOptions options(Impl impl) const {
+    GlaOptions options;
+    options.scale = 1.0 / std::sqrt(static_cast<double>(c.K));
+    options.impl = impl;
+    return options;
+  }
+};
 
-  options.impl = Impl::reference;
+TEST_P(GlaCuda, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuGlaCase c = GetParam();
+  const GlaCaseInputs in(c);
+  const auto &value_shape = in.value_shape, &state_shape = in.state_shape;
+
   HostTensor o_ref(value_shape, c.dtype), hT_ref(state_shape, DType::f32);
-  gla_forward(inputs(false), {o_ref.view, hT_ref.view}, options);
+  gla_forward(in.inputs(false), {o_ref.view, hT_ref.view}, in.options(Impl::reference));
 
-  options.impl = Impl::automatic;
   HostTensor o = poisoned(value_shape, c.dtype), hT = poisoned(state_shape, DType::f32);
   DeviceTensor d_o(o), d_hT(hT);
-  gla_forward(inputs(true), {d_o.view, d_hT.view}, options);
+  gla_forward(in.inputs(true), {d_o.view, d_hT.view}, in.options(Impl::automatic));
 
   const double tol = tolerance(c.dtype);
   EXPECT_LT(rel_err(d_o.values(o), o_ref.values()), tol);
   EXPECT_LT(rel_err(d_hT.values(hT), hT_ref.values()), tol);
+}
+
+// Every gradient (dq, dk, dv, dg, and d initial state with an initial state) against the
+// oracle's backward; the final state's gradient is given in the cases with an initial state.
+TEST_P(GlaCuda, BackwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuGlaCase c = GetParam();
+  const GlaCaseInputs in(c);
+  const auto &key_shape = in.key_shape, &value_shape = in.value_shape, &state_shape = in.state_shape;
+  HostTensor d_o = uniform(value_shape, c.dtype), dhT = uniform(state_shape, DType::f32);
+  DeviceTensor dev_do(d_o), dev_dhT(dhT);
+  const std::optional<Tensor> host_dhT = c.with_state ? std::optional<Tensor>(dhT.view) : std::nullopt;
+  const std::optional<Tensor> device_dhT = c.with_state ? std::optional<Tensor>(dev_dhT.view) : std::nullopt;
+
+  HostTensor dq_ref(key_shape, c.dtype), dk_ref(key_shape, c.dtype), dv_ref(value_shape, c.dtype),
+      dg_ref(key_shape, c.dtype), dh0_ref(state_shape, DType::f32);
+  GlaGrads ref{dq_ref.view, dk_ref.view, dv_ref.view, dg_ref.view};
+  if (c.with_state) ref.d_initial_state = dh0_ref.view;
+  gla_backward(in.inputs(false), d_o.view, host_dhT, ref, in.options(Impl::reference));
+
+  HostTensor dq = poisoned(key_shape, c.dtype), dk = poisoned(key_shape, c.dtype),
+             dv = poisoned(value_shape, c.dtype), dg = poisoned(key_shape, c.dtype),
+             dh0 = poisoned(state_shape, DType::f32);
+  DeviceTensor dev_dq(dq), dev_dk(dk), dev_dv(dv), dev_dg(dg), dev_dh0(dh0);
+  GlaGrads grads{dev_dq.view, dev_dk.view, dev_dv.view, dev_dg.view};
+  if (c.with_state) grads.d_initial_state = dev_dh0.view;
+  gla_backward(in.inputs(true), dev_do.view, device_dhT, grads, in.options(Impl::automatic));
+
+  const double tol = tolerance(c.dtype);
+  EXPECT_LT(rel_err(dev_dq.values(dq), dq_ref.values()), tol) << "dq";
+  EXPECT_LT(rel_err(dev_dk.values(dk), dk_ref.values()), tol) << "dk";
+  EXPECT_LT(rel_err(dev_dv.values(dv), dv_ref.values()), tol) << "dv";
+  EXPECT_LT(rel_err(dev_dg.values(dg), dg_ref.values()), tol) << "dg";
+  if (c.with_state) EXPECT_LT(rel_err(dev_dh0.values(dh0), dh0_ref.values()), tol) << "d initial state";
 }
 
 // Chunks are 64 tokens in 16-token sub-chunks: T = 1, 63, 300, 1000 and the varlen offsets
@@ -108,22 +163,36 @@ TEST(GlaCudaErrors, UnsupportedInputsAreRefused) {
   unaligned_v.strides = {512, 128, 128, 1};
   EXPECT_SEQMIX_ERROR(gla_forward({unaligned, unaligned, unaligned_v, unaligned}, {unaligned_v}),
                       "argument 'q': expected 16-byte aligned data and strides");
-  EXPECT_SEQMIX_ERROR(gla_backward({gq, gq, gv, gq}, gv, std::nullopt, {gq, gq, gv, gq}),
-                      "the CUDA backward of gla is not written yet");
+  EXPECT_SEQMIX_ERROR(gla_backward({gq32, gq32, gv32, gq32}, gv32, std::nullopt, {gq32, gq32, gv32, gq32}),
+                      "argument 'q': expected dtype bf16 or f16 on a CUDA device, got f32");
+  EXPECT_SEQMIX_ERROR(gla_backward({gq256, gq256, gv, gq256}, gv, std::nullopt, {gq256, gq256, gv, gq256}),
+                      "argument 'q': expected K in {64, 128} and V a multiple of 64 on a CUDA device, got K = 256");
+  Tensor unaligned_grad = gq;
+  unaligned_grad.data = static_cast<char*>(gq.data) + 2;
+  EXPECT_SEQMIX_ERROR(gla_backward({gq, gq, gv, gq}, gv, std::nullopt, {gq, unaligned_grad, gv, gq}),
+                      "argument 'dk': expected 16-byte aligned data and strides");
 }
 
-// Forward times at the benchmark shapes (H 16, K = V = 128, bf16; B 8 × T 2048 and one
-// sequence of 32768 tokens, which is split), printed; run with --gtest_filter='*GlaCudaTiming*'.
-// Asserts only that the output is finite.
-void time_forward(int64_t B, int64_t T) {
+// Forward and forward + backward times at the benchmark shapes (H 16, K = V = 128, bf16;
+// B 8 × T 2048 and one sequence of 32768 tokens, which is split), printed; run with
+// --gtest_filter='*GlaCudaTiming*'. Asserts only that the outputs are finite.
+void time_forward(int64_t B, int64_t T, bool with_backward) {
   const int64_t H = 16, K = 128, V = 128;
   HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
              v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0);
-  HostTensor o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32);
-  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_o(o), d_hT(hT);
+  HostTensor o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32), d_out = uniform({B, T, H, V}, DType::bf16);
+  HostTensor dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16),
+      dg({B, T, H, K}, DType::bf16);
+  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_o(o), d_hT(hT), d_do(d_out), d_dq(dq), d_dk(dk), d_dv(dv),
+      d_dg(dg);
   GlaOptions options;
   options.scale = 1.0 / std::sqrt(static_cast<double>(K));
-  auto run = [&] { gla_forward({d_q, d_k, d_v, d_g}, {d_o.view, d_hT.view}, options); };
+  auto run = [&] {
+    gla_forward({d_q, d_k, d_v, d_g}, {d_o.view, d_hT.view}, options);
+    if (with_backward)
+      gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
+                   options);
+  };
   for (int i = 0; i < 3; ++i) run();
   cudaEvent_t start, stop;
   cuda_ok(cudaEventCreate(&start));
@@ -139,23 +208,29 @@ void time_forward(int64_t B, int64_t T) {
     times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
-  std::printf("gla forward B%lld T%lld H%lld K%lld V%lld bf16: median %.4f ms (min %.4f)\n",
-              static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
+  std::printf("gla %s B%lld T%lld H%lld K%lld V%lld bf16: median %.4f ms (min %.4f)\n",
+              with_backward ? "forward+backward" : "forward", static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
               static_cast<long long>(K), static_cast<long long>(V), times[times.size() / 2], times[0]);
   const std::vector<double> out = d_o.values(o);
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](double x) { return std::isfinite(x); }));
+  if (with_backward) {
+    const std::vector<double> grad = d_dg.values(dg);
+    EXPECT_TRUE(std::all_of(grad.begin(), grad.end(), [](double x) { return std::isfinite(x); }));
+  }
   cudaEventDestroy(start);
   cudaEventDestroy(stop);
 }
 
 TEST(GlaCudaTiming, ForwardB8T2048) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  time_forward(8, 2048);
+  time_forward(8, 2048, false);
+  time_forward(8, 2048, true);
 }
 
 TEST(GlaCudaTiming, ForwardB1T32768) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  time_forward(1, 32768);
+  time_forward(1, 32768, false);
+  time_forward(1, 32768, true);
 }
 
 }  // namespace

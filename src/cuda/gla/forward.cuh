@@ -26,6 +26,8 @@ __host__ __device__ constexpr int pair_row0(int I) { return kSub * (I - 1) * I /
 
 template <class E, int KD, int VB>
 struct Smem {
+  using Element = E;
+  static constexpr int kKeys = KD;
   static constexpr int PK = KD + 8, PV = VB + 8, PA = kChunk + 8;  // row pitches
   E q[kChunk * PK], k[kChunk * PK], g[kChunk * PK];  // this chunk's raw inputs
   E v[2][kChunk * PV];                               // values, double-buffered
@@ -70,10 +72,12 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
 // The decayed operands of one chunk. Thread (channel c, role): role 0 walks the tokens
 // forward (q_sub, q_start, e^{g}, e^{b_last}), role 1 backward (k_end, k_pair); both take
 // e^{g} from g and multiply, so each factor is a product of values ≤ 1.
-// kOutput false (the segment-state pass): only what the state needs, k_end and e^{b_last}.
-template <bool kOutput, class E, int KD, int VB>
-__device__ __forceinline__ void decay_operands(Smem<E, KD, VB>& s, int tid) {
-  constexpr int PK = Smem<E, KD, VB>::PK;
+// kOutput false (the state passes): only what the state needs, k_end and e^{b_last}.
+// S: any shared layout with these members and pitches (Smem, or the backward's).
+template <bool kOutput, class S>
+__device__ __forceinline__ void decay_operands(S& s, int tid) {
+  using E = typename S::Element;
+  constexpr int KD = S::kKeys, PK = S::PK;
   if (tid >= 2 * KD) return;
   const int c = tid % KD;
   if (tid < KD) {
@@ -129,9 +133,10 @@ __device__ __forceinline__ float4 load4(const E* p) {
 // 16m + 4cg.. for every j of its sub-chunk at once (16 independent accumulators), the
 // weight e^{b_i − b_j} a running product of e^{g} from j = i down; the 4 groups of a row
 // then combine by shuffles. Writes zeros above the diagonal.
-template <class E, int KD, int VB>
-__device__ __forceinline__ void diagonal_scores(Smem<E, KD, VB>& s, int warp, int lane) {
-  constexpr int PK = Smem<E, KD, VB>::PK, PA = Smem<E, KD, VB>::PA;
+template <class S>
+__device__ __forceinline__ void diagonal_scores(S& s, int warp, int lane) {
+  using E = typename S::Element;
+  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA;
   const int i = warp * 8 + lane / 4, cg = lane % 4, i0 = i & ~(kSub - 1), last = i - i0;
   const int warp_last = (warp % 2) * 8 + 7;  // the largest `last` in this warp
   float acc[kSub] = {};
@@ -161,9 +166,10 @@ __device__ __forceinline__ void diagonal_scores(Smem<E, KD, VB>& s, int warp, in
 
 // The six sub-chunk pairs J < I of A: warps 0..5, one 16×16 tensor-core block each,
 // (q ⊙ e^{b_i − b_{i0}}) · (k ⊙ e^{b_{i0} − b_j})ᵀ.
-template <class E, int KD, int VB>
-__device__ __forceinline__ void pair_scores(Smem<E, KD, VB>& s, int warp, int lane) {
-  constexpr int PK = Smem<E, KD, VB>::PK, PA = Smem<E, KD, VB>::PA;
+template <class S>
+__device__ __forceinline__ void pair_scores(S& s, int warp, int lane) {
+  using E = typename S::Element;
+  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA;
   if (warp >= 6) return;
   const int I = warp < 1 ? 1 : warp < 3 ? 2 : 3, J = warp - (I - 1) * I / 2;  // (1,0) (2,0) (2,1) (3,0)…
   float acc[2][4] = {};
@@ -217,17 +223,26 @@ struct StateTile {
       *reinterpret_cast<uint32_t*>(&tile[(row + 8) * PV + col + 8 * nt]) = pack2<E>(f[nt][2], f[nt][3]);
     }
   }
-  // S ← e^{b_last} ⊙ S + k_endᵀ v.
-  __device__ void advance(const Smem<E, KD, VB>& s, const E* v, int lane) {
+  // Rounded to E into a [KD, V] row-major global array (at column vb0).
+  __device__ void store_rounded(E* state, int64_t V) const {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      *reinterpret_cast<uint32_t*>(&state[row * V + col + 8 * nt]) = pack2<E>(f[nt][0], f[nt][1]);
+      *reinterpret_cast<uint32_t*>(&state[(row + 8) * V + col + 8 * nt]) = pack2<E>(f[nt][2], f[nt][3]);
+    }
+  }
+  // S ← decay ⊙ S + keysᵀ v: keys [64, KD] (pitch KD + 8), v [64, VB] (pitch VB + 8), decay
+  // one factor per key row. The forward passes k ⊙ e^{b_last − b} and e^{b_last}.
+  __device__ void advance(const E* keys, const float* decay, const E* v, int lane) {
     constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
-    const float d0 = s.decay_all[row], d1 = s.decay_all[row + 8];
+    const float d0 = decay[row], d1 = decay[row + 8];
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) f[nt][0] *= d0, f[nt][1] *= d0, f[nt][2] *= d1, f[nt][3] *= d1;
     const int m0 = row - lane / 4, n0 = col - 2 * (lane % 4);
 #pragma unroll
     for (int kk = 0; kk < kChunk / 16; ++kk) {
       uint32_t a[4];
-      load_a_transposed(a, s.k_end, PK, 16 * kk, m0, lane);
+      load_a_transposed(a, keys, PK, 16 * kk, m0, lane);
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         uint32_t b[4];
@@ -302,12 +317,18 @@ struct BlockPlan {
   }
 };
 
+// What one walk over the chunks produces:
+//   segment_ends:  each segment's own end state (from zero) and total decay, into p.workspace;
+//   outputs:       o, and the final state after the last chunk, from the entering state;
+//   chunk_states:  the state entering every chunk, rounded to E, into p.chunk_states
+//                  [N, H, max_chunks, K, V] (the backward's recomputation).
+enum class Pass { segment_ends, outputs, chunk_states };
+
 // One block walks the chunks of one segment of one sequence (the whole sequence when not
-// split) for one head and value block. kOutput: o (and the final state after the last
-// chunk) from the entering state; else the segment's own end state from zero and its
-// total decay, into the workspace.
-template <class E, int KD, int VB, bool kOutput>
+// split) for one head and value block.
+template <class E, int KD, int VB, Pass kPass>
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
+  constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
@@ -320,7 +341,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       p.workspace ? p.workspace + p.num_sequences * p.H * p.segments * KD * p.V + plan.state_slot * KD : nullptr;
   StateTile<E, KD, VB> S(warp, lane);
   if (plan.first_chunk >= plan.end_chunk) {  // a segment past a short sequence's end
-    if constexpr (!kOutput) {
+    if constexpr (kEnds) {
       S.load(nullptr, p.V);
       S.store(segment_state, p.V);
       if (blockIdx.x == 0 && tid < KD) segment_decay[tid] = 1.0f;
@@ -346,8 +367,8 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
 
   for (int i = tid; i < kChunk * Smem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
   const int64_t state_offset = (plan.n * p.H + h) * KD * p.V + vb0;
-  if constexpr (kOutput) S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
-  else S.load(nullptr, p.V);
+  if constexpr (kEnds) S.load(nullptr, p.V);
+  else S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
   float total_decay = 1.0f;  // threads < KD: e^{Σ g} of channel tid over the segment
   issue_decay_loads(plan.first_chunk);
   issue_token_loads(plan.first_chunk, 0);
@@ -373,11 +394,15 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       if (tid < KD) total_decay *= s.decay_all[tid];
       if (more) issue_token_loads(chunk + 1, stage ^ 1);  // k is read by the walkers only
     }
-    S.advance(s, s.v[stage], lane);
+    if constexpr (kPass == Pass::chunk_states) {
+      const int64_t slot = (plan.n * p.H + h) * p.max_chunks + chunk;
+      S.store_rounded(static_cast<E*>(p.chunk_states) + slot * KD * p.V + vb0, p.V);
+    }
+    S.advance(s.k_end, s.decay_all, s.v[stage], lane);
   }
   if constexpr (kOutput) {
     if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);
-  } else {
+  } else if constexpr (kEnds) {
     S.store(segment_state, p.V);
     if (blockIdx.x == 0 && tid < KD) segment_decay[tid] = total_decay;
   }

@@ -43,16 +43,34 @@ inline void plan_segments(GlaParams& p, int64_t value_blocks) {
   p.segments = (p.max_chunks + p.segment_chunks - 1) / p.segment_chunks;
 }
 
-template <class E, int KD, int VB, bool kOutput>
+template <class E, int KD, int VB, Pass kPass>
 void launch_pass(const GlaParams& p, cudaStream_t stream) {
   const size_t smem = sizeof(Smem<E, KD, VB>);
-  auto kernel = forward_kernel<E, KD, VB, kOutput>;
+  auto kernel = forward_kernel<E, KD, VB, kPass>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla forward shared memory");
   const dim3 grid(static_cast<unsigned>(p.V / VB), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
   kernel<<<grid, kThreads, smem, stream>>>(p);
-  check_launch(kOutput ? "gla forward" : "gla forward segment states");
+  check_launch(kPass == Pass::outputs        ? "gla forward"
+               : kPass == Pass::segment_ends ? "gla forward segment states"
+                                             : "gla chunk states");
+}
+
+// Floats of the segment tables in p.workspace: states, then decays.
+inline size_t segment_table_floats(const GlaParams& p) {
+  return p.segments > 1 ? static_cast<size_t>(p.num_sequences * p.H * p.segments * p.K * (p.V + 1)) : 0;
+}
+
+// With p.segments > 1: the state entering each segment, into p.workspace (each segment's own
+// end state, then the chain).
+template <class E, int KD, int VB>
+void segment_entering_states(const GlaParams& p, cudaStream_t stream) {
+  launch_pass<E, KD, VB, Pass::segment_ends>(p, stream);
+  const dim3 grid(static_cast<unsigned>((KD * p.V + 255) / 256), static_cast<unsigned>(p.H),
+                  static_cast<unsigned>(p.num_sequences));
+  chain_segments_kernel<<<grid, 256, 0, stream>>>(p);
+  check_launch("gla chain segments");
 }
 
 template <class E, int KD, int VB>
@@ -61,21 +79,16 @@ void launch_forward(GlaParams p) {
   plan_segments(p, p.V / VB);
   if (p.segments == 1) {
     p.workspace = nullptr;
-    launch_pass<E, KD, VB, true>(p, stream);
+    launch_pass<E, KD, VB, Pass::outputs>(p, stream);
     return;
   }
   // The segment tables live only for these three launches: a stream-ordered allocation
   // from the device's pool (the public API has no workspace argument for them yet).
-  const size_t floats = static_cast<size_t>(p.num_sequences * p.H * p.segments * KD * (p.V + 1));
   void* workspace = nullptr;
-  check(cudaMallocAsync(&workspace, floats * sizeof(float), stream), "gla forward workspace");
+  check(cudaMallocAsync(&workspace, segment_table_floats(p) * sizeof(float), stream), "gla forward workspace");
   p.workspace = static_cast<float*>(workspace);
-  launch_pass<E, KD, VB, false>(p, stream);
-  const dim3 grid(static_cast<unsigned>((KD * p.V + 255) / 256), static_cast<unsigned>(p.H),
-                  static_cast<unsigned>(p.num_sequences));
-  chain_segments_kernel<<<grid, 256, 0, stream>>>(p);
-  check_launch("gla forward chain segments");
-  launch_pass<E, KD, VB, true>(p, stream);
+  segment_entering_states<E, KD, VB>(p, stream);
+  launch_pass<E, KD, VB, Pass::outputs>(p, stream);
   check(cudaFreeAsync(workspace, stream), "gla forward workspace");
 }
 

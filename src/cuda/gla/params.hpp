@@ -2,6 +2,7 @@
 // no CUDA types, so src/core can fill it in without CUDA headers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace seqmix::cuda {
@@ -34,6 +35,19 @@ struct GlaParams {
   // [N, H, segments, K] decays (floats).
   int64_t segments = 1, segment_chunks = 0;
   float* workspace = nullptr;
+
+  // Backward only. do, dq, dk, dv, dg: the layouts of o, q, k, v, g.
+  GlaTokens d_o, dq, dk, dv, dg;
+  const float* d_final_state = nullptr;  // [N, H, K, V] or nullptr (zero)
+  float* d_initial_state = nullptr;      // [N, H, K, V] or nullptr (not wanted)
+  // Caller's scratch for the backward (gla_backward_workspace_bytes), or nullptr: then the
+  // launcher takes it from the stream-ordered pool for the duration of the call.
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  // Set by the launchers: every chunk's entering state S and dL/dS at its end, rounded to
+  // the input type, [N, H, max_chunks, K, V] each.
+  void* chunk_states = nullptr;
+  void* chunk_state_grads = nullptr;
 };
 
 enum class GlaDtype { bf16, f16 };
@@ -46,5 +60,11 @@ inline constexpr bool gla_cuda_supports(int64_t K, int64_t V) { return (K == 64 
 
 template <GlaDtype dtype>
 void gla_forward(const GlaParams& p);
+
+// Bytes of scratch the backward needs for these parameters (shapes and sequences set).
+size_t gla_backward_workspace_bytes(const GlaParams& p);
+
+template <GlaDtype dtype>
+void gla_backward(const GlaParams& p);
 
 }  // namespace seqmix::cuda
