@@ -17,6 +17,8 @@
 //     channel and side (dq or dk), with running products of e^{g} ≤ 1 (nothing overflows).
 #pragma once
 
+#include <cstdlib>
+
 #include "cuda/gla/launch.cuh"
 
 namespace seqmix::cuda::gla {
@@ -69,31 +71,39 @@ struct StateGradSmem {
   float decay_all[KD];     // e^{b_last}
 };
 
-template <class E, int KD, int VB>
+// One block walks one segment (the whole sequence when not split) backwards.
+// kOwn (split sequences, first): the segment's own contribution to dL/dS at its start, from
+// zero at its end, into the segment's slot of p.workspace (the forward's tables, free again
+// once the chunk states are written; the forward's pass left each segment's total decay).
+// Otherwise: from dL/dS at the segment's end (p.d_final_state, or the chained slot), every
+// chunk's dL/dS_end into p.chunk_state_grads, and d initial state after the first chunk.
+template <class E, int KD, int VB, bool kOwn>
 __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams p) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<StateGradSmem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = StateGradSmem<E, KD, VB>::PK, PV = StateGradSmem<E, KD, VB>::PV;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int vb0 = blockIdx.x * VB;
-  const int64_t h = blockIdx.y, n = blockIdx.z;
-  const Span seq = sequence_span(p, n);
-  const int64_t chunks = (seq.length + kChunk - 1) / kChunk;
+  const BlockPlan plan(p);
+  const int64_t h = plan.h, n = plan.n;
   const int64_t state_offset = (n * p.H + h) * KD * p.V + vb0;
+  float* const segment_state = p.segments > 1 ? p.workspace + plan.state_slot * KD * p.V + vb0 : nullptr;
   auto row0 = [&](const GlaTokens& x, int64_t t, int col) {
-    return static_cast<const E*>(x.data) + seq.batch * x.stride_batch + (seq.start + t) * x.stride_time +
+    return static_cast<const E*>(x.data) + plan.seq.batch * x.stride_batch + (plan.seq.start + t) * x.stride_time +
            h * x.stride_head + col;
   };
   StateTile<E, KD, VB> D(warp, lane);  // dL/dS after the chunk being walked
-  D.load(p.d_final_state ? p.d_final_state + state_offset : nullptr, p.V);
-  for (int64_t chunk = chunks - 1; chunk >= 0; --chunk) {
+  if constexpr (kOwn) D.load(nullptr, p.V);
+  else D.load(p.segments > 1 ? segment_state : p.d_final_state ? p.d_final_state + state_offset : nullptr, p.V);
+  for (int64_t chunk = plan.end_chunk - 1; chunk >= plan.first_chunk; --chunk) {
     const int64_t t0 = chunk * kChunk;
-    const int valid = static_cast<int>(min(static_cast<int64_t>(kChunk), seq.length - t0));
+    const int valid = plan.valid(chunk);
     load_chunk<KD, PK>(s.q, row0(p.q, t0, 0), p.q.stride_time, valid, tid);
     load_chunk<KD, PK>(s.g, row0(p.g, t0, 0), p.g.stride_time, valid, tid);
     load_chunk<VB, PV>(s.d_o, row0(p.d_o, t0, vb0), p.d_o.stride_time, valid, tid);
     copy_async_commit();
-    D.store_rounded(static_cast<E*>(p.chunk_state_grads) + chunk_slot(p, n, h, chunk) * KD * p.V + vb0, p.V);
+    if constexpr (!kOwn)
+      D.store_rounded(static_cast<E*>(p.chunk_state_grads) + chunk_slot(p, n, h, chunk) * KD * p.V + vb0, p.V);
     copy_async_wait_all();
     __syncthreads();
     if (tid < KD) {  // rows past the sequence's end hold zeros: e^{0} = 1, q = 0
@@ -110,7 +120,28 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
     D.advance(s.q_start, s.decay_all, s.d_o, lane);
     __syncthreads();  // the tiles are read before the next chunk's copies land
   }
-  if (p.d_initial_state) D.store(p.d_initial_state + state_offset, p.V);
+  if constexpr (kOwn) D.store(segment_state, p.V);  // zeros for a segment past the sequence's end
+  else if (p.d_initial_state && plan.first_chunk == 0) D.store(p.d_initial_state + state_offset, p.V);
+}
+
+// Chains the segments backwards: slot s holds segment s's own contribution on entry and
+// dL/dS at its end on exit,
+//   at the end of the last = d final state,  at the end of s − 1 = D(s) ⊙ (that of s) + own(s),
+// D(s) the segment's total decay (the forward's table). One thread per state element.
+static __global__ void chain_segment_grads_kernel(const GlaParams p) {
+  const int64_t element = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (element >= p.K * p.V) return;
+  const int64_t pair = static_cast<int64_t>(blockIdx.z) * p.H + blockIdx.y;  // n·H + h
+  const int64_t row = element / p.V;
+  const float* decays = p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V;
+  float D = p.d_final_state ? p.d_final_state[pair * p.K * p.V + element] : 0.0f;
+  for (int64_t seg = p.segments - 1; seg >= 0; --seg) {
+    const int64_t slot = pair * p.segments + seg;
+    float* at = p.workspace + slot * p.K * p.V + element;
+    const float own = *at;
+    *at = D;
+    D = decays[slot * p.K + row] * D + own;
+  }
 }
 
 // ---- Pass 3: the gradients of one chunk ----
@@ -123,27 +154,69 @@ struct GradSmem {
   static constexpr int kSlice = 32, PS = kSlice + 8;  // value slices
   static constexpr int PF = KD + 4;                   // float [64, KD] tiles
   E q[kChunk * PK], k[kChunk * PK];
-  // Read until the value loop ends; then the same bytes hold three float [64, KD] tiles
-  // (tile(0..2), see gradient_kernel).
-  E g[kChunk * PK], q_sub[kChunk * PK], q_start[kChunk * PK], k_pair[kPairRows * PK], k_end[kChunk * PK];
-  E scores[kChunk * PA];  // A (unscaled), zero above the diagonal
+  // Read until the value loop ends (the first four) or until the sub-chunk pair products
+  // are done (q_sub, k_pair); the same bytes then hold three float [64, KD] tiles: tile(0)
+  // within the first four, tiles 1 and 2 after it (see gradient_kernel).
+  E g[kChunk * PK], q_start[kChunk * PK], k_end[kChunk * PK], scores[kChunk * PA];
+  E q_sub[kChunk * PK], k_pair[kPairRows * PK];
   __half decay[kChunk * PK];
-  float decay_all[KD];      // e^{b_last}
-  float dA[kChunk * PA];    // scale·do vᵀ for j ≤ i, zero above
+  float decay_all[KD];         // e^{b_last}
+  float dA[kChunk * PA];       // scale·do vᵀ for j ≤ i, zero above
+  E dA_operand[kChunk * PA];   // the same, rounded, for the tensor cores
   union {
     struct {
       E v[kChunk * PS], d_o[kChunk * PS], S0[KD * PS], H[KD * PS];
-    } slice;                  // in the value loop
-    float eg[kChunk * KD];    // after it: e^{g}
+    } slice;                   // in the value loop
+    float eg[kChunk * KD];     // after it: e^{g}
   } u;
+  // Per sub-chunk and key channel (I, J sub-chunks, i0 first and r last token of one):
+  float start_of_sub[4 * KD];  // e^{b_{i0(I)}}
+  float end_from_sub[4 * KD];  // e^{b_last − b_{r(J)}}
+  float across[6 * KD];        // e^{b_{i0(I)} − b_{r(J)}} for J < I, at I(I−1)/2 + J
 
   __device__ float* tile(int i) { return reinterpret_cast<float*>(g) + i * kChunk * PF; }
-  static_assert(3 * kChunk * PF * sizeof(float) <=
-                    sizeof(E) * ((4 * kChunk + kPairRows) * PK + kChunk * PA),
+  static_assert(kChunk * PF * sizeof(float) <= sizeof(E) * (3 * kChunk * PK + kChunk * PA),
+                "tile(0) fits in the operands the value loop releases");
+  static_assert(3 * kChunk * PF * sizeof(float) <= sizeof(E) * ((4 * kChunk + kPairRows) * PK + kChunk * PA),
                 "the float tiles fit in the operands they replace");
 };
 
-template <class E, int KD>
+// Thread c < KD: the sub-chunk factors of channel c from e^{g} (products of values ≤ 1).
+template <class Sm>
+__device__ __forceinline__ void sub_chunk_factors(Sm& s, int c) {
+  constexpr int KD = Sm::kKeys;
+  float sub_total[4];  // e^{Σ g} over each sub-chunk
+#pragma unroll
+  for (int S = 0; S < 4; ++S) {
+    float product = 1.0f;
+#pragma unroll
+    for (int t = 0; t < kSub; ++t) product *= s.u.eg[(kSub * S + t) * KD + c];
+    sub_total[S] = product;
+  }
+  float before = 1.0f, after = 1.0f;
+#pragma unroll
+  for (int I = 0; I < 4; ++I) {
+    s.start_of_sub[I * KD + c] = before * s.u.eg[kSub * I * KD + c];
+    before *= sub_total[I];
+    s.end_from_sub[(3 - I) * KD + c] = after;
+    after *= sub_total[3 - I];
+  }
+#pragma unroll
+  for (int I = 1; I < 4; ++I)
+#pragma unroll
+    for (int J = 0; J < I; ++J) {
+      float between = s.u.eg[kSub * I * KD + c];
+#pragma unroll
+      for (int S = J + 1; S < I; ++S) between *= sub_total[S];
+      s.across[(I * (I - 1) / 2 + J) * KD + c] = between;
+    }
+}
+
+// kTensorPairs: token pairs in different 16-token sub-chunks go through the tensor cores,
+// factored through the sub-chunk boundaries as the forward's scores are (only the pairs
+// within a sub-chunk are left to the CUDA cores); otherwise every pair is summed on the
+// CUDA cores.
+template <class E, int KD, bool kTensorPairs>
 __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
   using Sm = GradSmem<E, KD>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -197,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       __syncthreads();
     }
     const auto& t = s.u.slice;
-    mma_block<false, true>(dA_acc, t.d_o, PS, t.v, PS, 16 * rb, 32 * side, 0, kSlice, lane);              // do vᵀ
+    mma_block<false, true>(dA_acc, t.d_o, PS, t.v, PS, 16 * rb, 32 * side, 0, kSlice, lane);            // do vᵀ
     mma_block<false, true>(dq_state, t.d_o, PS, t.S0, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);  // do S_0ᵀ
     mma_block<false, true>(dk_state, t.v, PS, t.H, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);     // v Hᵀ
     float attention[2][4] = {}, carried[2][4] = {};
@@ -222,29 +295,17 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     __syncthreads();  // the slices are read before the next ones land (or the space is reused)
   }
 
-  // Into shared memory, over the operands the loop has finished with:
-  //   dA; tile(0) = scale·do S_0ᵀ, tile(1) = v Hᵀ (then reused, see below); e^{g} in float.
-  float* const q_side = s.tile(0);  // scale·do S_0ᵀ, then q ⊙ (dq pairs + dq state)
-  float* const k_state = s.tile(1);  // v Hᵀ, then k ⊙ dk state
-  float* const k_pairs = s.tile(2);  // −k ⊙ dk pairs, then its sums from each token on
-  {
-    const int r = 16 * rb + lane / 4;
+  // dA into shared memory, e^{g} in float over the released slices.
+  const int r = 16 * rb + lane / 4;
 #pragma unroll
-    for (int nt = 0; nt < 4; ++nt)
+  for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = r + 8 * (e / 2), j = 32 * side + 8 * nt + 2 * (lane % 4) + e % 2;
-        s.dA[i * PA + j] = j <= i ? p.scale * dA_acc[nt][e] : 0.0f;
-      }
-#pragma unroll
-    for (int nt = 0; nt < NK; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int i = r + 8 * (e / 2), c = (KD / 2) * side + 8 * nt + 2 * (lane % 4) + e % 2;
-        q_side[i * PF + c] = p.scale * dq_state[nt][e];
-        k_state[i * PF + c] = dk_state[nt][e];
-      }
-  }
+    for (int e = 0; e < 4; ++e) {
+      const int i = r + 8 * (e / 2), j = 32 * side + 8 * nt + 2 * (lane % 4) + e % 2;
+      const float x = j <= i ? p.scale * dA_acc[nt][e] : 0.0f;
+      s.dA[i * PA + j] = x;
+      if constexpr (kTensorPairs) s.dA_operand[i * PA + j] = from_float<E>(x);
+    }
   {
     const E* const g = row0(p.g, 0);
     for (int i = tid; i < kChunk * KD; i += kThreads) {
@@ -253,10 +314,58 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     }
   }
   if (tid < KD) spans *= s.decay_all[tid];
+
+  // The per-channel tiles the token walks below finish:
+  //   q_side:  the q-side gradient not yet multiplied by the decay inside its sub-chunk
+  //            (kTensorPairs) or from the chunk start; then q ⊙ (dq pairs + dq state);
+  //   k_state: the same for the S_end term of dk; then k ⊙ dk state;
+  //   k_pairs: (kTensorPairs) the pairs with later sub-chunks; then −k ⊙ dk pairs, then
+  //            its sums from each token on.
+  float* const q_side = s.tile(0);
+  float* const k_state = s.tile(1);
+  float* const k_pairs = s.tile(2);
+  auto for_each_element = [&](auto&& f) {  // (row, column, nt, e) of this lane's KD-wide fragments
+#pragma unroll
+    for (int nt = 0; nt < NK; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(r + 8 * (e / 2), (KD / 2) * side + 8 * nt + 2 * (lane % 4) + e % 2, nt, e);
+  };
+  if constexpr (kTensorPairs) {
+    __syncthreads();  // e^{g} is in
+    if (tid < KD) sub_chunk_factors(s, tid);
+    __syncthreads();
+    // dq: e^{b_{i0}} ⊙ scale·do S_0ᵀ + Σ_{J<I} dA_IJ (k ⊙ e^{b_{i0} − b})_J, for sub-chunk I = rb.
+    for_each_element([&](int, int c, int nt, int e) { dq_state[nt][e] *= p.scale * s.start_of_sub[rb * KD + c]; });
+    if (rb > 0)
+      mma_block<false, false>(dq_state, s.dA_operand, PA, s.k_pair + pair_row0(rb) * PK, PK, 16 * rb,
+                              (KD / 2) * side, 0, 16 * rb, lane);
+    for_each_element([&](int i, int c, int nt, int e) { q_side[i * PF + c] = dq_state[nt][e]; });
+    // dk, sub-chunk J = rb: e^{b_last − b_r} ⊙ v Hᵀ, and Σ_{I>J} e^{b_{i0(I)} − b_r} ⊙ dA_IJᵀ (q ⊙ e^{b − b_{i0}})_I.
+    for_each_element([&](int, int c, int nt, int e) { dk_state[nt][e] *= s.end_from_sub[rb * KD + c]; });
+    float later[NK][4] = {};
+    for (int I = rb + 1; I < 4; ++I) {
+      float part[NK][4] = {};
+      mma_block<true, false>(part, s.dA_operand, PA, s.q_sub, PK, 16 * rb, (KD / 2) * side, 16 * I, 16 * I + 16,
+                             lane);
+      const float* const factor = s.across + (I * (I - 1) / 2 + rb) * KD;
+      for_each_element([&](int, int c, int nt, int e) { later[nt][e] += factor[c] * part[nt][e]; });
+    }
+    __syncthreads();  // q_sub and k_pair are read: tiles 1 and 2 take their place
+    for_each_element([&](int i, int c, int nt, int e) {
+      k_state[i * PF + c] = dk_state[nt][e];
+      k_pairs[i * PF + c] = later[nt][e];
+    });
+  } else {
+    for_each_element([&](int i, int c, int nt, int e) {
+      q_side[i * PF + c] = p.scale * dq_state[nt][e];
+      k_state[i * PF + c] = dk_state[nt][e];
+    });
+  }
   __syncthreads();
 
-  // The token-pair sums, a thread per (key channel, side). Weights e^{b_i − b_j} are running
-  // products of e^{g} from the nearer token outwards; once one underflows the rest do too.
+  // The remaining token pairs, a thread per (key channel, side): with kTensorPairs those
+  // within one sub-chunk, else all. Weights e^{b_i − b_j} are running products of e^{g}
+  // from the nearer token outwards; once one underflows the rest do too.
   if (tid < 2 * KD) {
     const int c = tid % KD;
     auto eg = [&](int t) { return s.u.eg[t * KD + c]; };
@@ -264,34 +373,38 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     auto k_at = [&](int t) { return to_float(s.k[t * PK + c]); };
     if (tid < KD) {  // dq
       E* const dq = row0(p.dq, 0);
-      float from_start = 1.0f;  // e^{b_i}
+      float decay = 1.0f;  // e^{b_i − b_{i0}} (kTensorPairs) or e^{b_i}
       for (int i = 0; i < valid; ++i) {
-        from_start *= eg(i);
+        const int low = kTensorPairs ? i & ~(kSub - 1) : 0;
+        decay = kTensorPairs && i == low ? 1.0f : decay * eg(i);
         float pairs = 0.0f, w = 1.0f;
-        for (int j = i - 1; j >= 0; --j) {
+        for (int j = i - 1; j >= low; --j) {
           w *= eg(j + 1);
           if (w == 0.0f) break;
           pairs += s.dA[i * PA + j] * k_at(j) * w;
         }
-        const float part = pairs + q_side[i * PF + c] * from_start;
+        const float part = pairs + q_side[i * PF + c] * decay;
         dq[i * p.dq.stride_time + c] = from_float<E>(part + s.dA[i * PA + i] * k_at(i));
         q_side[i * PF + c] = q_at(i) * part;
       }
     } else {  // dk
       E* const dk = row0(p.dk, 0);
-      float to_end = 1.0f;  // e^{b_last − b_j}
+      float decay = 1.0f;  // e^{b_r − b_j} (kTensorPairs, r the sub-chunk's last token) or e^{b_last − b_j}
       for (int j = valid - 1; j >= 0; --j) {
+        const int top = kTensorPairs ? min((j | (kSub - 1)) + 1, valid) : valid;
+        if (kTensorPairs && j % kSub == kSub - 1) decay = 1.0f;
         float pairs = 0.0f, w = 1.0f;
-        for (int i = j + 1; i < valid; ++i) {
+        for (int i = j + 1; i < top; ++i) {
           w *= eg(i);
           if (w == 0.0f) break;
           pairs += s.dA[i * PA + j] * q_at(i) * w;
         }
-        const float state = k_state[j * PF + c] * to_end;
+        if constexpr (kTensorPairs) pairs += k_pairs[j * PF + c] * decay;
+        const float state = k_state[j * PF + c] * decay;
         dk[j * p.dk.stride_time + c] = from_float<E>(pairs + state + s.dA[j * PA + j] * q_at(j));
         k_state[j * PF + c] = k_at(j) * state;
         k_pairs[j * PF + c] = -k_at(j) * pairs;
-        to_end *= eg(j);
+        decay *= eg(j);
       }
     }
   }
@@ -349,17 +462,32 @@ void launch_backward(GlaParams p) {
   launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
 
   const size_t state_smem = sizeof(StateGradSmem<E, KD, VB>);
-  allow_shared(state_grad_kernel<E, KD, VB>, state_smem, "gla backward state gradients shared memory");
   const dim3 state_grid(static_cast<unsigned>(p.V / VB), static_cast<unsigned>(p.H),
-                        static_cast<unsigned>(p.num_sequences));
-  state_grad_kernel<E, KD, VB><<<state_grid, kThreads, state_smem, stream>>>(p);
+                        static_cast<unsigned>(p.num_sequences * p.segments));
+  if (p.segments > 1) {
+    allow_shared(state_grad_kernel<E, KD, VB, true>, state_smem, "gla backward state gradients shared memory");
+    state_grad_kernel<E, KD, VB, true><<<state_grid, kThreads, state_smem, stream>>>(p);
+    check_launch("gla backward segment state gradients");
+    const dim3 grid(static_cast<unsigned>((KD * p.V + 255) / 256), static_cast<unsigned>(p.H),
+                    static_cast<unsigned>(p.num_sequences));
+    chain_segment_grads_kernel<<<grid, 256, 0, stream>>>(p);
+    check_launch("gla backward chain segments");
+  }
+  allow_shared(state_grad_kernel<E, KD, VB, false>, state_smem, "gla backward state gradients shared memory");
+  state_grad_kernel<E, KD, VB, false><<<state_grid, kThreads, state_smem, stream>>>(p);
   check_launch("gla backward state gradients");
 
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
-  allow_shared(gradient_kernel<E, KD>, grad_smem, "gla backward shared memory");
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));
-  gradient_kernel<E, KD><<<grad_grid, kThreads, grad_smem, stream>>>(p);
+  // A diagnostic switch: every token pair on the CUDA cores (the simpler form).
+  if (std::getenv("SEQMIX_GLA_BACKWARD_CUDA_CORE_PAIRS")) {
+    allow_shared(gradient_kernel<E, KD, false>, grad_smem, "gla backward shared memory");
+    gradient_kernel<E, KD, false><<<grad_grid, kThreads, grad_smem, stream>>>(p);
+  } else {
+    allow_shared(gradient_kernel<E, KD, true>, grad_smem, "gla backward shared memory");
+    gradient_kernel<E, KD, true><<<grad_grid, kThreads, grad_smem, stream>>>(p);
+  }
   check_launch("gla backward");
 
   if (owned) check(cudaFreeAsync(scratch, stream), "gla backward workspace");
