@@ -17,8 +17,6 @@
 //     channel and side (dq or dk), with running products of e^{g} ≤ 1 (nothing overflows).
 #pragma once
 
-#include <cstdlib>
-
 #include "cuda/gla/launch.cuh"
 
 namespace seqmix::cuda::gla {
@@ -212,11 +210,10 @@ __device__ __forceinline__ void sub_chunk_factors(Sm& s, int c) {
     }
 }
 
-// kTensorPairs: token pairs in different 16-token sub-chunks go through the tensor cores,
-// factored through the sub-chunk boundaries as the forward's scores are (only the pairs
-// within a sub-chunk are left to the CUDA cores); otherwise every pair is summed on the
-// CUDA cores.
-template <class E, int KD, bool kTensorPairs>
+// Token pairs in different 16-token sub-chunks go through the tensor cores, factored
+// through the sub-chunk boundaries as the forward's scores are; only the pairs within a
+// sub-chunk are left to the CUDA cores.
+template <class E, int KD>
 __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
   using Sm = GradSmem<E, KD>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -304,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       const int i = r + 8 * (e / 2), j = 32 * side + 8 * nt + 2 * (lane % 4) + e % 2;
       const float x = j <= i ? p.scale * dA_acc[nt][e] : 0.0f;
       s.dA[i * PA + j] = x;
-      if constexpr (kTensorPairs) s.dA_operand[i * PA + j] = from_float<E>(x);
+      s.dA_operand[i * PA + j] = from_float<E>(x);
     }
   {
     const E* const g = row0(p.g, 0);
@@ -316,11 +313,11 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   if (tid < KD) spans *= s.decay_all[tid];
 
   // The per-channel tiles the token walks below finish:
-  //   q_side:  the q-side gradient not yet multiplied by the decay inside its sub-chunk
-  //            (kTensorPairs) or from the chunk start; then q ⊙ (dq pairs + dq state);
+  //   q_side:  the q-side gradient not yet multiplied by the decay inside its sub-chunk;
+  //            then q ⊙ (dq pairs + dq state);
   //   k_state: the same for the S_end term of dk; then k ⊙ dk state;
-  //   k_pairs: (kTensorPairs) the pairs with later sub-chunks; then −k ⊙ dk pairs, then
-  //            its sums from each token on.
+  //   k_pairs: the pairs with later sub-chunks, likewise; then −k ⊙ dk pairs, then its
+  //            sums from each token on.
   float* const q_side = s.tile(0);
   float* const k_state = s.tile(1);
   float* const k_pairs = s.tile(2);
@@ -330,7 +327,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
 #pragma unroll
       for (int e = 0; e < 4; ++e) f(r + 8 * (e / 2), (KD / 2) * side + 8 * nt + 2 * (lane % 4) + e % 2, nt, e);
   };
-  if constexpr (kTensorPairs) {
+  {
     __syncthreads();  // e^{g} is in
     if (tid < KD) sub_chunk_factors(s, tid);
     __syncthreads();
@@ -355,17 +352,12 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       k_state[i * PF + c] = dk_state[nt][e];
       k_pairs[i * PF + c] = later[nt][e];
     });
-  } else {
-    for_each_element([&](int i, int c, int nt, int e) {
-      q_side[i * PF + c] = p.scale * dq_state[nt][e];
-      k_state[i * PF + c] = dk_state[nt][e];
-    });
   }
   __syncthreads();
 
-  // The remaining token pairs, a thread per (key channel, side): with kTensorPairs those
-  // within one sub-chunk, else all. Weights e^{b_i − b_j} are running products of e^{g}
-  // from the nearer token outwards; once one underflows the rest do too.
+  // The token pairs within one sub-chunk, a thread per (key channel, side). Weights
+  // e^{b_i − b_j} are running products of e^{g} from the nearer token outwards; once one
+  // underflows the rest do too.
   if (tid < 2 * KD) {
     const int c = tid % KD;
     auto eg = [&](int t) { return s.u.eg[t * KD + c]; };
@@ -373,10 +365,10 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     auto k_at = [&](int t) { return to_float(s.k[t * PK + c]); };
     if (tid < KD) {  // dq
       E* const dq = row0(p.dq, 0);
-      float decay = 1.0f;  // e^{b_i − b_{i0}} (kTensorPairs) or e^{b_i}
+      float decay = 1.0f;  // e^{b_i − b_{i0}}
       for (int i = 0; i < valid; ++i) {
-        const int low = kTensorPairs ? i & ~(kSub - 1) : 0;
-        decay = kTensorPairs && i == low ? 1.0f : decay * eg(i);
+        const int low = i & ~(kSub - 1);
+        decay = i == low ? 1.0f : decay * eg(i);
         float pairs = 0.0f, w = 1.0f;
         for (int j = i - 1; j >= low; --j) {
           w *= eg(j + 1);
@@ -389,17 +381,17 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       }
     } else {  // dk
       E* const dk = row0(p.dk, 0);
-      float decay = 1.0f;  // e^{b_r − b_j} (kTensorPairs, r the sub-chunk's last token) or e^{b_last − b_j}
+      float decay = 1.0f;  // e^{b_r − b_j}, r the sub-chunk's last token
       for (int j = valid - 1; j >= 0; --j) {
-        const int top = kTensorPairs ? min((j | (kSub - 1)) + 1, valid) : valid;
-        if (kTensorPairs && j % kSub == kSub - 1) decay = 1.0f;
+        const int top = min((j | (kSub - 1)) + 1, valid);
+        if (j % kSub == kSub - 1) decay = 1.0f;
         float pairs = 0.0f, w = 1.0f;
         for (int i = j + 1; i < top; ++i) {
           w *= eg(i);
           if (w == 0.0f) break;
           pairs += s.dA[i * PA + j] * q_at(i) * w;
         }
-        if constexpr (kTensorPairs) pairs += k_pairs[j * PF + c] * decay;
+        pairs += k_pairs[j * PF + c] * decay;
         const float state = k_state[j * PF + c] * decay;
         dk[j * p.dk.stride_time + c] = from_float<E>(pairs + state + s.dA[j * PA + j] * q_at(j));
         k_state[j * PF + c] = k_at(j) * state;
@@ -480,14 +472,8 @@ void launch_backward(GlaParams p) {
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));
-  // A diagnostic switch: every token pair on the CUDA cores (the simpler form).
-  if (std::getenv("SEQMIX_GLA_BACKWARD_CUDA_CORE_PAIRS")) {
-    allow_shared(gradient_kernel<E, KD, false>, grad_smem, "gla backward shared memory");
-    gradient_kernel<E, KD, false><<<grad_grid, kThreads, grad_smem, stream>>>(p);
-  } else {
-    allow_shared(gradient_kernel<E, KD, true>, grad_smem, "gla backward shared memory");
-    gradient_kernel<E, KD, true><<<grad_grid, kThreads, grad_smem, stream>>>(p);
-  }
+  allow_shared(gradient_kernel<E, KD>, grad_smem, "gla backward shared memory");
+  gradient_kernel<E, KD><<<grad_grid, kThreads, grad_smem, stream>>>(p);
   check_launch("gla backward");
 
   if (owned) check(cudaFreeAsync(scratch, stream), "gla backward workspace");
