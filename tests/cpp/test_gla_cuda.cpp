@@ -123,7 +123,8 @@ TEST_P(GlaCuda, BackwardMatchesOracle) {
 // leave partial chunks and sequences that start mid-chunk; decays from near 0 (the state
 // carries over thousands of tokens) to −20 (every product underflows but the diagonal's).
 // Grids of fewer than half the SMs' blocks split each sequence into segments (most cases
-// here); T ≤ 192 and bf16_unsplit_B4_H17 take the unsplit path.
+// here; the backward's state passes split the same way); T ≤ 192 and bf16_unsplit_B4_H17
+// take the unsplit path. Every case runs the forward and the backward.
 INSTANTIATE_TEST_SUITE_P(
     Cases, GlaCuda,
     ::testing::Values(
