@@ -256,6 +256,47 @@ cuda::AttentionParams cuda_forward_params(const core::Checker& check, const Atte
   return params;
 }
 
+// The forward's params plus the gradients' views; the backward kernels take D ∈ {64, 128}.
+cuda::AttentionBackwardParams cuda_backward_params(const core::Checker& check, const AttentionInputs& in,
+                                                   const AttentionOutputs& forward, const Tensor& dout,
+                                                   const std::optional<Tensor>& d_lse, const AttentionGrads& grads,
+                                                   const cpu::AttentionProblem& p, const AttentionOptions& options) {
+  cuda::AttentionBackwardParams bp;
+  bp.fwd = cuda_forward_params(check, in, forward, p, options);
+  if (!cuda::attention_backward_head_dim_supported(p.D))
+    check.fail("q", "a CPU tensor (this op has no CUDA kernel for the attention backward with head dim " + str(p.D) +
+                        "; CUDA takes D = Dv in {64, 128})", in.q.device.str());
+  check_cuda_alignment(check, dout, "dout");
+  check_cuda_alignment(check, grads.dq, "dq");
+  check_cuda_alignment(check, grads.dk, "dk");
+  check_cuda_alignment(check, grads.dv, "dv");
+  bp.dout = attention_view(dout);
+  bp.dq = attention_view(grads.dq);
+  bp.dk = attention_view(grads.dk);
+  bp.dv = attention_view(grads.dv);
+  if (d_lse) {
+    if (d_lse->dtype != DType::f32) check.fail("d_lse", "dtype f32 on a CUDA device", dtype_name(d_lse->dtype));
+    bp.d_lse = static_cast<const float*>(d_lse->data);
+    if (in.cu_seqlens_q) {
+      bp.d_lse_stride_head = d_lse->strides[0];
+      bp.d_lse_stride_row = d_lse->strides[1];
+    } else {
+      bp.d_lse_stride_batch = d_lse->strides[0];
+      bp.d_lse_stride_head = d_lse->strides[1];
+      bp.d_lse_stride_row = d_lse->strides[2];
+    }
+  }
+  return bp;
+}
+
+template <cuda::AttentionDtype dtype>
+void launch_backward_by_head_dim(const cuda::AttentionBackwardParams& params) {
+  if (params.fwd.D == 64)
+    cuda::attention_backward<dtype, 64>(params);
+  else
+    cuda::attention_backward<dtype, 128>(params);
+}
+
 template <cuda::AttentionDtype dtype>
 void launch_forward_by_head_dim(const cuda::AttentionParams& params) {
   switch (params.D) {
@@ -302,10 +343,15 @@ void attention_backward(const AttentionInputs& in, const AttentionOutputs& forwa
   check_like_input(check, grads.dk, "dk", in.k, "k", L.k);
   check_like_input(check, grads.dv, "dv", in.v, "v", L.v);
 #ifdef SEQMIX_ATTENTION_KERNELS
-  // The CUDA backward kernels (backward.cuh) are not instantiated until they have run
-  // against the oracle on a GPU (see src/cuda/attention/NOTES.md).
-  if (in.q.device.is_cuda())
-    check.fail("q", "a CPU tensor (this op has no CUDA kernel for the attention backward yet)", in.q.device.str());
+  if (in.q.device.is_cuda()) {  // deterministic either way: the kernels use no atomics
+    const auto params = cuda_backward_params(check, in, forward, dout, d_lse, grads, problem, options);
+    const cuda::DeviceGuard guard(in.q.device.index);
+    if (in.q.dtype == DType::bf16)
+      launch_backward_by_head_dim<cuda::AttentionDtype::bf16>(params);
+    else
+      launch_backward_by_head_dim<cuda::AttentionDtype::f16>(params);
+    return;
+  }
 #endif
   const Impl impl = core::resolve_cpu_impl(check, options.impl, in.q);
   cpu::attention_backward(problem, in, forward, dout, d_lse, grads, impl);

@@ -149,11 +149,9 @@ INSTANTIATE_TEST_SUITE_P(
 // Backward: dq, dk, dv of the CUDA kernels against the oracle's backward, from the same
 // inputs, out and lse (the oracle's own, stored in the dtype), with a d_lse; then a second
 // run must give bitwise the same gradients (the kernels use no atomics).
-// DISABLED until the backward kernels (src/cuda/attention/backward.cuh) are instantiated
-// and dispatched; enable it in the same change.
 class AttentionCudaBackward : public ::testing::TestWithParam<GpuAttnCase> {};
 
-TEST_P(AttentionCudaBackward, DISABLED_GradientsMatchOracleAndRepeatBitwise) {
+TEST_P(AttentionCudaBackward, GradientsMatchOracleAndRepeatBitwise) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const GpuAttnCase c = GetParam();
   const int64_t width = c.D + c.pad;
@@ -263,7 +261,7 @@ TEST(AttentionCudaErrors, RejectsWhatTheKernelsCannotTake) {
   DeviceTensor dq_in(q), dk_in(q), dv_in(q), d_out(out), d_lse(lse), d_do(out), g_q(q), g_k(q), g_v(q);
   EXPECT_SEQMIX_ERROR(attention_backward({dq_in.view, dk_in.view, dv_in.view}, {d_out.view, d_lse.view}, d_do.view,
                                          std::nullopt, {g_q.view, g_k.view, g_v.view}),
-                      "this op has no CUDA kernel for the attention backward yet");
+                      "this op has no CUDA kernel for the attention backward with head dim 256");
 }
 
 }  // namespace

@@ -53,8 +53,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     Args:
         q: ``[B, Sq, Hq, D]`` queries; bf16, fp16, fp32 or fp64 (q, k, v share one dtype).
             CUDA tensors (Hopper): bf16 or fp16, ``D == Dv`` in {64, 128, 256}, 16-byte
-            aligned with strides that are multiples of 8 elements; forward only for now
-            (the backward refuses CUDA tensors).
+            aligned with strides that are multiples of 8 elements; the CUDA backward takes
+            ``D`` in {64, 128} (``D = 256`` refuses).
         k: ``[B, Sk, Hkv, D]`` keys. ``Hq % Hkv == 0``: query head ``h`` reads kv head
             ``h // (Hq // Hkv)`` (GQA; MQA when ``Hkv == 1``).
         v: ``[B, Sk, Hkv, Dv]`` values (``Dv`` may differ from ``D``).
@@ -63,7 +63,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
             ``j`` iff ``j <= i + Sk - Sq``. A query that sees no key gets ``out = 0`` and
             ``lse = -inf``.
         return_lse: also return the log-sum-exp of each score row.
-        deterministic: accepted for flash-attn parity; the CPU backward is always deterministic.
+        deterministic: accepted for flash-attn parity; the CPU and CUDA backwards are always
+            deterministic (no atomics).
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"`` (float32, the
             FlashAttention form: 64-key tiles with an online softmax).
 
@@ -102,7 +103,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         softmax_scale: multiplies ``Q K^T``; ``None`` means ``D ** -0.5``.
         causal: bottom-right aligned per sequence, as in ``flash_attn_func``.
         return_lse: also return the log-sum-exp of each score row.
-        deterministic: accepted for flash-attn parity; the CPU backward is always deterministic.
+        deterministic: accepted for flash-attn parity; the CPU and CUDA backwards are always
+            deterministic (no atomics).
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"``.
 
     Returns:

@@ -1,9 +1,8 @@
 // Attention backward: two kernels, each recomputing the probabilities from the saved
 // log-sum-exp, with warp-level mma.sync (m16n8k16) on padded shared-memory tiles. A first,
 // simple version: synchronous tile loads, no TMA/wgmma pipeline.
-// STATUS: compiles (ptxas: no spills), never run on a GPU; no .cu file instantiates it and
-// src/core/attention.cpp refuses CUDA tensors in the backward until it has passed the
-// (disabled) AttentionCudaBackward tests against the oracle. See NOTES.md.
+// Instantiated for D 64 and 128 (backward_*.cu) and dispatched from src/core/attention.cpp;
+// checked against the oracle by the AttentionCudaBackward tests. See NOTES.md.
 //   dkdv_kernel: one CTA per (64-key block, kv head, sequence) walks every query block of
 //                every query head of its GQA group; dK, dV stay in registers (4 warps x 16
 //                keys), so GQA sums need no atomics.

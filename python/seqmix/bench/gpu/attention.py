@@ -29,7 +29,8 @@ NOTES = (
     "FLOP = 4·B·H·S²·D, halved for causal (the issue's convention); TFLOP/s = FLOP / median time.",
     f"max rel err: the output rows 0..{REFERENCE_ROWS - 1} of batch entry 0, heads 0..{REFERENCE_HEADS - 1}, "
     "against softmax(scale·QKᵀ + mask)·V in float64 from the same bf16 inputs.",
-    "Forward only: the CUDA backward is not in the dispatch yet.",
+    "Backward (head dims 64 and 128; D = 256 is timed forward only): FLOP = 2.5× the forward's, forward+backward "
+    "3.5×; gradients are not compared here (the GPU tests check them against float64).",
 )
 
 
@@ -75,7 +76,9 @@ def grid_case(S, D, causal: bool, device="cuda", dtype=torch.bfloat16, seed=0, t
     def observe(inputs, y, grads):
         return (None if y is None else y[0, :rows, :heads]), None if grads is None else [None, None, None]
 
-    work = {"fwd": attention_flop(B, S, H, D, causal)}
+    flop = attention_flop(B, S, H, D, causal)
+    work = {"fwd": flop, "bwd": 2.5 * flop, "fwd+bwd": 3.5 * flop}
+    directions = ("fwd", "bwd", "fwd+bwd") if D <= 128 else ("fwd",)
     backends = torch.nn.attention.SDPBackend
     methods = [
         Method("seqmix", lambda x: seqmix.flash_attn_func(*x["leaves"], causal=causal), work),
@@ -84,15 +87,15 @@ def grid_case(S, D, causal: bool, device="cuda", dtype=torch.bfloat16, seed=0, t
     ]
     name = "causal" if causal else "non-causal"
     shape = f"D{D} S{S} B{B} H{H} {'causal' if causal else 'full'}"
-    return Case("attention", f"forward, {name}", shape, {"B": B, "S": S, "H": H, "D": D, "causal": causal},
-                make_inputs, methods, references, observe, directions=("fwd",), unit="TFLOP/s",
+    return Case("attention", name, shape, {"B": B, "S": S, "H": H, "D": D, "causal": causal},
+                make_inputs, methods, references, observe, directions=directions, unit="TFLOP/s",
                 speedup_over=("SDPA cuDNN", "SDPA FA2"), headline=("seqmix", "SDPA cuDNN"), tolerance=1e-2,
                 notes=NOTES)
 
 
 def cases(quick: bool = False) -> list:
-    """The attention cases of the GPU suite (bf16 on the current CUDA device), forward only
-    (the CUDA backward is not in the dispatch yet)."""
+    """The attention cases of the GPU suite (bf16 on the current CUDA device): forward, and
+    backward where the CUDA backward exists (D ≤ 128)."""
     if quick:
         grid = [(S, 128) for S in (2048, 16384)]
     else:

@@ -70,7 +70,7 @@ def gla_bytes(B, T, H, K, V, itemsize=2) -> dict:
     return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}
 
 
-def gla_case(B, T, H, K, V, device="cuda", dtype=torch.bfloat16, seed=0, directions=("fwd",)) -> Case:
+def gla_case(B, T, H, K, V, device="cuda", dtype=torch.bfloat16, seed=0, directions=("fwd", "fwd+bwd")) -> Case:
     """chunk_gla on [B, T, H, K/V]: seqmix, fla and causal attention."""
     n_tokens, n_heads = min(T, REFERENCE_TOKENS), min(H, REFERENCE_HEADS)
     scale = K ** -0.5
