@@ -505,6 +505,23 @@ def test_run_writes_the_report_and_returns_the_status(gs, torch, monkeypatch, tm
             self.graph_failure = "RuntimeError: capture refused"
             return None
 
+    # A run stopped mid-way (a time limit) keeps every finished case on disk, and the log
+    # has each finished row.
+    stopped = gs.layer_case(2, 16, d=16, dv=8, device="cpu")
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    stopped.make_inputs = interrupted
+    monkeypatch.setattr(suite, "build_cases", lambda ops, quick: [gs.scan_case(2, 16, 8, device="cpu"), stopped])
+    with pytest.raises(KeyboardInterrupt):
+        suite.run(["gated_scan"], True, out=tmp_path / "stopped")
+    kept = json.loads((tmp_path / "stopped" / "results.json").read_text())
+    assert len(kept["rows"]) == 15 and {r["case"] for r in kept["rows"]} == {"scan kernel"}
+    assert "scan kernel" in (tmp_path / "stopped" / "results.md").read_text()
+    err = capsys.readouterr().err
+    assert " fwd seqmix: " in err and "[ok]" in err
+
     monkeypatch.setattr(timing, "CudaTimer", lambda torch, size: NoGraphs())
     monkeypatch.setattr(suite, "build_cases", lambda ops, quick: [gs.scan_case(2, 16, 8, device="cpu")])
     assert suite.run(["gated_scan"], True, out=tmp_path / "no-graphs") == 0  # event times still count

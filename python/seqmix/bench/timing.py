@@ -33,6 +33,11 @@ class Progress:
         self.stream.write(f"\r[{bar}] {self.done}/{self.total} {label[:60]:<60}")
         self.stream.flush()
 
+    def note(self, text: str) -> None:
+        """A line of its own above the bar (the bar is redrawn by the next step)."""
+        self.stream.write(f"\r{text:<{self.width + 72}}\n")
+        self.stream.flush()
+
     def close(self) -> None:
         self.stream.write("\n")
         self.stream.flush()

@@ -239,8 +239,31 @@ class _TqdmProgress:
         self.bar.set_description_str(label[:70])
         self.bar.update(1)
 
+    def note(self, text: str) -> None:
+        self.bar.write(text)
+
     def close(self) -> None:
         self.bar.close()
+
+
+def row_lines(rows) -> list:
+    """One line per measured row, for the log: shape, direction, method, ms, rate and
+    speed-ups, status."""
+    lines = []
+    for r in rows:
+        ms = "-" if r.ms is None else f"{r.ms:.4f} ms"
+        speed = " ".join(f"{v:.2f}x vs {k}" for k, v in r.speedup.items() if v is not None)
+        pct = "" if r.pct_of_ceiling is None else f" {r.pct_of_ceiling:.0f}%"
+        lines.append(f"  {r.shape} {r.direction} {r.method}: {ms}{pct} {speed} [{r.status}]".rstrip())
+    return lines
+
+
+def _note(progress, stream, text: str) -> None:
+    note = getattr(progress, "note", None)
+    if note:
+        note(text)
+    else:
+        print(text, file=stream)
 
 
 def make_progress(total: int, stream=None):
@@ -306,13 +329,21 @@ def run(ops, quick: bool, out=None, json_path=None, markdown_path=None, stream=N
     configure_compile(torch)
     cases = build_cases(ops, quick)
     progress = make_progress(sum(c.steps() for c in cases), stream)
-    rows = []
+    rows, done = [], []
+    settings_record = dataclasses.asdict(settings) | {"flush_bytes": timer.flush_size}
     for case in cases:
-        rows += run_case(torch, timer, case, settings, ceilings, progress)
+        case_rows = run_case(torch, timer, case, settings, ceilings, progress)
+        rows += case_rows
+        done.append(case)
+        for line in row_lines(case_rows):
+            _note(progress, stream, line)
+        # Rewritten after every case, so that a run stopped by a time limit keeps what it measured.
+        partial = report.results(env, ceilings, settings_record, done, rows)
+        report.write_json(partial, out / "results.json")
+        report.write_markdown(partial, out / "results.md")
     progress.close()
 
-    results = report.results(env, ceilings, dataclasses.asdict(settings) | {"flush_bytes": timer.flush_size},
-                             cases, rows)
+    results = report.results(env, ceilings, settings_record, cases, rows)
     written = report.write(results, out)
     for path, write in ((json_path, report.write_json), (markdown_path, report.write_markdown)):
         if path:
