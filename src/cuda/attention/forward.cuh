@@ -202,13 +202,13 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
   uint64_t* kv_empty = v_full + kStages;
 
   if (threadIdx.x == 0) {
-    barrier_init(q_full, 1);
+    tma::barrier_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
-      barrier_init(&k_full[s], 1);
-      barrier_init(&v_full[s], 1);
-      barrier_init(&kv_empty[s], Cfg::kConsumerWarps);
+      tma::barrier_init(&k_full[s], 1);
+      tma::barrier_init(&v_full[s], 1);
+      tma::barrier_init(&kv_empty[s], Cfg::kConsumerWarps);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    tma::barrier_init_fence();
   }
   __syncthreads();
 
@@ -223,22 +223,22 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
       prefetch_tensor_map(&args.k_map);
       prefetch_tensor_map(&args.v_map);
       const int q_row = static_cast<int>(seq.q_start) + m_block * kBlockM;
-      barrier_expect_bytes(q_full, Cfg::kQBytes);
+      tma::arrive_expect_bytes(q_full, Cfg::kQBytes);
       for (int c = 0; c < Cfg::kChunks; ++c)
-        tma_load_4d(q_tile + c * kBlockM * 128, &args.q_map, q_full, 64 * c, q_row, head, seq.batch);
+        tma::load_box(q_tile + c * kBlockM * 128, args.q_map, 64 * c, q_row, head, seq.batch, q_full);
       for (int it = 0; it < n_blocks; ++it) {
         const int n = n_blocks - 1 - it, stage = it % kStages;
         const uint32_t phase = (it / kStages) & 1;
-        barrier_wait(&kv_empty[stage], phase ^ 1);
+        tma::wait(&kv_empty[stage], phase ^ 1);
         const int k_row = static_cast<int>(seq.k_start) + n * kBlockN;
         uint8_t* k_dst = k_tiles + stage * Cfg::kKVBytes;
         uint8_t* v_dst = v_tiles + stage * Cfg::kKVBytes;
-        barrier_expect_bytes(&k_full[stage], Cfg::kKVBytes);
+        tma::arrive_expect_bytes(&k_full[stage], Cfg::kKVBytes);
         for (int c = 0; c < Cfg::kChunks; ++c)
-          tma_load_4d(k_dst + c * kBlockN * 128, &args.k_map, &k_full[stage], 64 * c, k_row, kv_head, seq.batch);
-        barrier_expect_bytes(&v_full[stage], Cfg::kKVBytes);
+          tma::load_box(k_dst + c * kBlockN * 128, args.k_map, 64 * c, k_row, kv_head, seq.batch, &k_full[stage]);
+        tma::arrive_expect_bytes(&v_full[stage], Cfg::kKVBytes);
         for (int c = 0; c < Cfg::kChunks; ++c)
-          tma_load_4d(v_dst + c * kBlockN * 128, &args.v_map, &v_full[stage], 64 * c, k_row, kv_head, seq.batch);
+          tma::load_box(v_dst + c * kBlockN * 128, args.v_map, 64 * c, k_row, kv_head, seq.batch, &v_full[stage]);
       }
     }
     return;
@@ -289,15 +289,15 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
   };
   auto release_stage = [&](int stage) {
     __syncwarp();
-    if (lane == 0) barrier_arrive(&kv_empty[stage]);
+    if (lane == 0) tma::arrive(&kv_empty[stage]);
   };
 
   if (n_blocks > 0) {
-    barrier_wait(q_full, 0);
+    tma::wait(q_full, 0);
     float s[kBlockN / 2];
     uint32_t prob[kBlockN / 16][4];
     float correction[2];
-    barrier_wait(&k_full[0], 0);
+    tma::wait(&k_full[0], 0);
     wgmma_fence();
     issue_scores(s, 0);
     wgmma_wait<0>();
@@ -306,10 +306,10 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
     probabilities_to_operand<T, kBlockN>(s, prob);
     for (int it = 1; it < n_blocks; ++it) {
       const int stage = it % kStages, previous = (it - 1) % kStages;
-      barrier_wait(&k_full[stage], (it / kStages) & 1);
+      tma::wait(&k_full[stage], (it / kStages) & 1);
       wgmma_fence();
       issue_scores(s, stage);
-      barrier_wait(&v_full[previous], ((it - 1) / kStages) & 1);
+      tma::wait(&v_full[previous], ((it - 1) / kStages) & 1);
       issue_output(prob, previous);
       wgmma_wait<1>();  // the scores are in; the PV product may still run
       fence_registers(s);
@@ -322,7 +322,7 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
       probabilities_to_operand<T, kBlockN>(s, prob);
     }
     const int last = (n_blocks - 1) % kStages;
-    barrier_wait(&v_full[last], ((n_blocks - 1) / kStages) & 1);
+    tma::wait(&v_full[last], ((n_blocks - 1) / kStages) & 1);
     wgmma_fence();
     issue_output(prob, last);
     wgmma_wait<0>();

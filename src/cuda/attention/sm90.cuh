@@ -1,5 +1,5 @@
-// Hopper building blocks for the attention kernels: mbarriers, TMA tile loads, wgmma
-// shared-memory descriptors and calls, register reallocation. Thin PTX wrappers; the
+// Hopper building blocks for the attention kernels (beside cuda/common/tma.cuh): wgmma
+// shared-memory descriptors and calls, register reallocation, tensor-map prefetch. Thin PTX wrappers; the
 // wgmma instructions themselves come from CuTe's atoms (cute/arch/mma_sm90_gmma.hpp).
 #pragma once
 
@@ -11,52 +11,11 @@
 
 #include <cute/arch/mma_sm90_gmma.hpp>
 
+#include "cuda/common/tma.cuh"
+
 namespace seqmix::cuda::attn {
 
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// --- mbarriers ---------------------------------------------------------------------
-
-__device__ __forceinline__ void barrier_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
-
-// The calling thread arrives and announces `bytes` that the copy engine will deliver.
-__device__ __forceinline__ void barrier_expect_bytes(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(bytes)
-               : "memory");
-}
-
-__device__ __forceinline__ void barrier_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
-
-// Blocks until the phase of parity `phase` has completed.
-__device__ __forceinline__ void barrier_wait(uint64_t* bar, uint32_t phase) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_addr(bar)), "r"(phase)
-        : "memory");
-  } while (!done);
-}
-
-// --- TMA -----------------------------------------------------------------------------
-
-// One box of a 4-d tensor map (coordinates innermost first) into shared memory,
-// completing on `bar`.
-__device__ __forceinline__ void tma_load_4d(void* dst, const void* map, uint64_t* bar, int c0, int c1, int c2,
-                                            int c3) {
-  asm volatile(
-      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, %6}], "
-      "[%2];" ::"r"(smem_addr(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_addr(bar)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
-      : "memory");
-}
+// mbarriers and TMA box loads: cuda/common/tma.cuh.
 
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
@@ -80,7 +39,7 @@ __device__ __forceinline__ void claim_registers() {
 // apart (stride offset). `leading` is the byte distance between 64-element column chunks
 // for MN-major operands; K-major operands never cross a chunk within one instruction.
 __device__ __forceinline__ uint64_t smem_descriptor(const void* p, uint32_t leading_bytes) {
-  const uint32_t addr = smem_addr(p);
+  const uint32_t addr = tma::shared_address(p);
   uint64_t desc = (addr & 0x3FFFF) >> 4;
   desc |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16;
   desc |= static_cast<uint64_t>(1024 >> 4) << 32;

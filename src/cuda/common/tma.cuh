@@ -57,4 +57,13 @@ __device__ inline void load_box(void* dst, const CUtensorMap& map, int x, int y,
       : "memory");
 }
 
+// The same for a 4-D tensor map (coordinates innermost first).
+__device__ inline void load_box(void* dst, const CUtensorMap& map, int c0, int c1, int c2, int c3, uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
+      "[%6];" ::"r"(shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(shared_address(bar))
+      : "memory");
+}
+
 }  // namespace seqmix::cuda::tma
