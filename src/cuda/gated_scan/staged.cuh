@@ -73,12 +73,12 @@ struct StageBarriers {
 };
 
 // The copy-issuing thread: for the block's tiles in order (`step` +1 forward, −1
-// backward from `first`), waits for the stage to be free and copies one box of every
-// operand into it.
+// backward from `first`), waits for the stage to be free and copies one box of each of
+// the first `operands` maps into it: a, b, z forward (step +1); a, b, dy, z backward.
 template <class Layout>
-__device__ void issue_copies(StageBarriers<Layout::kStages>& bars, unsigned char* stages,
-                             const CUtensorMap* const (&maps)[Layout::kOperands], int operands, const BlockCoords& c,
-                             int64_t first, int64_t count, int step) {
+__device__ void issue_copies(StageBarriers<Layout::kStages>& bars, unsigned char* stages, const StagedMaps& maps,
+                             int operands, const BlockCoords& c, int64_t first, int64_t count, int step) {
+  const CUtensorMap* const order[4] = {&maps.a, &maps.b, step > 0 ? &maps.z : &maps.dy, &maps.z};
   const int x = static_cast<int>(blockIdx.x) * Layout::kSlabChannels;
   const int z = static_cast<int>(c.batch);
   for (int64_t k = 0; k < count; ++k) {
@@ -87,8 +87,48 @@ __device__ void issue_copies(StageBarriers<Layout::kStages>& bars, unsigned char
     tma::wait(&bars.empty[s], bars.parity(k) ^ 1);
     tma::arrive_expect_bytes(&bars.full[s], operands * Layout::kBoxBytes);
     const int y = static_cast<int>(c.start + tile * kScanTileSteps);
-    for (int o = 0; o < operands; ++o) tma::load_box(Layout::box(stages, s, o), *maps[o], x, y, z, &bars.full[s]);
+    for (int o = 0; o < operands; ++o) tma::load_box(Layout::box(stages, s, o), *order[o], x, y, z, &bars.full[s]);
   }
+}
+
+// The opening of every staged kernel: one thread initialises the stage barriers; the
+// copy warp issues the boxes of the block's `count` tiles from `first` (step +1 or −1)
+// and is then done. True for the copy warp's threads, which return.
+template <class Layout>
+__device__ bool copy_warp_done(StageBarriers<Layout::kStages>& bars, unsigned char* stages, const StagedMaps& maps,
+                               int operands, const BlockCoords& c, int64_t first, int64_t count, int step) {
+  if (threadIdx.x == 0) bars.init();
+  __syncthreads();
+  if (threadIdx.x < kThreads) return false;
+  if (threadIdx.x == kThreads) issue_copies<Layout>(bars, stages, maps, operands, c, first, count, step);
+  return true;
+}
+
+// How many of the kRows rows from time step t0 lie inside a sequence of `length` steps.
+template <int kRows>
+__device__ int rows_inside(int64_t length, int64_t t0) {
+  return static_cast<int>(min(static_cast<int64_t>(kRows), max(length - t0, int64_t{0})));
+}
+
+// True when the block's slab of channels lies wholly below D.
+template <class Layout>
+__device__ bool whole_slab(int64_t D) {
+  return (static_cast<int64_t>(blockIdx.x) + 1) * Layout::kSlabChannels <= D;
+}
+
+// Segment 0 publishes the carry the first tile starts from (the scan's first barrier
+// orders it before every read), and writes the carry left after the last one.
+template <int kVec, int kLanesT>
+__device__ void publish_carry(ScanShared<kVec, kLanesT>& s, int lane, const float (&carry)[kVec]) {
+#pragma unroll
+  for (int i = 0; i < kVec; ++i) s.carry[i][lane] = carry[i];
+}
+template <int kVec, int kLanesT>
+__device__ void write_carry(const ScanShared<kVec, kLanesT>& s, const BlockCoords& c, const StateView& out,
+                            int64_t n, int64_t D) {
+#pragma unroll
+  for (int i = 0; i < kVec; ++i)
+    if (c.d0 + i < D) out.data[n * out.stride + c.d0 + i] = s.carry[i][c.lane];
 }
 
 // Row pointers of one [B, T, D] output (absent: nullptr) for a thread's rows, moving one

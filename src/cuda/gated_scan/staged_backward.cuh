@@ -29,15 +29,7 @@ __global__ void __launch_bounds__(kThreads + 32, 2)
   const bool gated = p.z.data != nullptr;
   const int64_t n = blockIdx.y;
 
-  if (threadIdx.x == 0) bars.init();
-  __syncthreads();
-  if (threadIdx.x >= kThreads) {  // the copy warp
-    if (threadIdx.x == kThreads) {
-      const CUtensorMap* const operands[4] = {&maps.a, &maps.b, &maps.dy, &maps.z};
-      issue_copies<L>(bars, stages, operands, gated ? 4 : 3, c, range.end - 1, range.end - range.first, -1);
-    }
-    return;
-  }
+  if (copy_warp_done<L>(bars, stages, maps, gated ? 4 : 3, c, range.end - 1, range.end - range.first, -1)) return;
 
   const ScanThreadsSync sync;
   if (c.segment == 0) {  // c flowing into the block's last tile from later steps
@@ -48,16 +40,15 @@ __global__ void __launch_bounds__(kThreads + 32, 2)
                                                         : 0.f;
     if (p.split_tiles > 0)
       apply_split_maps(Workspace::make(p).reverse_maps, n, gridDim.z - 1, blockIdx.z, -1, p.D, c.d0, carry);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) shared.carry[i][c.lane] = carry[i];
-  }  // the scan's first barrier publishes the carry
+    publish_carry(shared, c.lane, carry);
+  }
 
-  const bool whole_slab = (static_cast<int64_t>(blockIdx.x) + 1) * L::kSlabChannels <= p.D;
+  const bool whole = whole_slab<L>(p.D);
   const int first_row = c.segment * kRows;
   const float* tile_states = p.tile_states + c.tile_row(p.seq, 0) * p.D;
   for (int64_t tile = range.end - 1, k = 0; tile >= range.first; --tile, ++k) {
     const int64_t t0 = tile * kScanTileSteps + first_row;
-    const int valid_rows = static_cast<int>(min(static_cast<int64_t>(kRows), max(c.length - t0, int64_t{0})));
+    const int valid_rows = rows_inside<kRows>(c.length, t0);
     float entering[kVec];  // the state entering the tile, kept by the forward
 #pragma unroll
     for (int i = 0; i < kVec; ++i) entering[i] = c.d0 + i < p.D ? tile_states[tile * p.D + c.d0 + i] : 0.f;
@@ -136,19 +127,15 @@ __global__ void __launch_bounds__(kThreads + 32, 2)
         flow[i] = x[r][i] * g;
       }
       const bool in_range = r < valid_rows;
-      da_out.put(da, in_range, whole_slab, c.d0, p.D);
-      db_out.put(db, in_range, whole_slab, c.d0, p.D);
-      if (gated) dz_out.put(dz, in_range, whole_slab, c.d0, p.D);
+      da_out.put(da, in_range, whole, c.d0, p.D);
+      db_out.put(db, in_range, whole, c.d0, p.D);
+      if (gated) dz_out.put(dz, in_range, whole, c.d0, p.D);
     }
     bars.release(k);
   }
 
   sync();
-  if (c.segment == 0 && p.d_initial_state.data && range.first == 0) {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i)
-      if (c.d0 + i < p.D) p.d_initial_state.data[n * p.d_initial_state.stride + c.d0 + i] = shared.carry[i][c.lane];
-  }
+  if (c.segment == 0 && p.d_initial_state.data && range.first == 0) write_carry(shared, c, p.d_initial_state, n, p.D);
 }
 
 }  // namespace seqmix::cuda::scan

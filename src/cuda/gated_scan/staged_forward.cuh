@@ -28,29 +28,20 @@ __global__ void __launch_bounds__(kThreads + 32, 2)
   const bool gated = p.z.data != nullptr;
   const int64_t n = blockIdx.y;
 
-  if (threadIdx.x == 0) bars.init();
-  __syncthreads();
-  if (threadIdx.x >= kThreads) {  // the copy warp
-    if (threadIdx.x == kThreads) {
-      const CUtensorMap* const operands[3] = {&maps.a, &maps.b, &maps.z};
-      issue_copies<L>(bars, stages, operands, gated ? 3 : 2, c, range.first, range.end - range.first, 1);
-    }
-    return;
-  }
+  if (copy_warp_done<L>(bars, stages, maps, gated ? 3 : 2, c, range.first, range.end - range.first, 1)) return;
 
   const ScanThreadsSync sync;
   if (c.segment == 0) {
     float carry[kVec];
     entering_state(p, c, n, carry);
-#pragma unroll
-    for (int i = 0; i < kVec; ++i) shared.carry[i][c.lane] = carry[i];
-  }  // the scan's first barrier publishes the carry
+    publish_carry(shared, c.lane, carry);
+  }
 
-  const bool whole_slab = (static_cast<int64_t>(blockIdx.x) + 1) * L::kSlabChannels <= p.D;
+  const bool whole = whole_slab<L>(p.D);
   const int first_row = c.segment * kRows;
   for (int64_t tile = range.first, k = 0; tile < range.end; ++tile, ++k) {
     const int64_t t0 = tile * kScanTileSteps + first_row;  // time step of the thread's first row
-    const int valid_rows = static_cast<int>(min(static_cast<int64_t>(kRows), max(c.length - t0, int64_t{0})));
+    const int valid_rows = rows_inside<kRows>(c.length, t0);
     bars.wait_full(k);
     const int s = bars.stage(k);
     const unsigned char *a_box = L::box(stages, s, 0), *b_box = L::box(stages, s, 1), *z_box = L::box(stages, s, 2);
@@ -103,17 +94,13 @@ __global__ void __launch_bounds__(kThreads + 32, 2)
 #pragma unroll
         for (int i = 0; i < kVec; ++i) y[i] = h[i] = x[r][i] * h[i] + b[i];
       }
-      out.put(y, r < valid_rows, whole_slab, c.d0, p.D);
+      out.put(y, r < valid_rows, whole, c.d0, p.D);
     }
     bars.release(k);
   }
 
   sync();
-  if (c.segment == 0 && p.final_state.data && range.end == range.tiles) {
-#pragma unroll
-    for (int i = 0; i < kVec; ++i)
-      if (c.d0 + i < p.D) p.final_state.data[n * p.final_state.stride + c.d0 + i] = shared.carry[i][c.lane];
-  }
+  if (c.segment == 0 && p.final_state.data && range.end == range.tiles) write_carry(shared, c, p.final_state, n, p.D);
 }
 
 }  // namespace seqmix::cuda::scan
