@@ -216,6 +216,23 @@ def test_eager_scan_matches_the_sequential_definition(gs, torch):
 
 # --- running cases ------------------------------------------------------------------------
 
+def test_forward_only_baselines_get_no_backward_rows(torch):
+    """A method limited to some directions (the dense recurrence's PyTorch loops, whose
+    backward takes seconds) is timed in those only; the progress count agrees."""
+    from seqmix.bench.gpu import linear_recurrence
+
+    case = linear_recurrence.recurrence_case(2, 16, 8, 2, device="cpu")
+    rows = run_cases(torch, [case])
+    assert len(rows) == case.steps() == 5 * 3 + 2
+    baselines = {(r.method, r.direction) for r in rows if r.method.startswith("torch")}
+    assert baselines == {("torch Hillis–Steele", "fwd"), ("torch loop", "fwd")}
+    for r in rows:
+        assert r.status == "ok", (r.method, r.direction, r.status)
+        assert r.max_rel_err < 1e-4, (r.method, r.direction, r.max_rel_err)
+        if r.method.startswith("seqmix") and r.direction == "fwd":
+            assert set(r.speedup) == {"torch Hillis–Steele", "torch loop"}
+
+
 def test_run_case_on_cpu_fills_every_row(gs, torch):
     cases = [gs.scan_case(3, 50, 272, device="cpu"), gs.layer_case(3, 40, d=32, dv=8, device="cpu")]
     rows = run_cases(torch, cases)

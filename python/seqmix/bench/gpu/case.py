@@ -25,6 +25,12 @@ class Method:
     work: dict                      # direction -> bytes that must move (unit GB/s) or FLOP (TFLOP/s)
     reference: str = "main"         # which of the case's references y must match
     baseline: bool = False          # a baseline: an exception reads as "refused: <reason>"
+    # The directions this method is timed in (None: all of the case's). A baseline whose
+    # backward takes seconds (a Python loop over T steps under autograd) is timed forward only.
+    directions: Optional[tuple] = None
+
+    def runs(self, direction: str) -> bool:
+        return self.directions is None or direction in self.directions
 
 
 @dataclasses.dataclass
@@ -48,7 +54,7 @@ class Case:
     plot: Optional[str] = None      # "bandwidth" or "speedup_vs_T" (see plots.py)
 
     def steps(self) -> int:
-        return len(self.methods) * len(self.directions)
+        return sum(m.runs(d) for m in self.methods for d in self.directions)
 
     def meta(self) -> dict:
         """What the report needs of the case kind (JSON-serialisable)."""

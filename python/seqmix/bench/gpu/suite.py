@@ -220,6 +220,8 @@ def run_case(torch, timer, case, settings, ceilings, progress) -> list:
     rows = []
     for direction in case.directions:
         for method in case.methods:
+            if not method.runs(direction):
+                continue
             progress.step(f"{case.name} {case.shape} {direction} {method.name}")
             if inputs is None:
                 rows.append(_row(case, method, direction, status=failure))
