@@ -35,6 +35,8 @@ endif()
 # SEQMIX_CUDA_<FOLDER> (upper case), which the op's dispatch and CUDA tests check; an op
 # whose kernels are left out refuses CUDA tensors with an error naming this option.
 set(SEQMIX_CUDA_KERNELS "all" CACHE STRING "src/cuda op folders to compile (;-separated) or all")
+# Folders whose kernels are written with CUTLASS/CuTe: left out when its headers are not found.
+set(SEQMIX_CUTLASS_FOLDERS attention chains)
 
 function(seqmix_add_cuda_sources target)
   if(NOT SEQMIX_WITH_CUDA)
@@ -45,6 +47,10 @@ function(seqmix_add_cuda_sources target)
   set(compiled "")
   foreach(folder IN LISTS cuda_folders)
     if(NOT IS_DIRECTORY ${PROJECT_SOURCE_DIR}/src/cuda/${folder})
+      continue()
+    endif()
+    if(folder IN_LIST SEQMIX_CUTLASS_FOLDERS AND NOT SEQMIX_CUTLASS_INCLUDE_DIRS)
+      message(STATUS "seqmix: src/cuda/${folder} needs the CUTLASS headers: not built")
       continue()
     endif()
     if(folder STREQUAL "common" OR SEQMIX_CUDA_KERNELS STREQUAL "all" OR folder IN_LIST SEQMIX_CUDA_KERNELS)
