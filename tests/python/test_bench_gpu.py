@@ -233,6 +233,25 @@ def test_forward_only_baselines_get_no_backward_rows(torch):
             assert set(r.speedup) == {"torch Hillis–Steele", "torch loop"}
 
 
+def test_attention_cases_time_every_direction_on_cpu(torch):
+    """The attention cases (here the small fp16 configuration, in float32 on CPU tensors):
+    the forward is checked against float64; the backward rows are timed and, having no
+    gradient reference in the suite (the GPU tests compare gradients), carry no error."""
+    from seqmix.bench.gpu import attention
+
+    case = attention.small_case(32, True, device="cpu", dtype=torch.float32)
+    rows = run_cases(torch, [case])
+    assert {(r.method, r.direction) for r in rows} == {(m, d) for m in ("seqmix", "SDPA default")
+                                                       for d in ("fwd", "bwd", "fwd+bwd")}
+    for r in rows:
+        assert r.status == "ok", (r.method, r.direction, r.status)
+        if r.direction == "bwd":
+            assert r.max_rel_err is None
+        else:
+            assert r.max_rel_err < 1e-5
+    assert len(attention.cases(quick=False)) == 36 + 10
+
+
 def test_run_case_on_cpu_fills_every_row(gs, torch):
     cases = [gs.scan_case(3, 50, 272, device="cpu"), gs.layer_case(3, 40, d=32, dv=8, device="cpu")]
     rows = run_cases(torch, cases)

@@ -27,6 +27,8 @@ NOTES = (
     "**SDPA cuDNN** `F.scaled_dot_product_attention` under `sdpa_kernel(CUDNN_ATTENTION)`; **SDPA FA2** the "
     "same under `sdpa_kernel(FLASH_ATTENTION)`.",
     "FLOP = 4·B·H·S²·D, halved for causal (the issue's convention); TFLOP/s = FLOP / median time.",
+    "Small configurations (B 2, H 8, D 64, fp16, S 32–512): seqmix against **SDPA default**, the backend "
+    "PyTorch picks itself.",
     f"max rel err: the output rows 0..{REFERENCE_ROWS - 1} of batch entry 0, heads 0..{REFERENCE_HEADS - 1}, "
     "against softmax(scale·QKᵀ + mask)·V in float64 from the same bf16 inputs.",
     "Backward (head dims 64 and 128; D = 256 is timed forward only): FLOP = 2.5× the forward's, forward+backward "
@@ -51,18 +53,22 @@ def reference_rows(q, k, v, causal: bool, rows: int, heads: int):
     return torch.einsum("hqk,khd->qhd", scores.softmax(-1), v64)
 
 
-def sdpa(backend):
+def sdpa(backend=None):
+    """SDPA on the same tensors as [B, H, S, D] views, under one backend (None: PyTorch's
+    own choice, what a model gets by default)."""
     def run(x):
         q, k, v = (t.transpose(1, 2) for t in x["leaves"])
+        if backend is None:
+            return F.scaled_dot_product_attention(q, k, v, is_causal=x["causal"]).transpose(1, 2)
         with torch.nn.attention.sdpa_kernel(backend):
             return F.scaled_dot_product_attention(q, k, v, is_causal=x["causal"]).transpose(1, 2)
 
     return run
 
 
-def grid_case(S, D, causal: bool, device="cuda", dtype=torch.bfloat16, seed=0, tokens=TOKENS,
-              width=MODEL_WIDTH) -> Case:
-    B, H = max(1, tokens // S), max(1, width // D)
+def attention_case(B, S, H, D, causal: bool, baselines: dict, name: str, device="cuda", dtype=torch.bfloat16,
+                   seed=0) -> Case:
+    """seqmix against the SDPA ``baselines`` (method name -> backend or None) on [B, S, H, D]."""
     rows, heads = min(REFERENCE_ROWS, S), min(REFERENCE_HEADS, H)
 
     def make_inputs():
@@ -79,25 +85,38 @@ def grid_case(S, D, causal: bool, device="cuda", dtype=torch.bfloat16, seed=0, t
     flop = attention_flop(B, S, H, D, causal)
     work = {"fwd": flop, "bwd": 2.5 * flop, "fwd+bwd": 3.5 * flop}
     directions = ("fwd", "bwd", "fwd+bwd") if D <= 128 else ("fwd",)
-    backends = torch.nn.attention.SDPBackend
-    methods = [
-        Method("seqmix", lambda x: seqmix.flash_attn_func(*x["leaves"], causal=causal), work),
-        Method("SDPA cuDNN", sdpa(backends.CUDNN_ATTENTION), work, baseline=True),
-        Method("SDPA FA2", sdpa(backends.FLASH_ATTENTION), work, baseline=True),
-    ]
-    name = "causal" if causal else "non-causal"
-    shape = f"D{D} S{S} B{B} H{H} {'causal' if causal else 'full'}"
+    methods = [Method("seqmix", lambda x: seqmix.flash_attn_func(*x["leaves"], causal=causal), work)]
+    methods += [Method(label, sdpa(backend), work, baseline=True) for label, backend in baselines.items()]
+    dtype_name = {torch.bfloat16: "bf16", torch.float16: "fp16"}.get(dtype, str(dtype))
+    shape = f"D{D} S{S} B{B} H{H} {'causal' if causal else 'full'} {dtype_name}"
     return Case("attention", name, shape, {"B": B, "S": S, "H": H, "D": D, "causal": causal},
                 make_inputs, methods, references, observe, directions=directions, unit="TFLOP/s",
-                speedup_over=("SDPA cuDNN", "SDPA FA2"), headline=("seqmix", "SDPA cuDNN"), tolerance=1e-2,
+                speedup_over=tuple(baselines), headline=("seqmix", next(iter(baselines))), tolerance=1e-2,
                 notes=NOTES)
 
 
+def grid_case(S, D, causal: bool, device="cuda", dtype=torch.bfloat16, seed=0, tokens=TOKENS,
+              width=MODEL_WIDTH) -> Case:
+    """The issue's grid: B·S = tokens, H·D = width, against SDPA's cuDNN and FA2 backends."""
+    backends = torch.nn.attention.SDPBackend
+    return attention_case(max(1, tokens // S), S, max(1, width // D), D, causal,
+                          {"SDPA cuDNN": backends.CUDNN_ATTENTION, "SDPA FA2": backends.FLASH_ATTENTION},
+                          "causal" if causal else "non-causal", device, dtype, seed)
+
+
+def small_case(S, causal: bool, device="cuda", dtype=torch.float16, seed=0) -> Case:
+    """A seed's small configurations: B 2, H 8, D 64, fp16, against SDPA's default choice."""
+    return attention_case(2, S, 8, 64, causal, {"SDPA default": None},
+                          "small, " + ("causal" if causal else "non-causal"), device, dtype, seed)
+
+
 def cases(quick: bool = False) -> list:
-    """The attention cases of the GPU suite (bf16 on the current CUDA device): forward, and
-    backward where the CUDA backward exists (D ≤ 128)."""
+    """The attention cases of the GPU suite on the current CUDA device: the grid (bf16)
+    and the small configurations (fp16); backward where the CUDA backward exists (D ≤ 128)."""
     if quick:
-        grid = [(S, 128) for S in (2048, 16384)]
+        grid, small = [(S, 128) for S in (2048, 16384)], (128, 512)
     else:
         grid = [(S, D) for D in (64, 128, 256) for S in (512, 1024, 2048, 4096, 8192, 16384)]
-    return [grid_case(S, D, causal) for S, D in grid for causal in (False, True)]
+        small = (32, 64, 128, 256, 512)
+    return ([grid_case(S, D, causal) for S, D in grid for causal in (False, True)]
+            + [small_case(S, causal) for S in small for causal in (False, True)])
