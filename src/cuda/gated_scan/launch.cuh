@@ -25,11 +25,15 @@ inline int64_t choose_splits(const GatedScanParams& p, int64_t slabs, int64_t ta
   return std::min(max_splits(p.seq.num_sequences, tiles), (target_blocks + blocks - 1) / blocks);
 }
 
-// The current device's multiprocessor count, asked once per device.
-inline int64_t multiprocessors() {
-  static std::atomic<int> counts[kMaxDevices] = {};
+inline int current_device() {
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
+  return device;
+}
+
+// The device's multiprocessor count, asked once per device.
+inline int64_t multiprocessors(int device) {
+  static std::atomic<int> counts[kMaxDevices] = {};
   int sms = device < kMaxDevices ? counts[device].load(std::memory_order_relaxed) : 0;
   if (sms == 0) {
     check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
@@ -42,9 +46,9 @@ inline int64_t multiprocessors() {
 // splits. The register kernels want two blocks per SM to hide their load latency; a
 // staged block keeps two tiles of every operand in flight, so one block per SM already
 // streams, and splitting (an extra pass) pays only below that.
-inline dim3 plan(GatedScanParams& p, int64_t slabs, bool staged) {
+inline dim3 plan(GatedScanParams& p, int64_t slabs, bool staged, int64_t sms) {
   const int64_t tiles = scan_tiles(p.seq.T);
-  int64_t splits = choose_splits(p, slabs, (staged ? 1 : 2) * multiprocessors());
+  int64_t splits = choose_splits(p, slabs, (staged ? 1 : 2) * sms);
   p.split_tiles = splits > 1 ? (tiles + splits - 1) / splits : 0;
   if (splits > 1) splits = (tiles + p.split_tiles - 1) / p.split_tiles;
   return dim3(static_cast<unsigned>(slabs), static_cast<unsigned>(p.seq.num_sequences), static_cast<unsigned>(splits));
@@ -85,11 +89,9 @@ bool make_staged_maps(const GatedScanParams& p, StagedMaps& maps) {
 // limit is raised once per kernel and device (the kernel is a template argument, so each
 // kernel has its own record).
 template <class Layout, auto kKernel>
-void launch_staged(const dim3& grid, const GatedScanParams& p, const StagedMaps& maps, cudaStream_t stream,
-                   const char* what) {
+void launch_staged(const dim3& grid, const GatedScanParams& p, const StagedMaps& maps, int device,
+                   cudaStream_t stream, const char* what) {
   static std::atomic<uint64_t> raised{0};  // bit d: done on device d
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
   const uint64_t bit = device < 64 ? uint64_t{1} << device : 0;
   if (!bit || !(raised.load(std::memory_order_relaxed) & bit)) {
     check(cudaFuncSetAttribute(kKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Layout::kSharedBytes), what);
@@ -99,79 +101,95 @@ void launch_staged(const dim3& grid, const GatedScanParams& p, const StagedMaps&
   check_launch(what);
 }
 
+template <class L>
+int64_t staged_slabs(const GatedScanParams& p) {
+  return (p.D + L::kSlabChannels - 1) / L::kSlabChannels;
+}
+
 // The staged layout to use: the wide one when its blocks alone give every SM one, or
 // when the narrow one (more, thinner slabs) would not either, so that the sequences are
 // split anyway: narrow blocks stream less per block, worth it only to avoid a split.
 // Measured (H100, B=1, D=4096, T=2048 forward): wide and split 63.5 µs, narrow 41.5 µs;
 // (B=16, D=64, T=8192): wide and split 56 µs, narrow and split 73 µs.
 template <class Wide, class Narrow>
-bool prefer_wide(const GatedScanParams& p) {
-  const int64_t sms = multiprocessors(), N = p.seq.num_sequences;
-  const int64_t wide_blocks = N * ((p.D + Wide::kSlabChannels - 1) / Wide::kSlabChannels);
-  const int64_t narrow_blocks = N * ((p.D + Narrow::kSlabChannels - 1) / Narrow::kSlabChannels);
-  return wide_blocks >= sms || narrow_blocks < sms;
+bool prefer_wide(const GatedScanParams& p, int64_t sms) {
+  const int64_t N = p.seq.num_sequences;
+  return N * staged_slabs<Wide>(p) >= sms || N * staged_slabs<Narrow>(p) < sms;
 }
 
-template <class L>
-int64_t staged_slabs(const GatedScanParams& p) {
-  return (p.D + L::kSlabChannels - 1) / L::kSlabChannels;
+// How a direction runs: which main kernel, its grid (p.split_tiles set), the register
+// kernels' grid over the same splits (the split-map passes), and the staged tensor maps.
+struct LaunchPlan {
+  enum class Path { wide, narrow, registers } path;
+  StagedMaps maps;
+  dim3 grid, registers;
+  int device;
+};
+
+// `staged_allowed`: the direction can run staged at all (the backward needs tile states).
+template <class T, class Wide, class Narrow>
+LaunchPlan make_plan(GatedScanParams& p, bool staged_allowed) {
+  LaunchPlan lp{LaunchPlan::Path::registers, {}, {}, {}, current_device()};
+  const int64_t sms = multiprocessors(lp.device);
+  const bool wide = prefer_wide<Wide, Narrow>(p, sms);
+  if (staged_allowed && (wide ? make_staged_maps<T, Wide>(p, lp.maps) : make_staged_maps<T, Narrow>(p, lp.maps)))
+    lp.path = wide ? LaunchPlan::Path::wide : LaunchPlan::Path::narrow;
+  const int64_t slabs = lp.path == LaunchPlan::Path::wide     ? staged_slabs<Wide>(p)
+                        : lp.path == LaunchPlan::Path::narrow ? staged_slabs<Narrow>(p)
+                                                              : num_slabs<T>(p.D);
+  lp.grid = plan(p, slabs, lp.path != LaunchPlan::Path::registers, sms);
+  lp.registers = dim3(static_cast<unsigned>(num_slabs<T>(p.D)), lp.grid.y, lp.grid.z);
+  return lp;
+}
+
+// The main kernel of a direction, on the path the plan chose.
+template <class Wide, class Narrow, auto kWideKernel, auto kNarrowKernel, auto kRegisterKernel>
+void launch_main(const LaunchPlan& lp, const GatedScanParams& p, cudaStream_t stream, const char* what) {
+  switch (lp.path) {
+    case LaunchPlan::Path::wide: launch_staged<Wide, kWideKernel>(lp.grid, p, lp.maps, lp.device, stream, what); break;
+    case LaunchPlan::Path::narrow:
+      launch_staged<Narrow, kNarrowKernel>(lp.grid, p, lp.maps, lp.device, stream, what);
+      break;
+    case LaunchPlan::Path::registers:
+      kRegisterKernel<<<lp.grid, kThreads, 0, stream>>>(p);
+      check_launch(what);
+      break;
+  }
 }
 
 // Forward: the wide or narrow staged kernel where the copy engine can read the operands,
 // else the register kernel; the split-map pass first when the sequences are split.
 template <class T>
 void launch_forward(GatedScanParams p) {
+  using Wide = WideForward<T>;
+  using Narrow = NarrowForward<T>;
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  const bool wide = prefer_wide<WideForward<T>, NarrowForward<T>>(p);
-  StagedMaps maps{};
-  const bool staged = wide ? make_staged_maps<T, WideForward<T>>(p, maps) : make_staged_maps<T, NarrowForward<T>>(p, maps);
-  const int64_t slabs = !staged ? num_slabs<T>(p.D) : wide ? staged_slabs<WideForward<T>>(p) : staged_slabs<NarrowForward<T>>(p);
-  const dim3 grid = plan(p, slabs, staged);
-  const dim3 registers(static_cast<unsigned>(num_slabs<T>(p.D)), grid.y, grid.z);
+  const LaunchPlan lp = make_plan<T, Wide, Narrow>(p, true);
   if (p.split_tiles > 0) {
-    summary_kernel<T, false><<<registers, kThreads, 0, stream>>>(p);
+    summary_kernel<T, false><<<lp.registers, kThreads, 0, stream>>>(p);
     check_launch("gated_scan forward split maps");
   }
-  if (staged && wide) {
-    launch_staged<WideForward<T>, staged_forward_kernel<T, WideForward<T>>>(grid, p, maps, stream,
-                                                                             "gated_scan forward (staged)");
-  } else if (staged) {
-    launch_staged<NarrowForward<T>, staged_forward_kernel<T, NarrowForward<T>>>(grid, p, maps, stream,
-                                                                                 "gated_scan forward (staged, narrow)");
-  } else {
-    forward_kernel<T><<<grid, kThreads, 0, stream>>>(p);
-    check_launch("gated_scan forward");
-  }
+  launch_main<Wide, Narrow, staged_forward_kernel<T, Wide>, staged_forward_kernel<T, Narrow>, forward_kernel<T>>(
+      lp, p, stream, "gated_scan forward");
 }
 
+// Backward: staged only with the forward's tile states; the split-map passes first.
 template <class T>
 void launch_backward(GatedScanParams p) {
+  using Wide = WideBackward<T>;
+  using Narrow = NarrowBackward<T>;
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  const bool wide = prefer_wide<WideBackward<T>, NarrowBackward<T>>(p);
-  StagedMaps maps{};
-  const bool staged = p.tile_states && (wide ? make_staged_maps<T, WideBackward<T>>(p, maps)
-                                             : make_staged_maps<T, NarrowBackward<T>>(p, maps));
-  const int64_t slabs = !staged ? num_slabs<T>(p.D) : wide ? staged_slabs<WideBackward<T>>(p) : staged_slabs<NarrowBackward<T>>(p);
-  const dim3 grid = plan(p, slabs, staged);
-  const dim3 registers(static_cast<unsigned>(num_slabs<T>(p.D)), grid.y, grid.z);
+  const LaunchPlan lp = make_plan<T, Wide, Narrow>(p, p.tile_states != nullptr);
   if (p.split_tiles > 0) {
     if (!p.tile_states) {  // the entering states are recomputed from the forward split maps
-      summary_kernel<T, false><<<registers, kThreads, 0, stream>>>(p);
+      summary_kernel<T, false><<<lp.registers, kThreads, 0, stream>>>(p);
       check_launch("gated_scan backward forward split maps");
     }
-    summary_kernel<T, true><<<registers, kThreads, 0, stream>>>(p);
+    summary_kernel<T, true><<<lp.registers, kThreads, 0, stream>>>(p);
     check_launch("gated_scan backward reverse split maps");
   }
-  if (staged && wide) {
-    launch_staged<WideBackward<T>, staged_backward_kernel<T, WideBackward<T>>>(grid, p, maps, stream,
-                                                                                "gated_scan backward (staged)");
-  } else if (staged) {
-    launch_staged<NarrowBackward<T>, staged_backward_kernel<T, NarrowBackward<T>>>(
-        grid, p, maps, stream, "gated_scan backward (staged, narrow)");
-  } else {
-    backward_kernel<T><<<grid, kThreads, 0, stream>>>(p);
-    check_launch("gated_scan backward");
-  }
+  launch_main<Wide, Narrow, staged_backward_kernel<T, Wide>, staged_backward_kernel<T, Narrow>, backward_kernel<T>>(
+      lp, p, stream, "gated_scan backward");
 }
 
 }  // namespace seqmix::cuda::scan
