@@ -376,8 +376,16 @@ TEST(ProjectionChainErrors, EveryBadInputNamesTheArgument) {
                       "argument 'outputs[0]': expected device cpu (the device of the first input), got cuda:0");
   Tensor x_gpu = x.view, w_gpu0 = w.view, y1_gpu = y1.view;
   x_gpu.device = w_gpu0.device = y1_gpu.device = Device::cuda(0);
+  // CUDA tensors reach the CUDA path's own checks (tests/cpp/test_chains_cuda.cpp), or
+  // are refused when this build has no CUDA kernels for the chains.
+#ifdef SEQMIX_CUDA_CHAINS
   EXPECT_SEQMIX_ERROR(fwd(x_gpu, w_gpu0, std::nullopt, segs, {y0_gpu, y1_gpu}),
-                      "argument 'device': expected a CPU tensor (this op has no CUDA kernel in this build), got cuda:0");
+                      "argument 'weight': expected W_total a multiple of 8 on a CUDA device, got W_total = 12");
+#else
+  EXPECT_SEQMIX_ERROR(fwd(x_gpu, w_gpu0, std::nullopt, segs, {y0_gpu, y1_gpu}),
+                      "argument 'x': expected a CPU tensor (this build has no CUDA kernels for the chains; see "
+                      "SEQMIX_CUDA_KERNELS), got cuda:0");
+#endif
 }
 
 TEST(ProjectionChainErrors, BackwardChecksGradients) {

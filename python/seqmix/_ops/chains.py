@@ -36,10 +36,11 @@ def parse_segments(segments):
     widths, activations, taus, dtypes = [], [], [], []
     for i, seg in enumerate(segments):
         if isinstance(seg, dict):
-            unknown = set(seg) - {"width", "activation", "tau", "dtype", "name"}
+            unknown = set(seg) - {"width", "activation", "tau", "dtype", "heads", "name"}
             if "width" not in seg or unknown:
                 raise _C.SeqmixError(f"seqmix.projection_chain: argument 'segments[{i}]': expected a dict with "
-                                     f"'width' and optional 'activation', 'tau', 'dtype', got keys {sorted(seg)}")
+                                     f"'width' and optional 'activation', 'tau', 'dtype', 'heads', "
+                                     f"got keys {sorted(seg)}")
             width, activation = seg["width"], seg.get("activation", "identity")
             tau, dtype = seg.get("tau", 1.0), seg.get("dtype")
         elif isinstance(seg, (tuple, list)) and len(seg) in (2, 3):
@@ -66,10 +67,42 @@ def _numpy_dtype(name):
     return np.dtype(name)
 
 
-def projection_forward(xp, x, weight, bias, widths, activations, taus, dtypes, impl):
-    """x [tokens, d]; dtypes holds resolved backend dtypes. Returns one [tokens, width] per segment."""
+def segment_heads(segments):
+    """The ``"heads"`` of each segment dict (None where absent), checked to divide the width."""
+    heads = []
+    for i, seg in enumerate(segments):
+        h = seg.get("heads") if isinstance(seg, dict) else None
+        if h is not None and (int(h) < 1 or int(seg["width"]) % int(h) != 0):
+            raise _C.SeqmixError(f"seqmix.projection_chain: argument 'segments[{i}]': expected 'heads' dividing "
+                                 f"the width {seg['width']}, got {h!r}")
+        heads.append(None if h is None else int(h))
+    return heads
+
+
+def split_heads(outputs, heads):
+    """[..., width] -> [..., heads, width / heads] views where a segment names its heads."""
+    return [y if h is None else y.reshape(*y.shape[:-1], h, y.shape[-1] // h) for y, h in zip(outputs, heads)]
+
+
+def _allocate_outputs(xp, x, widths, dtypes):
+    """One [tokens, width] array per segment. On a CUDA device, when every segment has x's
+    dtype, they are column views of one [tokens, W_total] buffer: the fused GEMM writes the
+    whole buffer at once (the CUDA path accepts nothing else and says so)."""
     tokens = x.shape[0] if x.ndim >= 1 else 0
-    outputs = [xp.empty((tokens, w), dtype, x) for w, dtype in zip(widths, dtypes)]
+    if xp.is_cuda(x) and all(dtype == xp.dtype(x) for dtype in dtypes):
+        buffer = xp.empty((tokens, sum(widths)), xp.dtype(x), x)
+        outputs, first = [], 0
+        for w in widths:
+            outputs.append(buffer[:, first:first + w])
+            first += w
+        return outputs
+    return [xp.empty((tokens, w), dtype, x) for w, dtype in zip(widths, dtypes)]
+
+
+def projection_forward(xp, x, weight, bias, widths, activations, taus, dtypes, impl):
+    """x [tokens, d]; dtypes holds resolved backend dtypes. Returns one [tokens, width] per
+    segment (on a CUDA device: column views of one buffer, see ``_allocate_outputs``)."""
+    outputs = _allocate_outputs(xp, x, widths, dtypes)
     _C.projection_chain_forward(xp.arg(x), xp.arg(weight), xp.arg(bias), widths, activations, taus,
                                 [xp.arg(o) for o in outputs], impl,
                                 xp.stream(x))
@@ -129,10 +162,12 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic"):
             columns), typically ``torch.cat([W_q, W_k, W_v, W_g, ...])``.
         segments: consecutive column segments, widths summing to ``W_total``. Each is
             ``(width, activation)``, ``(width, activation, tau)`` or a dict with keys
-            ``"width"``, ``"activation"`` (default ``"identity"``), ``"tau"`` (default 1)
-            and ``"dtype"`` (default: x's dtype; any floating dtype, e.g. ``"float32"`` for
-            a log-decay gate computed from bf16 inputs; numpy has no bfloat16). A
-            ``"name"`` key is allowed and ignored. Activations: ``"identity"``,
+            ``"width"``, ``"activation"`` (default ``"identity"``), ``"tau"`` (default 1),
+            ``"dtype"`` (default: x's dtype; any floating dtype on the CPU, e.g.
+            ``"float32"`` for a log-decay gate computed from bf16 inputs; numpy has no
+            bfloat16) and ``"heads"`` (the output is returned as ``[..., heads,
+            width / heads]``, the ``[B, T, H, D]`` layout of the mixers). A ``"name"`` key
+            is allowed and ignored. Activations: ``"identity"``,
             ``"silu"``, ``"sigmoid"``, ``"logsigmoid"`` (``logsigmoid(z) / tau``, fla's GLA
             gate with ``gate_logit_normalizer = tau``; other activations need tau = 1) and
             ``"softplus"``.
@@ -141,8 +176,13 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic"):
             blocked GEMM with the activation fused into its tile epilogue).
 
     Returns:
-        A list with one ``[..., width]`` array per segment, in the segment's dtype. To use
-        one as ``[B, T, H, D]``, reshape it (a view: outputs are contiguous).
+        A list with one ``[..., width]`` array per segment (``[..., heads, width / heads]``
+        where the segment names its heads), in the segment's dtype. On the CPU each is
+        contiguous. On a CUDA device (bf16 only) the segments are column views of one
+        ``[..., W_total]`` buffer written by a single fused GEMM; W_total and d must be
+        multiples of 8, and every segment must keep x's dtype (an fp32 segment is refused:
+        the consumers of the chain's bf16 gates cast on load, and a gate that must be
+        fp32 can be cast after the call).
 
     The backward (torch autograd, or ``projection_chain_backward``) recomputes the
     pre-activation ``x @ weight.T + bias`` rather than storing it, and gives gradients for
@@ -156,7 +196,7 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic"):
     widths, activations, taus, dtypes = parse_segments(segments)
     dtypes = [x.dtype if d is None else _numpy_dtype(d) for d in dtypes]
     outputs = projection_forward(NUMPY, _flatten_tokens(x), weight, bias, widths, activations, taus, dtypes, impl)
-    return [_unflatten_tokens(y, x) for y in outputs]
+    return split_heads([_unflatten_tokens(y, x) for y in outputs], segment_heads(segments))
 
 
 def low_rank_gate(u, weight, bias=None, tau=16.0, dtype=None, impl="automatic"):
@@ -203,7 +243,9 @@ def output_chain(o, g, norm_weight, out_weight, eps=1e-5, impl="automatic"):
         norm_weight: ``[Dv]`` RMSNorm scale shared by the heads, o's dtype.
         out_weight: ``[d_out, H*Dv]`` o_proj weight (nn.Linear convention, no bias), o's dtype.
         eps: added to the mean square (> 0).
-        impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"`` (float32 GEMM).
+        impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"`` (float32 GEMM;
+            on a CUDA device the bf16 kernels: a norm-gate kernel writing the bf16 GEMM
+            operand, then the sm90 GEMM; H*Dv and d_out multiples of 8).
 
     Returns:
         ``y`` ``[tokens, d_out]`` (``[B, T, d_out]`` for rank-4 o) in o's dtype. torch

@@ -10,7 +10,7 @@ import torch
 
 from .._ops import chains as ops
 from .._ops.chains import low_rank_gate  # noqa: F401  (serves torch tensors through projection_chain)
-from ._common import XP, TorchOp, absent, fake_grad, present
+from ._common import XP, TorchOp, absent, eager_function, fake_grad, present
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -34,6 +34,17 @@ def _projection_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[to
                         activations: str, taus: list[float], dtypes: str, impl: str) -> list[torch.Tensor]:
     return ops.projection_forward(XP, x, weight, bias, widths, _split(activations), taus,
                                   [_dtype(d) for d in _split(dtypes)], impl)
+
+
+def _projection_forward_unaliased(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                                  widths: list[int], activations: str, taus: list[float], dtypes: str,
+                                  impl: str) -> list[torch.Tensor]:
+    """The forward as the custom op runs it. A custom op may not return tensors that alias
+    each other, and on a CUDA device the segments are views of one buffer: there (under
+    torch.compile or a torch.func transform) each segment is copied out. Eager calls get the
+    views themselves (see the end of this section)."""
+    outputs = _projection_forward(x, weight, bias, widths, activations, taus, dtypes, impl)
+    return [y.clone() if y._base is not None else y for y in outputs]
 
 
 def _projection_forward_fake(x, weight, bias, widths, activations, taus, dtypes, impl):
@@ -70,18 +81,27 @@ def _make_projection_backward(run_backward):
     return backward
 
 
-_projection = TorchOp("projection_chain", _projection_forward, _projection_forward_fake, _projection_backward,
-                      _projection_backward_fake, _projection_setup_context, _make_projection_backward)
+_projection = TorchOp("projection_chain", _projection_forward_unaliased, _projection_forward_fake,
+                      _projection_backward, _projection_backward_fake, _projection_setup_context,
+                      _make_projection_backward)
+# Eager mode (an autograd.Function, which may return views of one buffer) and the bare call
+# keep the segments as views: no copy.
+_projection.implementation = _projection_forward
+_projection.eager = eager_function(_projection_forward, _projection_setup_context,
+                                   _make_projection_backward(_projection_backward), returns_list=True)
 
 
 def projection_chain(x, weight, segments, bias=None, impl="automatic"):
     """torch version of :func:`seqmix.projection_chain` (same arguments), differentiable in
-    x, weight and bias. Returns a list of ``[..., width]`` tensors."""
+    x, weight and bias. Returns a list of ``[..., width]`` tensors (``[..., heads, width /
+    heads]`` where a segment names its heads); on a CUDA device, in eager mode, column views
+    of one ``[..., W_total]`` buffer."""
     widths, activations, taus, dtypes = ops.parse_segments(segments)
     dtypes = [str(x.dtype).removeprefix("torch.") if d is None else d for d in dtypes]
     flat = x.reshape(-1, x.shape[-1]) if x.dim() > 2 else x
     outputs = _projection(flat, weight, bias, widths, _join(activations), taus, _join(dtypes), impl)
-    return [y.reshape(*x.shape[:-1], y.shape[-1]) if x.dim() > 2 else y for y in outputs]
+    outputs = [y.reshape(*x.shape[:-1], y.shape[-1]) if x.dim() > 2 else y for y in outputs]
+    return ops.split_heads(outputs, ops.segment_heads(segments))
 
 
 # ---- output chain ----
@@ -99,7 +119,9 @@ def _output_forward_fake(o, g, norm_weight, out_weight, eps, impl):
 def _output_backward(o: torch.Tensor, g: torch.Tensor, norm_weight: torch.Tensor, out_weight: torch.Tensor,
                      dy: torch.Tensor, eps: float,
                      impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    return ops.output_backward(XP, o, g, norm_weight, out_weight, dy, eps, impl)
+    # The CUDA path reads dy with TMA (no broadcast strides): autograd may hand over an
+    # expanded gradient (the backward of a sum).
+    return ops.output_backward(XP, o, g, norm_weight, out_weight, dy.contiguous(), eps, impl)
 
 
 def _output_backward_fake(o, g, norm_weight, out_weight, dy, eps, impl):

@@ -1,40 +1,105 @@
-// Host-side description of the projection chain's fused GEMM: plain pointers and sizes,
-// no CUDA or CUTLASS types, so src/core can fill it in without their headers.
+// Host-side description of the chains' CUDA path: plain pointers and sizes, no CUDA or
+// CUTLASS types, so src/core can fill it in without their headers. Everything is bf16 on
+// the device (fp32 accumulation); see NOTES.md for what is and is not covered.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace seqmix::cuda {
 
-// out = act(x·weightᵀ + bias), the activation chosen per output column:
-//   x [M, K] rows `x_stride` elements apart, weight [N, K] rows `weight_stride` apart,
-//   out [M, N] rows `out_stride` apart, all in one 16-bit dtype;
-//   column_bias, column_code, column_scale [N] f32 on the device: the bias (or nullptr
-//   for none), the activation code (seqmix::Activation as a float) and the factor applied
-//   after it (1/tau for logsigmoid, 1 otherwise).
-struct ProjectionGemmParams {
-  int64_t M = 0, N = 0, K = 0;
-  const void* x = nullptr;
-  int64_t x_stride = 0;
-  const void* weight = nullptr;
-  int64_t weight_stride = 0;
-  void* out = nullptr;
-  int64_t out_stride = 0;
-  const float* column_bias = nullptr;
-  const float* column_code = nullptr;
-  const float* column_scale = nullptr;
-  void* workspace = nullptr;  // projection_gemm_workspace_bytes(...) bytes, or nullptr when 0
+// A row-major matrix on the device: rows `stride` elements apart, unit column stride.
+struct Rows {
+  const void* data = nullptr;
+  int64_t stride = 0;
+};
+struct MutableRows {
+  void* data = nullptr;
+  int64_t stride = 0;
+};
+
+// ---- the GEMMs (one CUTLASS instantiation each, *_bf16.cu) ----
+
+// Per-column f32 vectors of the activation epilogue, each [N] and 16-byte aligned; a
+// nullptr stands for all zeros (bias), identity (code: seqmix::Activation as a float) or
+// all ones (scale: 1/tau for logsigmoid, else 1).
+struct ColumnEpilogue {
+  const float* bias = nullptr;
+  const float* code = nullptr;
+  const float* scale = nullptr;
+};
+
+// out [M, N] = act(x·weightᵀ + bias)·scale, column by column; x [M, K], weight [N, K].
+void activation_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
+                          ColumnEpilogue columns, void* stream);
+// dz [M, N] = dy ⊙ act'(x·weightᵀ + bias)·scale; dy may be dz itself (in place).
+void derivative_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows dy, MutableRows dz,
+                          ColumnEpilogue columns, void* stream);
+// out [M, N] = a·b with a [M, K], b [K, N].
+void gemm_nn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream);
+// out [M, N] = aᵀ·b with a stored [K, M], b [K, N].
+void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream);
+
+// ---- the chains (launch_projection.cu, launch_output.cu) ----
+
+// Segments per chain the kernels' by-value tables hold.
+constexpr int kMaxSegments = 32;
+
+// One segment: columns [offset, offset + width), its activation code and scale.
+struct SegmentColumns {
+  int64_t offset = 0, width = 0;
+  int code = 0;
+  float scale = 1.f;
+};
+
+// x [tokens, d], weight [columns, d], bias [columns] (or nullptr), all bf16.
+struct ProjectionChainProblem {
+  int64_t tokens = 0, d = 0, columns = 0;
+  Rows x, weight;
+  const void* bias = nullptr;
+  std::vector<SegmentColumns> segments;
   void* stream = nullptr;
 };
 
-enum class ProjectionDtype { bf16, f16 };
+// Writes act_s(x·weightᵀ + bias) into out [tokens, columns] (bf16) in one GEMM.
+void projection_chain_forward(const ProjectionChainProblem& p, MutableRows out);
 
-// Scratch bytes the GEMM's kernel asks for at these sizes (0 for the persistent schedule
-// without split-K).
-template <ProjectionDtype dtype>
-size_t projection_gemm_workspace_bytes(const ProjectionGemmParams& p);
-// Launches on p.stream; throws seqmix::Error when CUTLASS refuses the problem.
-template <ProjectionDtype dtype>
-void projection_gemm(const ProjectionGemmParams& p);
+// The gradient of one segment's output, [tokens, width], bf16 or f32.
+struct SegmentGradient {
+  const void* data = nullptr;
+  int64_t stride = 0;
+  bool f32 = false;
+};
+struct ProjectionChainGradients {
+  std::vector<SegmentGradient> d_outputs;  // one per segment
+  MutableRows dx, dweight;                 // [tokens, d], [columns, d], bf16
+  void* dbias = nullptr;                   // [columns] bf16, or nullptr when there is no bias
+};
+
+// dz = gather(d_outputs) ⊙ act'(z) with z recomputed over the non-identity segments only,
+// then dx = dz·weight, dweight = dzᵀ·x, dbias = Σ_tokens dz.
+void projection_chain_backward(const ProjectionChainProblem& p, const ProjectionChainGradients& g);
+
+// o, g [tokens, heads·dv] (each token's heads side by side), norm_weight [dv], out_weight
+// [d_out, heads·dv], all bf16.
+struct OutputChainProblem {
+  int64_t tokens = 0, heads = 0, dv = 0, d_out = 0;
+  float eps = 1e-5f;
+  Rows o, g;
+  const void* norm_weight = nullptr;
+  Rows out_weight;
+  void* stream = nullptr;
+};
+
+// y [tokens, d_out] = (RMSNorm(o)·SiLU(g)) · out_weightᵀ.
+void output_chain_forward(const OutputChainProblem& p, MutableRows y);
+
+struct OutputChainGradients {
+  Rows dy;                       // [tokens, d_out]
+  MutableRows d_o, dg;           // [tokens, heads·dv]
+  void* dnorm_weight = nullptr;  // [dv]
+  MutableRows dout_weight;       // [d_out, heads·dv]
+};
+void output_chain_backward(const OutputChainProblem& p, const OutputChainGradients& g);
 
 }  // namespace seqmix::cuda

@@ -1,16 +1,11 @@
-// Explicit instantiation: the projection chain's fused GEMM, bf16.
+// Explicit instantiation: the projection chain's forward GEMM with the activation epilogue, bf16.
 #include "cuda/chains/projection_gemm.cuh"
 
 namespace seqmix::cuda {
 
-template <>
-size_t projection_gemm_workspace_bytes<ProjectionDtype::bf16>(const ProjectionGemmParams& p) {
-  return proj::ProjectionGemm<cutlass::bfloat16_t>::workspace_bytes(p);
-}
-
-template <>
-void projection_gemm<ProjectionDtype::bf16>(const ProjectionGemmParams& p) {
-  proj::ProjectionGemm<cutlass::bfloat16_t>::run(p);
+void activation_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
+                          ColumnEpilogue columns, void* stream) {
+  proj::activation_gemm<cutlass::bfloat16_t>(M, N, K, x, weight, out, columns, stream);
 }
 
 }  // namespace seqmix::cuda

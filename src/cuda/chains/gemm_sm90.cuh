@@ -1,0 +1,114 @@
+// The one CUTLASS 4.2 sm90 GEMM shape every chain kernel is built from: TMA loads, wgmma,
+// warp-specialized cooperative persistent schedule, 128 × 256 × 64 tiles on clusters of 2
+// (multicast of the operand the two CTAs share). Only the operand layouts and the epilogue
+// (a fusion: visitor tree or linear combination) differ between the chain's GEMMs.
+//
+//   D [M, N] row-major = epilogue(A·B, C),  A [M, K], B [K, N], fp32 accumulation.
+//   LayoutA RowMajor: A's rows hold K (K-major); ColumnMajor: A is stored [K, M] row-major.
+//   LayoutB ColumnMajor: B is stored [N, K] row-major (K-major, a weight in nn.Linear
+//   form); RowMajor: B is stored [K, N] row-major.
+#pragma once
+
+#include <cutlass/cutlass.h>
+#include <cutlass/epilogue/collective/collective_builder.hpp>
+#include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
+#include <cutlass/gemm/collective/collective_builder.hpp>
+#include <cutlass/gemm/device/gemm_universal_adapter.h>
+#include <cutlass/gemm/kernel/gemm_universal.hpp>
+#include <cutlass/kernel_hardware_info.h>
+
+#include <cute/tensor.hpp>
+
+#include <array>
+#include <mutex>
+#include <string>
+
+#include "cuda/common/runtime.cuh"
+#include "seqmix/error.hpp"
+
+namespace seqmix::cuda::gemm {
+
+using namespace cute;
+
+// 128 × 256 × 64 matched cuBLAS at 8192³ on the H100 (ANCHORS.md); cooperative: both
+// consumer warpgroups share each tile.
+using TileShape = Shape<_128, _256, _64>;
+using ClusterShape = Shape<_2, _1, _1>;
+
+template <class Element, class LayoutA, class LayoutB, class ElementC, class Fusion>
+struct Sm90Gemm {
+  static constexpr int kAlign = 16 / sizeof(Element);  // TMA: 16-byte rows and bases
+  using RowMajor = cutlass::layout::RowMajor;
+  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, RowMajor, kAlign, Element, RowMajor,
+      kAlign, cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
+  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element, LayoutB, kAlign, float,
+      TileShape, ClusterShape,
+      cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
+      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
+                                                      cutlass::gemm::PersistentScheduler>;
+  using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
+  using Arguments = typename Gemm::Arguments;
+  using FusionArguments = typename Epilogue::FusionCallbacks::Arguments;
+
+  // The stride of a matrix whose leading (non-unit) dimension is `ld` elements, batch 0:
+  // (ld, 1, 0) for a row-major-stored operand of this role, (1, ld, 0) for a transposed one.
+  template <class Stride>
+  static Stride strided(int64_t ld) {
+    Stride s{};
+    if constexpr (cute::is_static_v<cute::remove_cvref_t<decltype(get<0>(s))>>) get<1>(s) = ld;
+    else get<0>(s) = ld;
+    return s;
+  }
+
+  // D = epilogue(A·B, C); C may be nullptr when the fusion reads no source.
+  static Arguments arguments(int64_t M, int64_t N, int64_t K, const void* a, int64_t lda, const void* b, int64_t ldb,
+                             const void* c, int64_t ldc, void* d, int64_t ldd, const FusionArguments& fusion) {
+    using CElement = cute::conditional_t<cute::is_void_v<ElementC>, Element, ElementC>;
+    Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                   {static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1},
+                   {static_cast<const Element*>(a), strided<typename Kernel::StrideA>(lda),
+                    static_cast<const Element*>(b), strided<typename Kernel::StrideB>(ldb)},
+                   {fusion, static_cast<const CElement*>(c), strided<typename Kernel::StrideC>(ldc),
+                    static_cast<Element*>(d), strided<typename Kernel::StrideD>(ldd)}};
+    args.hw_info = hardware();
+    return args;
+  }
+
+  // The SM count and the clusters that fit, asked once per device: the occupancy query
+  // costs more host time than a small GEMM takes on the device.
+  static cutlass::KernelHardwareInfo hardware() {
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    static std::mutex mutex;
+    static std::array<cutlass::KernelHardwareInfo, 64> known{};
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (device >= static_cast<int>(known.size()))
+      return cutlass::KernelHardwareInfo::make_kernel_hardware_info<Kernel>(device);
+    if (known[device].sm_count == 0) known[device] = cutlass::KernelHardwareInfo::make_kernel_hardware_info<Kernel>(device);
+    return known[device];
+  }
+
+  // Launches on `stream`; the scratch CUTLASS asks for (none for this schedule without
+  // split-K, but asked) comes from the stream-ordered allocator.
+  static void run(const Arguments& args, cudaStream_t stream, const char* what) {
+    Gemm gemm;
+    cutlass::Status status = gemm.can_implement(args);
+    if (status != cutlass::Status::kSuccess)
+      throw Error(std::string("seqmix: ") + what + ": CUTLASS " + cutlassGetStatusString(status));
+    const size_t bytes = Gemm::get_workspace_size(args);
+    void* workspace = nullptr;
+    if (bytes > 0) check(cudaMallocAsync(&workspace, bytes, stream), what);
+    status = gemm.initialize(args, workspace, stream);
+    if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
+    if (workspace) check(cudaFreeAsync(workspace, stream), what);
+    if (status != cutlass::Status::kSuccess)
+      throw Error(std::string("seqmix: ") + what + ": CUTLASS " + cutlassGetStatusString(status));
+    check_launch(what);
+  }
+};
+
+}  // namespace seqmix::cuda::gemm

@@ -1,0 +1,153 @@
+// The output chain on the device: the gated RMSNorm of each (token, head) row as a small
+// kernel writing the bf16 operand u of the o_proj GEMM (and its backward), then the GEMMs
+// (plain_gemm.cuh, and projection_gemm.cuh's activation GEMM with no activation).
+//
+//   u = o·r·w·SiLU(g), r = 1/sqrt(mean(o²) + eps)    y = u·out_weightᵀ
+//   backward: du = dy·out_weight, dout_weight = dyᵀ·u, then per row (chains_math.hpp):
+//   dg = du·ô·w·SiLU'(g), dw += du·SiLU(g)·ô, do = r·(a − ô·mean(a·ô)) with a = du·SiLU(g)·w.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "cuda/chains/params.hpp"
+#include "cuda/chains/scratch.cuh"
+
+namespace seqmix::cuda::chains {
+namespace {
+
+constexpr int kThreads = 256;  // 8 warps, one (token, head) row each at a time
+
+__device__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__device__ float sigmoid(float z) { return 1.f / (1.f + __expf(-z)); }
+
+// Where one (token, head) row of o, g and the [tokens, heads·dv] buffers starts.
+struct Row {
+  int64_t o, g, dense;
+};
+
+struct NormGate {
+  const bf16 *o, *g, *w;
+  int64_t o_stride, g_stride, tokens;
+  int heads, dv;
+  float eps;
+
+  __device__ int64_t rows() const { return tokens * heads; }
+  __device__ Row row(int64_t index) const {
+    const int64_t t = index / heads, h = index % heads;
+    return {t * o_stride + h * dv, t * g_stride + h * dv, index * dv};
+  }
+  // 1/sqrt(mean(o²) + eps) of a row, in every lane.
+  __device__ float inverse_rms(const Row& r, int lane) const {
+    float squares = 0.f;
+    for (int j = lane; j < dv; j += 32) {
+      const float x = __bfloat162float(o[r.o + j]);
+      squares += x * x;
+    }
+    return rsqrtf(warp_sum(squares) / dv + eps);
+  }
+};
+
+// Warps over rows with a grid-stride loop.
+#define FOR_EACH_ROW(ng, index)                                                                    \
+  for (int64_t index = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; index < (ng).rows(); \
+       index += int64_t(gridDim.x) * blockDim.x / 32)
+
+__global__ void norm_gate_forward(NormGate ng, bf16* u) {
+  const int lane = threadIdx.x % 32;
+  FOR_EACH_ROW(ng, index) {
+    const Row r = ng.row(index);
+    const float inv = ng.inverse_rms(r, lane);
+    for (int j = lane; j < ng.dv; j += 32) {
+      const float gate = __bfloat162float(ng.g[r.g + j]);
+      const float value = __bfloat162float(ng.o[r.o + j]) * inv * __bfloat162float(ng.w[j]) * gate * sigmoid(gate);
+      u[r.dense + j] = __float2bfloat16(value);
+    }
+  }
+}
+
+// d_o, dg (token rows d_stride apart) from du; dw_sums [dv] f32 accumulates over rows
+// (per block in shared memory, then one atomic per column and block).
+__global__ void norm_gate_backward(NormGate ng, const bf16* du, bf16* d_o, int64_t d_o_stride, bf16* dg,
+                                   int64_t dg_stride, float* dw_sums) {
+  extern __shared__ float dw_block[];
+  for (int j = threadIdx.x; j < ng.dv; j += blockDim.x) dw_block[j] = 0.f;
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  FOR_EACH_ROW(ng, index) {
+    const Row r = ng.row(index);
+    const int64_t t = index / ng.heads, h = index % ng.heads;
+    const int64_t at_do = t * d_o_stride + h * ng.dv, at_dg = t * dg_stride + h * ng.dv;
+    const float inv = ng.inverse_rms(r, lane);
+    float a_dot_normed = 0.f;
+    for (int j = lane; j < ng.dv; j += 32) {
+      const float normed = __bfloat162float(ng.o[r.o + j]) * inv, w = __bfloat162float(ng.w[j]);
+      const float gate_in = __bfloat162float(ng.g[r.g + j]), s = sigmoid(gate_in), gate = gate_in * s;
+      const float d = __bfloat162float(du[r.dense + j]);
+      dg[at_dg + j] = __float2bfloat16(d * normed * w * s * (1.f + gate_in * (1.f - s)));
+      atomicAdd(&dw_block[j], d * gate * normed);
+      a_dot_normed += d * gate * w * normed;
+    }
+    const float mean = warp_sum(a_dot_normed) / ng.dv;
+    for (int j = lane; j < ng.dv; j += 32) {
+      const float normed = __bfloat162float(ng.o[r.o + j]) * inv, w = __bfloat162float(ng.w[j]);
+      const float gate_in = __bfloat162float(ng.g[r.g + j]);
+      const float a = __bfloat162float(du[r.dense + j]) * gate_in * sigmoid(gate_in) * w;
+      d_o[at_do + j] = __float2bfloat16(inv * (a - normed * mean));
+    }
+  }
+  __syncthreads();
+  for (int j = threadIdx.x; j < ng.dv; j += blockDim.x) atomicAdd(&dw_sums[j], dw_block[j]);
+}
+
+NormGate norm_gate(const OutputChainProblem& p) {
+  return {static_cast<const bf16*>(p.o.data), static_cast<const bf16*>(p.g.data),
+          static_cast<const bf16*>(p.norm_weight), p.o.stride, p.g.stride, p.tokens, static_cast<int>(p.heads),
+          static_cast<int>(p.dv), p.eps};
+}
+
+// u [tokens, heads·dv] in scratch.
+void normalise_and_gate(const OutputChainProblem& p, bf16* u, cudaStream_t stream) {
+  norm_gate_forward<<<grid_for(p.tokens * p.heads * 32, kThreads), kThreads, 0, stream>>>(norm_gate(p), u);
+  check_launch("output chain: norm_gate_forward");
+}
+
+}  // namespace
+}  // namespace seqmix::cuda::chains
+
+namespace seqmix::cuda {
+
+void output_chain_forward(const OutputChainProblem& p, MutableRows y) {
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const int64_t width = p.heads * p.dv;
+  const chains::Scratch<chains::bf16> u(p.tokens * width, stream);
+  chains::normalise_and_gate(p, u.get(), stream);
+  activation_gemm_bf16(p.tokens, p.d_out, width, Rows{u.get(), width}, p.out_weight, y, {}, p.stream);
+}
+
+void output_chain_backward(const OutputChainProblem& p, const OutputChainGradients& g) {
+  using chains::bf16;
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const int64_t width = p.heads * p.dv;
+  const chains::Scratch<bf16> u(p.tokens * width, stream), du(p.tokens * width, stream);
+  chains::normalise_and_gate(p, u.get(), stream);  // recomputed, not kept by the forward
+  gemm_nn_bf16(p.tokens, width, p.d_out, g.dy, p.out_weight, MutableRows{du.get(), width}, p.stream);
+  gemm_tn_bf16(p.d_out, width, p.tokens, g.dy, Rows{u.get(), width}, g.dout_weight, p.stream);
+
+  const chains::Scratch<float> dw(p.dv, stream);
+  check(cudaMemsetAsync(dw.get(), 0, p.dv * sizeof(float), stream), "output chain: dnorm_weight");
+  // Few enough blocks that the per-block dw atomics stay cheap, enough to fill the device.
+  const unsigned blocks = std::min(chains::grid_for(p.tokens * p.heads * 32, chains::kThreads), 1024u);
+  chains::norm_gate_backward<<<blocks, chains::kThreads, p.dv * sizeof(float), stream>>>(
+      chains::norm_gate(p), du.get(), static_cast<bf16*>(g.d_o.data), g.d_o.stride, static_cast<bf16*>(g.dg.data),
+      g.dg.stride, dw.get());
+  check_launch("output chain: norm_gate_backward");
+  chains::to_bf16<<<chains::grid_for(p.dv, 256), 256, 0, stream>>>(dw.get(), p.dv, static_cast<bf16*>(g.dnorm_weight));
+  check_launch("output chain: dnorm_weight");
+}
+
+}  // namespace seqmix::cuda

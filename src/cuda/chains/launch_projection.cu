@@ -1,0 +1,189 @@
+// The projection chain on the device: small kernels that build the per-column epilogue
+// vectors and gather the segments' gradients, then the launchers that put them together
+// with the GEMMs (projection_gemm.cuh, plain_gemm.cuh).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "cuda/chains/params.hpp"
+#include "cuda/chains/scratch.cuh"
+
+namespace seqmix::cuda::chains {
+namespace {
+
+// The segments by value (kernel parameters), with what each kernel needs of them.
+struct SegmentTable {
+  int count = 0;
+  int64_t offset[kMaxSegments];  // first column
+  int code[kMaxSegments];
+  float scale[kMaxSegments];
+  const void* gradient[kMaxSegments];
+  int64_t gradient_stride[kMaxSegments];
+  bool gradient_f32[kMaxSegments];
+};
+
+// The segment holding column c, searching forward from segment s (segments tile the
+// columns in order).
+__device__ int segment_from(const SegmentTable& t, int s, int64_t c) {
+  while (s + 1 < t.count && c >= t.offset[s + 1]) ++s;
+  return s;
+}
+
+// bias (f32 copy, 0 when absent), code and scale for every column < padded; the padding
+// columns get identity.
+__global__ void fill_columns(SegmentTable t, const bf16* bias, int64_t columns, int64_t padded, float* bias_out,
+                             float* code, float* scale) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < padded; c += int64_t(gridDim.x) * blockDim.x) {
+    const bool inside = c < columns;
+    const int s = segment_from(t, 0, c);
+    bias_out[c] = inside && bias ? __bfloat162float(bias[c]) : 0.f;
+    code[c] = inside ? float(t.code[s]) : 0.f;
+    scale[c] = inside ? t.scale[s] : 1.f;
+  }
+}
+
+// dz [tokens, ld] bf16 = the segments' gradients side by side; 8 columns (one 16-byte
+// store) per step; the padding columns get 0.
+__global__ void gather_gradients(SegmentTable t, int64_t tokens, int64_t columns, int64_t ld, bf16* dz) {
+  const int64_t groups = ld / 8;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < tokens * groups;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t row = i / groups, first = (i % groups) * 8;
+    int s = segment_from(t, 0, first);
+    alignas(16) bf16 v[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int64_t c = first + j;
+      s = segment_from(t, s, c);
+      const int64_t at = row * t.gradient_stride[s] + c - t.offset[s];
+      const float value = c >= columns ? 0.f
+                          : t.gradient_f32[s] ? static_cast<const float*>(t.gradient[s])[at]
+                                              : __bfloat162float(static_cast<const bf16*>(t.gradient[s])[at]);
+      v[j] = __float2bfloat16(value);
+    }
+    *reinterpret_cast<uint4*>(dz + row * ld + first) = *reinterpret_cast<const uint4*>(v);
+  }
+}
+
+// sums[c] += Σ over this block's rows of dz[row, c]; blocks of 32 columns × 8 rows.
+__global__ void column_sum(const bf16* dz, int64_t ld, int64_t tokens, int64_t columns, float* sums) {
+  const int64_t c = blockIdx.x * 32 + threadIdx.x;
+  float sum = 0.f;
+  if (c < columns)
+    for (int64_t row = blockIdx.y * 8 + threadIdx.y; row < tokens; row += gridDim.y * 8)
+      sum += __bfloat162float(dz[row * ld + c]);
+  __shared__ float partial[8][33];
+  partial[threadIdx.y][threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < columns) {
+    for (int r = 1; r < 8; ++r) sum += partial[r][threadIdx.x];
+    atomicAdd(&sums[c], sum);
+  }
+}
+
+SegmentTable segment_table(const ProjectionChainProblem& p) {
+  SegmentTable t{};
+  t.count = static_cast<int>(p.segments.size());
+  for (int s = 0; s < t.count; ++s) {
+    t.offset[s] = p.segments[s].offset;
+    t.code[s] = p.segments[s].code;
+    t.scale[s] = p.segments[s].scale;
+  }
+  return t;
+}
+
+bool has_activation(const ProjectionChainProblem& p) {
+  for (const auto& s : p.segments)
+    if (s.code != 0) return true;
+  return false;
+}
+
+// The epilogue's per-column vectors in scratch, padded to a multiple of 8 columns so that
+// a sub-range starting at a multiple of 8 is 16-byte aligned.
+class ColumnVectors {
+ public:
+  ColumnVectors(const ProjectionChainProblem& p, cudaStream_t stream)
+      : padded_(round_up(p.columns, 8)), data_(3 * padded_, stream) {
+    fill_columns<<<grid_for(padded_, 256), 256, 0, stream>>>(segment_table(p), static_cast<const bf16*>(p.bias),
+                                                             p.columns, padded_, data_.get(), data_.get() + padded_,
+                                                             data_.get() + 2 * padded_);
+    check_launch("projection chain: fill_columns");
+  }
+  ColumnEpilogue from(int64_t column) const {
+    return {data_.get() + column, data_.get() + padded_ + column, data_.get() + 2 * padded_ + column};
+  }
+
+ private:
+  int64_t padded_;
+  Scratch<float> data_;
+};
+
+const bf16* element(Rows m, int64_t row, int64_t column) {
+  return static_cast<const bf16*>(m.data) + row * m.stride + column;
+}
+
+}  // namespace
+}  // namespace seqmix::cuda::chains
+
+namespace seqmix::cuda {
+
+void projection_chain_forward(const ProjectionChainProblem& p, MutableRows out) {
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (!p.bias && !chains::has_activation(p)) {  // nothing to apply: the bare GEMM, no vectors
+    activation_gemm_bf16(p.tokens, p.columns, p.d, p.x, p.weight, out, {}, p.stream);
+    return;
+  }
+  const chains::ColumnVectors vectors(p, stream);
+  activation_gemm_bf16(p.tokens, p.columns, p.d, p.x, p.weight, out, vectors.from(0), p.stream);
+}
+
+void projection_chain_backward(const ProjectionChainProblem& p, const ProjectionChainGradients& g) {
+  using chains::bf16;
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const int64_t ld = chains::round_up(p.columns, 8);
+  const chains::Scratch<bf16> dz(p.tokens * ld, stream);
+  chains::SegmentTable table = chains::segment_table(p);
+  for (int s = 0; s < table.count; ++s) {
+    table.gradient[s] = g.d_outputs[s].data;
+    table.gradient_stride[s] = g.d_outputs[s].stride;
+    table.gradient_f32[s] = g.d_outputs[s].f32;
+  }
+  chains::gather_gradients<<<chains::grid_for(p.tokens * (ld / 8), 256), 256, 0, stream>>>(table, p.tokens, p.columns,
+                                                                                         ld, dz.get());
+  check_launch("projection chain: gather_gradients");
+
+  // dz ⊙= act'(z) over each run of consecutive non-identity segments, z recomputed by a GEMM
+  // over those columns only. A run is widened to multiples of 8 columns (16-byte TMA
+  // bases, widths the GEMM accepts); the identity columns it takes in keep dz (factor 1).
+  if (chains::has_activation(p)) {
+    const chains::ColumnVectors vectors(p, stream);
+    for (size_t s = 0; s < p.segments.size();) {
+      if (p.segments[s].code == 0) {
+        ++s;
+        continue;
+      }
+      size_t end = s;
+      while (end < p.segments.size() && p.segments[end].code != 0) ++end;
+      const int64_t first = p.segments[s].offset / 8 * 8;
+      const int64_t last = std::min(chains::round_up(p.segments[end - 1].offset + p.segments[end - 1].width, 8), ld);
+      const Rows dy{dz.get() + first, ld};
+      derivative_gemm_bf16(p.tokens, last - first, p.d, p.x, Rows{chains::element(p.weight, first, 0), p.weight.stride},
+                           dy, MutableRows{dz.get() + first, ld}, vectors.from(first), p.stream);
+      s = end;
+    }
+  }
+  if (g.dbias) {
+    const chains::Scratch<float> sums(p.columns, stream);
+    check(cudaMemsetAsync(sums.get(), 0, p.columns * sizeof(float), stream), "projection chain: dbias");
+    const dim3 grid(static_cast<unsigned>((p.columns + 31) / 32),
+                    static_cast<unsigned>(std::clamp<int64_t>((p.tokens + 255) / 256, 1, 64)));
+    chains::column_sum<<<grid, dim3(32, 8), 0, stream>>>(dz.get(), ld, p.tokens, p.columns, sums.get());
+    chains::to_bf16<<<chains::grid_for(p.columns, 256), 256, 0, stream>>>(sums.get(), p.columns,
+                                                                          static_cast<bf16*>(g.dbias));
+    check_launch("projection chain: dbias");
+  }
+  gemm_nn_bf16(p.tokens, p.d, p.columns, Rows{dz.get(), ld}, p.weight, g.dx, p.stream);
+  gemm_tn_bf16(p.columns, p.d, p.tokens, Rows{dz.get(), ld}, p.x, g.dweight, p.stream);
+}
+
+}  // namespace seqmix::cuda
