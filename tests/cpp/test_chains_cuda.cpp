@@ -1,103 +1,303 @@
-// The projection chain's fused CUDA GEMM (src/cuda/chains) against the float64 oracle.
-// It is called directly: src/core does not dispatch to it until it has run on a GPU.
-// Cases named Small* are the ones the GPU check runs under compute-sanitizer.
+// The chains' CUDA path (src/cuda/chains through src/core/chains.cpp) against the float64
+// oracle: the projection chain with every activation, bias on and off, token counts 1 and
+// 1000 (not tile multiples), forward and backward; the output chain forward and backward.
+// Cases named Small* are the ones the GPU check runs under compute-sanitizer. The
+// ChainsCudaErrors tests need no GPU: the CUDA path refuses what it does not cover before
+// touching the device.
 #include <optional>
 
-#include "cuda/chains/params.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/chains.hpp"
 
 namespace seqmix::test {
 namespace {
 
-struct ProjectionCase {
-  const char* name;
-  int64_t M, K;
-  bool bias;
-};
-
-void PrintTo(const ProjectionCase& c, std::ostream* os) { *os << c.name; }
-
-class ProjectionGemmCuda : public ::testing::TestWithParam<ProjectionCase> {};
-
-// One segment of every activation (widths that are not tile multiples), tau = 16 for the
-// log-sigmoid gate as in fla's GLA.
+// One segment of every activation, widths that are not tile multiples, W_total = 240 (the
+// CUDA path needs a multiple of 8); tau = 16 for the log-sigmoid gate as in fla's GLA.
 const std::vector<ProjectionSegment> kSegments = {{64, Activation::identity, 1.0},
                                                   {48, Activation::silu, 1.0},
                                                   {40, Activation::sigmoid, 1.0},
                                                   {56, Activation::logsigmoid, 16.0},
                                                   {32, Activation::softplus, 1.0}};
 
-TEST_P(ProjectionGemmCuda, MatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const ProjectionCase c = GetParam();
-  int64_t N = 0;
-  for (const auto& s : kSegments) N += s.width;
-  // Weights scaled so that the pre-activations span several units: every branch of the
-  // activations is exercised.
+int64_t total_width() {
+  int64_t n = 0;
+  for (const auto& s : kSegments) n += s.width;
+  return n;
+}
+
+// A float64 copy of a bf16 host tensor: the oracle sees exactly the stored values.
+HostTensor as_f64(const HostTensor& t) {
+  HostTensor copy(t.view.shape, DType::f64);
+  copy.set(t.values());
+  return copy;
+}
+
+// Column views [rows, width_s] of one [rows, W_total] device buffer, one per segment.
+std::vector<Tensor> column_views(const Tensor& buffer) {
+  std::vector<Tensor> views;
+  int64_t first = 0;
+  for (const auto& s : kSegments) {
+    Tensor v = buffer;
+    v.data = static_cast<char*>(buffer.data) + first * dtype_size(buffer.dtype);
+    v.shape = {buffer.shape[0], s.width};
+    views.push_back(v);
+    first += s.width;
+  }
+  return views;
+}
+
+std::optional<Tensor> maybe(bool present, const Tensor& t) { return present ? std::optional<Tensor>(t) : std::nullopt; }
+
+struct ProjectionCase {
+  const char* name;
+  int64_t M, K;
+  bool bias;
+};
+void PrintTo(const ProjectionCase& c, std::ostream* os) { *os << c.name; }
+
+// x, weight, bias in bf16 on the host and the device; the weights scaled so that the
+// pre-activations span several units and every branch of the activations is exercised.
+struct ProjectionInputs {
+  const ProjectionCase c;
+  const int64_t N = total_width();
   HostTensor x = uniform({c.M, c.K}, DType::bf16), weight = uniform({N, c.K}, DType::bf16, -0.2, 0.2);
   HostTensor bias = uniform({N}, DType::bf16);
+  HostTensor x64 = as_f64(x), weight64 = as_f64(weight), bias64 = as_f64(bias);
+  DeviceTensor d_x{x}, d_weight{weight}, d_bias{bias};
+  ProjectionChainOptions reference;
+
+  explicit ProjectionInputs(const ProjectionCase& c_) : c(c_) { reference.impl = Impl::reference; }
+};
+
+class ProjectionChainCuda : public ::testing::TestWithParam<ProjectionCase> {};
+
+TEST_P(ProjectionChainCuda, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  ProjectionInputs in(GetParam());
   std::vector<HostTensor> want;
   std::vector<Tensor> want_views;
   for (const auto& s : kSegments) {
-    want.emplace_back(std::vector<int64_t>{c.M, s.width}, DType::f64);
+    want.emplace_back(std::vector<int64_t>{in.c.M, s.width}, DType::f64);
     want_views.push_back(want.back().view);
   }
-  ProjectionChainOptions reference;
-  reference.impl = Impl::reference;
-  projection_chain_forward(x, weight, c.bias ? std::optional<Tensor>(bias.view) : std::nullopt, kSegments, want_views,
-                           reference);
+  projection_chain_forward(in.x64, in.weight64, maybe(in.c.bias, in.bias64), kSegments, want_views, in.reference);
 
-  // The per-column vectors the epilogue reads: bias, activation code, scale (1/tau).
-  HostTensor column_bias({N}, DType::f32), column_code({N}, DType::f32), column_scale({N}, DType::f32);
-  {
-    const std::vector<double> b = bias.values();
-    std::vector<double> code, scale;
-    for (const auto& s : kSegments)
-      for (int64_t j = 0; j < s.width; ++j) {
-        code.push_back(static_cast<double>(static_cast<int>(s.activation)));
-        scale.push_back(s.activation == Activation::logsigmoid ? 1.0 / s.tau : 1.0);
-      }
-    column_bias.set(b);
-    column_code.set(code);
-    column_scale.set(scale);
-  }
-  HostTensor out = poisoned({c.M, N}, DType::bf16);
-  DeviceTensor d_x(x), d_weight(weight), d_out(out), d_bias(column_bias), d_code(column_code), d_scale(column_scale);
-
-  cuda::ProjectionGemmParams p;
-  p.M = c.M, p.N = N, p.K = c.K;
-  p.x = d_x.ptr, p.x_stride = c.K;
-  p.weight = d_weight.ptr, p.weight_stride = c.K;
-  p.out = d_out.ptr, p.out_stride = N;
-  p.column_bias = c.bias ? static_cast<const float*>(d_bias.ptr) : nullptr;
-  p.column_code = static_cast<const float*>(d_code.ptr);
-  p.column_scale = static_cast<const float*>(d_scale.ptr);
-  const size_t bytes = cuda::projection_gemm_workspace_bytes<cuda::ProjectionDtype::bf16>(p);
-  void* workspace = nullptr;
-  if (bytes > 0) cuda_ok(cudaMalloc(&workspace, bytes));
-  p.workspace = workspace;
-  cuda::projection_gemm<cuda::ProjectionDtype::bf16>(p);
+  HostTensor out = poisoned({in.c.M, in.N}, DType::bf16);
+  DeviceTensor d_out(out);
+  projection_chain_forward(in.d_x, in.d_weight, maybe(in.c.bias, in.d_bias), kSegments, column_views(d_out.view));
   const std::vector<double> got = d_out.values(out);
-  cudaFree(workspace);
 
   int64_t first = 0;
   for (size_t s = 0; s < kSegments.size(); ++s) {
     std::vector<double> columns;
-    for (int64_t i = 0; i < c.M; ++i)
-      for (int64_t j = 0; j < kSegments[s].width; ++j) columns.push_back(got[i * N + first + j]);
-    for (double v : columns) ASSERT_TRUE(std::isfinite(v)) << "segment " << s << ": an element is not finite (unwritten?)";
+    for (int64_t i = 0; i < in.c.M; ++i)
+      for (int64_t j = 0; j < kSegments[s].width; ++j) columns.push_back(got[i * in.N + first + j]);
     EXPECT_LT(rel_err(columns, want[s].values()), tolerance(DType::bf16))
         << "segment " << s << " (" << activation_name(kSegments[s].activation) << ")";
     first += kSegments[s].width;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Cases, ProjectionGemmCuda,
+TEST_P(ProjectionChainCuda, BackwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  ProjectionInputs in(GetParam());
+  // Separate gradient tensors, as autograd hands them over; one in f32 (a consumer that
+  // computed in f32), the others bf16.
+  std::vector<HostTensor> d_outputs, d_outputs64;
+  std::vector<std::unique_ptr<DeviceTensor>> device_d_outputs;
+  std::vector<Tensor> host_views, device_views;
+  for (size_t s = 0; s < kSegments.size(); ++s) {
+    d_outputs.push_back(uniform({in.c.M, kSegments[s].width}, s == 2 ? DType::f32 : DType::bf16));
+    d_outputs64.push_back(as_f64(d_outputs.back()));
+    device_d_outputs.push_back(std::make_unique<DeviceTensor>(d_outputs.back()));
+    host_views.push_back(d_outputs64.back().view);
+    device_views.push_back(device_d_outputs.back()->view);
+  }
+  HostTensor dx64({in.c.M, in.c.K}, DType::f64), dw64({in.N, in.c.K}, DType::f64), db64({in.N}, DType::f64);
+  projection_chain_backward(in.x64, in.weight64, maybe(in.c.bias, in.bias64), kSegments, host_views,
+                            {dx64.view, dw64.view, maybe(in.c.bias, db64.view)}, in.reference);
+
+  HostTensor dx = poisoned({in.c.M, in.c.K}, DType::bf16), dw = poisoned({in.N, in.c.K}, DType::bf16);
+  HostTensor db = poisoned({in.N}, DType::bf16);
+  DeviceTensor d_dx(dx), d_dw(dw), d_db(db);
+  projection_chain_backward(in.d_x, in.d_weight, maybe(in.c.bias, in.d_bias), kSegments, device_views,
+                            {d_dx.view, d_dw.view, maybe(in.c.bias, d_db.view)});
+  EXPECT_LT(rel_err(d_dx.values(dx), dx64.values()), tolerance(DType::bf16)) << "dx";
+  EXPECT_LT(rel_err(d_dw.values(dw), dw64.values()), tolerance(DType::bf16)) << "dweight";
+  if (in.c.bias) EXPECT_LT(rel_err(d_db.values(db), db64.values()), tolerance(DType::bf16)) << "dbias";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, ProjectionChainCuda,
                          ::testing::Values(ProjectionCase{"Small_M1_K64_nobias", 1, 64, false},
+                                           ProjectionCase{"Small_M1_K64_bias", 1, 64, true},
                                            ProjectionCase{"Small_M1000_K136_bias", 1000, 136, true},
+                                           ProjectionCase{"Small_M1000_K136_nobias", 1000, 136, false},
                                            ProjectionCase{"M2000_K512_bias", 2000, 512, true}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// Every segment identity and no bias: the forward is the bare GEMM and the backward skips
+// the derivative GEMM.
+TEST(ProjectionChainCuda, SmallIdentityChainIsThePlainGemm) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<ProjectionSegment> segments = {{16, Activation::identity, 1.0}, {24, Activation::identity, 1.0}};
+  HostTensor x = uniform({37, 32}, DType::bf16), w = uniform({40, 32}, DType::bf16);
+  HostTensor x64 = as_f64(x), w64 = as_f64(w), y64({37, 40}, DType::f64), dy = uniform({37, 40}, DType::bf16);
+  HostTensor dy64 = as_f64(dy);
+  ProjectionChainOptions reference;
+  reference.impl = Impl::reference;
+  Tensor y_left = y64.view, y_right = y64.view;
+  y_left.shape = {37, 16};
+  y_right.shape = {37, 24};
+  y_right.data = static_cast<double*>(y64.view.data) + 16;
+  projection_chain_forward(x64, w64, std::nullopt, segments, {y_left, y_right}, reference);
+
+  HostTensor y = poisoned({37, 40}, DType::bf16);
+  DeviceTensor d_x(x), d_w(w), d_y(y), d_dy(dy);
+  Tensor left = d_y.view, right = d_y.view;
+  left.shape = {37, 16};
+  right.shape = {37, 24};
+  right.data = static_cast<char*>(d_y.ptr) + 16 * 2;
+  projection_chain_forward(d_x, d_w, std::nullopt, segments, {left, right});
+  EXPECT_LT(rel_err(d_y.values(y), y64.values()), tolerance(DType::bf16));
+
+  Tensor dy_left = d_dy.view, dy_right = d_dy.view;  // views of one buffer work as gradients too
+  dy_left.shape = {37, 16};
+  dy_right.shape = {37, 24};
+  dy_right.data = static_cast<char*>(d_dy.ptr) + 16 * 2;
+  Tensor dy64_left = dy64.view, dy64_right = dy64.view;
+  dy64_left.shape = {37, 16};
+  dy64_right.shape = {37, 24};
+  dy64_right.data = static_cast<double*>(dy64.view.data) + 16;
+  HostTensor dx64({37, 32}, DType::f64), dw64({40, 32}, DType::f64);
+  projection_chain_backward(x64, w64, std::nullopt, segments, {dy64_left, dy64_right}, {dx64.view, dw64.view},
+                            reference);
+  HostTensor dx = poisoned({37, 32}, DType::bf16), dw = poisoned({40, 32}, DType::bf16);
+  DeviceTensor d_dx(dx), d_dw(dw);
+  projection_chain_backward(d_x, d_w, std::nullopt, segments, {dy_left, dy_right}, {d_dx.view, d_dw.view});
+  EXPECT_LT(rel_err(d_dx.values(dx), dx64.values()), tolerance(DType::bf16)) << "dx";
+  EXPECT_LT(rel_err(d_dw.values(dw), dw64.values()), tolerance(DType::bf16)) << "dweight";
+}
+
+// ---- output chain ----
+
+struct OutputCase {
+  const char* name;
+  std::vector<int64_t> o_shape;  // [tokens, H, Dv] or [B, T, H, Dv]
+  int64_t d_out;
+};
+void PrintTo(const OutputCase& c, std::ostream* os) { *os << c.name; }
+
+class OutputChainCuda : public ::testing::TestWithParam<OutputCase> {};
+
+TEST_P(OutputChainCuda, ForwardAndBackwardMatchOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const OutputCase c = GetParam();
+  const int rank = static_cast<int>(c.o_shape.size());
+  const int64_t H = c.o_shape[rank - 2], Dv = c.o_shape[rank - 1];
+  std::vector<int64_t> y_shape(c.o_shape.begin(), c.o_shape.end() - 2);
+  y_shape.push_back(c.d_out);
+  HostTensor o = uniform(c.o_shape, DType::bf16), g = uniform(c.o_shape, DType::bf16, -3.0, 3.0);
+  HostTensor nw = uniform({Dv}, DType::bf16, 0.5, 1.5), ow = uniform({c.d_out, H * Dv}, DType::bf16, -0.2, 0.2);
+  HostTensor dy = uniform(y_shape, DType::bf16);
+  HostTensor o64 = as_f64(o), g64 = as_f64(g), nw64 = as_f64(nw), ow64 = as_f64(ow), dy64 = as_f64(dy);
+  OutputChainOptions reference;
+  reference.impl = Impl::reference;
+  const OutputChainInputs in64{o64, g64, nw64, ow64};
+  HostTensor y64(y_shape, DType::f64), do64(c.o_shape, DType::f64), dg64(c.o_shape, DType::f64);
+  HostTensor dnw64({Dv}, DType::f64), dow64({c.d_out, H * Dv}, DType::f64);
+  output_chain_forward(in64, y64, reference);
+  output_chain_backward(in64, dy64, {do64, dg64, dnw64, dow64}, reference);
+
+  DeviceTensor d_o(o), d_g(g), d_nw(nw), d_ow(ow), d_dy(dy);
+  HostTensor y = poisoned(y_shape, DType::bf16), d_o_host = poisoned(c.o_shape, DType::bf16);
+  HostTensor dg = poisoned(c.o_shape, DType::bf16), dnw = poisoned({Dv}, DType::bf16);
+  HostTensor dow = poisoned({c.d_out, H * Dv}, DType::bf16);
+  DeviceTensor d_y(y), d_do(d_o_host), d_dg(dg), d_dnw(dnw), d_dow(dow);
+  const OutputChainInputs in{d_o, d_g, d_nw, d_ow};
+  output_chain_forward(in, d_y);
+  EXPECT_LT(rel_err(d_y.values(y), y64.values()), tolerance(DType::bf16)) << "y";
+  output_chain_backward(in, d_dy, {d_do, d_dg, d_dnw, d_dow});
+  EXPECT_LT(rel_err(d_do.values(d_o_host), do64.values()), tolerance(DType::bf16)) << "do";
+  EXPECT_LT(rel_err(d_dg.values(dg), dg64.values()), tolerance(DType::bf16)) << "dg";
+  EXPECT_LT(rel_err(d_dnw.values(dnw), dnw64.values()), tolerance(DType::bf16)) << "dnorm_weight";
+  EXPECT_LT(rel_err(d_dow.values(dow), dow64.values()), tolerance(DType::bf16)) << "dout_weight";
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, OutputChainCuda,
+                         ::testing::Values(OutputCase{"Small_T1_H2_Dv64", {1, 2, 64}, 96},
+                                           OutputCase{"Small_T1000_H3_Dv40", {1000, 3, 40}, 64},
+                                           OutputCase{"Small_B2_T500_H2_Dv128", {2, 500, 2, 128}, 200},
+                                           OutputCase{"T4000_H4_Dv128", {4000, 4, 128}, 512}),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+// ---- what the CUDA path refuses (no GPU needed: validation never touches the device) ----
+
+Tensor on_cuda(const HostTensor& t) {
+  Tensor v = t.view;
+  v.device = Device::cuda(0);
+  return v;
+}
+
+TEST(ChainsCudaErrors, ProjectionNamesWhatTheCudaPathLacks) {
+  const std::vector<ProjectionSegment> segs = {{8, Activation::silu}, {8, Activation::identity}};
+  HostTensor x = uniform({5, 8}, DType::bf16), w = uniform({16, 8}, DType::bf16), y({5, 16}, DType::bf16);
+  HostTensor x32 = uniform({5, 8}, DType::f32), w32 = uniform({16, 8}, DType::f32);
+  HostTensor y0({5, 8}, DType::bf16), y1({5, 8}, DType::bf16), y32({5, 8}, DType::f32);
+  const Tensor buffer = on_cuda(y);
+  Tensor left = buffer, right = buffer;
+  left.shape = right.shape = {5, 8};
+  right.data = static_cast<char*>(buffer.data) + 8 * 2;
+  const std::string op = "seqmix.projection_chain: ";
+  EXPECT_SEQMIX_ERROR(
+      projection_chain_forward(on_cuda(x32), on_cuda(w32), std::nullopt, segs, {on_cuda(y32), on_cuda(y32)}),
+      op + "argument 'x': expected dtype bf16 on a CUDA device, got f32");
+  EXPECT_SEQMIX_ERROR(projection_chain_forward(on_cuda(x), on_cuda(w), std::nullopt, segs, {on_cuda(y0), on_cuda(y1)}),
+                      op + "argument 'outputs[1]': expected on a CUDA device, a bf16 column view of one [tokens, "
+                           "W_total] buffer (data at outputs[0] + 8 elements, row stride 8), got dtype bf16, strides "
+                           "[8, 1], data elsewhere");
+  ProjectionChainOptions reference;
+  reference.impl = Impl::reference;
+  EXPECT_SEQMIX_ERROR(projection_chain_forward(on_cuda(x), on_cuda(w), std::nullopt, segs, {left, right}, reference),
+                      op + "argument 'impl': expected fast or automatic on a CUDA device, got reference");
+  HostTensor w12 = uniform({12, 8}, DType::bf16);
+  Tensor narrow = right;
+  narrow.shape = {5, 4};
+  EXPECT_SEQMIX_ERROR(projection_chain_forward(on_cuda(x), on_cuda(w12), std::nullopt,
+                                               {{8, Activation::silu}, {4, Activation::identity}}, {left, narrow}),
+                      op + "argument 'weight': expected W_total a multiple of 8 on a CUDA device, got W_total = 12");
+  const std::vector<ProjectionSegment> many(40, {8, Activation::identity});
+  HostTensor w_many = uniform({320, 8}, DType::bf16), y_many({5, 320}, DType::bf16);
+  std::vector<Tensor> many_views;
+  for (int s = 0; s < 40; ++s) {
+    Tensor v = on_cuda(y_many);
+    v.shape = {5, 8};
+    v.data = static_cast<char*>(v.data) + s * 8 * 2;
+    many_views.push_back(v);
+  }
+  EXPECT_SEQMIX_ERROR(projection_chain_forward(on_cuda(x), on_cuda(w_many), std::nullopt, many, many_views),
+                      op + "argument 'segments': expected at most 32 segments on a CUDA device, got 40 segments");
+
+  HostTensor d64({5, 8}, DType::f64), dx({5, 8}, DType::bf16), dw({16, 8}, DType::bf16);
+  EXPECT_SEQMIX_ERROR(projection_chain_backward(on_cuda(x), on_cuda(w), std::nullopt, segs, {on_cuda(d64), left},
+                                                {on_cuda(dx), on_cuda(dw), std::nullopt}),
+                      "seqmix.projection_chain_backward: argument 'd_outputs[0]': expected dtype bf16 or f32 on a "
+                      "CUDA device, got f64");
+}
+
+TEST(ChainsCudaErrors, OutputChainNamesWhatTheCudaPathLacks) {
+  HostTensor o = uniform({5, 2, 4}, DType::bf16), g = uniform({5, 2, 4}, DType::bf16);
+  HostTensor nw = uniform({4}, DType::bf16), ow = uniform({6, 8}, DType::bf16), y({5, 6}, DType::bf16);
+  const std::string op = "seqmix.output_chain: ";
+  EXPECT_SEQMIX_ERROR(output_chain_forward({on_cuda(o), on_cuda(g), on_cuda(nw), on_cuda(ow)}, on_cuda(y)),
+                      op + "argument 'out_weight': expected d_out a multiple of 8 on a CUDA device, got d_out = 6");
+  HostTensor ow8 = uniform({8, 8}, DType::bf16), y8({5, 8}, DType::bf16), g_wide({5, 2, 8}, DType::bf16);
+  Tensor g_strided = on_cuda(g_wide);  // heads 8 elements apart for Dv = 4: not packed
+  g_strided.shape = {5, 2, 4};
+  EXPECT_SEQMIX_ERROR(output_chain_forward({on_cuda(o), g_strided, on_cuda(nw), on_cuda(ow8)}, on_cuda(y8)),
+                      op + "argument 'g': expected on a CUDA device, each token's heads side by side (stride of H = "
+                           "Dv) and B, T collapsible, got strides [16, 8, 1]");
+}
 
 }  // namespace
 }  // namespace seqmix::test
