@@ -19,7 +19,7 @@ from . import ceilings as ceilings_mod
 from .case import GRAPH_DIRECTIONS, Row, rate, rel_err
 
 # op -> module of this package whose cases(quick) lists the op's cases
-OPS = {"gated_scan": "gated_scan", "attention": "attention", "gla": "gla", "linear_recurrence": "linear_recurrence"}
+OPS = {"gated_scan": "gated_scan", "attention": "attention", "gla": "gla", "linear_recurrence": "linear_recurrence", "chains": "chains"}
 
 
 @dataclasses.dataclass(frozen=True)
