@@ -464,23 +464,22 @@ void launch_backward(GlaParams p) {
                         static_cast<unsigned>(p.num_sequences * p.segments));
   if (p.segments > 1) {
     allow_shared(state_grad_kernel<E, KD, VB, true>, state_smem, "gla backward state gradients shared memory");
-    state_grad_kernel<E, KD, VB, true><<<state_grid, kThreads, state_smem, stream>>>(p);
-    check_launch("gla backward segment state gradients");
+    timed_launch(stream, "gla backward segment state gradients",
+                 [&] { state_grad_kernel<E, KD, VB, true><<<state_grid, kThreads, state_smem, stream>>>(p); });
     const dim3 grid(static_cast<unsigned>((KD * p.V + 255) / 256), static_cast<unsigned>(p.H),
                     static_cast<unsigned>(p.num_sequences));
-    chain_segment_grads_kernel<<<grid, 256, 0, stream>>>(p);
-    check_launch("gla backward chain segments");
+    timed_launch(stream, "gla backward chain segments",
+                 [&] { chain_segment_grads_kernel<<<grid, 256, 0, stream>>>(p); });
   }
   allow_shared(state_grad_kernel<E, KD, VB, false>, state_smem, "gla backward state gradients shared memory");
-  state_grad_kernel<E, KD, VB, false><<<state_grid, kThreads, state_smem, stream>>>(p);
-  check_launch("gla backward state gradients");
+  timed_launch(stream, "gla backward state gradients",
+               [&] { state_grad_kernel<E, KD, VB, false><<<state_grid, kThreads, state_smem, stream>>>(p); });
 
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));
   allow_shared(gradient_kernel<E, KD>, grad_smem, "gla backward shared memory");
-  gradient_kernel<E, KD><<<grad_grid, kThreads, grad_smem, stream>>>(p);
-  check_launch("gla backward");
+  timed_launch(stream, "gla backward", [&] { gradient_kernel<E, KD><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
 
   if (owned) check(cudaFreeAsync(scratch, stream), "gla backward workspace");
 }

@@ -14,6 +14,7 @@
 #include "cuda/common/runtime.cuh"
 #include "cuda/gla/mma.cuh"
 #include "cuda/gla/params.hpp"
+#include "cuda/gla/profile.hpp"
 
 namespace seqmix::cuda::gla {
 
@@ -317,6 +318,31 @@ struct BlockPlan {
   }
 };
 
+// The phase clocks of profile.hpp: thread 0 of a block marks the end of each phase of a
+// chunk step (SM cycles, 32-bit: a block's sums stay far below 2^32 cycles) and adds its
+// sums to the device counters at the end. Does nothing unless the launcher passed counters.
+struct PhaseClock {
+  unsigned long long* counters;
+  unsigned last = 0, sums[kGlaPhaseSteps] = {};
+
+  __device__ PhaseClock(unsigned long long* c, int tid) : counters(tid == 0 ? c : nullptr) {
+    if (counters) last = static_cast<unsigned>(clock());
+  }
+  __device__ __forceinline__ void mark(int phase) {
+    if (!counters) return;
+    const unsigned now = static_cast<unsigned>(clock());
+    sums[phase] += now - last;
+    last = now;
+  }
+  __device__ void finish(int64_t steps) const {
+    if (!counters) return;
+#pragma unroll
+    for (int i = 0; i < kGlaPhaseSteps; ++i) atomicAdd(counters + i, static_cast<unsigned long long>(sums[i]));
+    atomicAdd(counters + kGlaPhaseSteps, static_cast<unsigned long long>(steps));
+    atomicAdd(counters + kGlaPhaseBlocks, 1ull);
+  }
+};
+
 // What one walk over the chunks produces:
 //   segment_ends:  each segment's own end state (from zero) and total decay, into p.workspace;
 //   outputs:       o, and the final state after the last chunk, from the entering state;
@@ -373,23 +399,29 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
   issue_decay_loads(plan.first_chunk);
   issue_token_loads(plan.first_chunk, 0);
 
+  PhaseClock phases(p.phase_cycles, tid);
   for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
     const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
     const bool more = chunk + 1 < plan.end_chunk;
     copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
+    phases.mark(kGlaPhaseLoadWait);
     decay_operands<kOutput>(s, tid);
     if constexpr (kOutput) S.store_operand(s.state);
     __syncthreads();  // g is free: the next chunk's decays stream in from here
+    phases.mark(kGlaPhaseDecays);
     if (more) issue_decay_loads(chunk + 1);
     if constexpr (kOutput) {
       diagonal_scores(s, warp, lane);
       __syncthreads();  // q, k are free: the next chunk's tokens stream in behind the products
+      phases.mark(kGlaPhaseDiagonal);
       if (more) issue_token_loads(chunk + 1, stage ^ 1);
       pair_scores(s, warp, lane);
       __syncthreads();
+      phases.mark(kGlaPhasePairs);
       chunk_output(s, s.v[stage], warp, lane, row0(p.o, chunk * kChunk, vb0), p.o.stride_time, plan.valid(chunk),
                    p.scale);
+      phases.mark(kGlaPhaseOutput);
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
       if (more) issue_token_loads(chunk + 1, stage ^ 1);  // k is read by the walkers only
@@ -399,7 +431,9 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       S.store_rounded(static_cast<E*>(p.chunk_states) + slot * KD * p.V + vb0, p.V);
     }
     S.advance(s.k_end, s.decay_all, s.v[stage], lane);
+    phases.mark(kGlaPhaseAdvance);
   }
+  phases.finish(plan.end_chunk - plan.first_chunk);
   if constexpr (kOutput) {
     if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);
   } else if constexpr (kEnds) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cuda/gla/forward.cuh"
+#include "cuda/gla/profile.cuh"
 
 namespace seqmix::cuda::gla {
 
@@ -25,6 +26,16 @@ static __global__ void chain_segments_kernel(const GlaParams p) {
   }
 }
 
+// Launches through `launch`, checks the launch, and brackets it with the profiling events
+// (profile.hpp; nothing while profiling is off).
+template <class Launch>
+void timed_launch(cudaStream_t stream, const char* kernel, Launch&& launch) {
+  launch_began(stream);
+  launch();
+  check_launch(kernel);
+  launch_ended(stream, kernel);
+}
+
 inline int multiprocessors() {
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
@@ -44,17 +55,19 @@ inline void plan_segments(GlaParams& p, int64_t value_blocks) {
 }
 
 template <class E, int KD, int VB, Pass kPass>
-void launch_pass(const GlaParams& p, cudaStream_t stream) {
+void launch_pass(GlaParams p, cudaStream_t stream) {
   const size_t smem = sizeof(Smem<E, KD, VB>);
   auto kernel = forward_kernel<E, KD, VB, kPass>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla forward shared memory");
   const dim3 grid(static_cast<unsigned>(p.V / VB), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
-  kernel<<<grid, kThreads, smem, stream>>>(p);
-  check_launch(kPass == Pass::outputs        ? "gla forward"
+  p.phase_cycles = profile_counters();
+  timed_launch(stream,
+               kPass == Pass::outputs        ? "gla forward"
                : kPass == Pass::segment_ends ? "gla forward segment states"
-                                             : "gla chunk states");
+                                             : "gla chunk states",
+               [&] { kernel<<<grid, kThreads, smem, stream>>>(p); });
 }
 
 // Floats of the segment tables in p.workspace: states, then decays.
@@ -69,8 +82,7 @@ void segment_entering_states(const GlaParams& p, cudaStream_t stream) {
   launch_pass<E, KD, VB, Pass::segment_ends>(p, stream);
   const dim3 grid(static_cast<unsigned>((KD * p.V + 255) / 256), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences));
-  chain_segments_kernel<<<grid, 256, 0, stream>>>(p);
-  check_launch("gla chain segments");
+  timed_launch(stream, "gla chain segments", [&] { chain_segments_kernel<<<grid, 256, 0, stream>>>(p); });
 }
 
 template <class E, int KD, int VB>

@@ -35,6 +35,9 @@ struct GlaParams {
   // [N, H, segments, K] decays (floats).
   int64_t segments = 1, segment_chunks = 0;
   float* workspace = nullptr;
+  // Set by the launchers while profiling (profile.hpp): device counters [kGlaPhaseCount]
+  // the chunk walks add their phase cycles to; nullptr otherwise.
+  unsigned long long* phase_cycles = nullptr;
 
   // Backward only. do, dq, dk, dv, dg: the layouts of o, q, k, v, g.
   GlaTokens d_o, dq, dk, dv, dg;

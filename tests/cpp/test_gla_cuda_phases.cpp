@@ -1,0 +1,95 @@
+// Where the GLA CUDA time goes: each launch of a forward and of a backward timed with
+// events, and the forward walk's chunk step split into its phases (SM cycles), at the
+// benchmark shapes (H 16, K = V = 128, bf16). Printed; run with
+// --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were counted and the
+// outputs are finite.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "cuda/gla/profile.hpp"
+#include "cuda_util.hpp"
+#include "seqmix/gla.hpp"
+
+namespace seqmix::test {
+namespace {
+
+using cuda::GlaProfile;
+
+void print_launches(const char* what, const GlaProfile& profile) {
+  double total = 0;
+  for (const auto& l : profile.launches) total += l.ms;
+  std::printf("  %s: %zu launches, %.4f ms in all\n", what, profile.launches.size(), total);
+  for (const auto& l : profile.launches) std::printf("    %-40s %.4f ms\n", l.kernel.c_str(), l.ms);
+}
+
+// Cycles per chunk step of each phase (averaged over every block's steps), and its share.
+void print_phases(const GlaProfile& profile) {
+  const uint64_t* c = profile.phase_cycles;
+  const double steps = static_cast<double>(c[cuda::kGlaPhaseSteps]);
+  if (steps == 0) return;
+  const char* names[] = {"load wait + barrier", "walkers (decayed operands)", "diagonal sub-chunks (CUDA cores)",
+                         "sub-chunk pairs (mma)", "output q_start·S + A·v (warp 0)", "state advance (warp 0)"};
+  double total = 0;
+  for (int i = 0; i < cuda::kGlaPhaseSteps; ++i) total += static_cast<double>(c[i]);
+  std::printf("  forward walk: %llu blocks, %.0f chunk steps, %.0f cycles a step:\n",
+              static_cast<unsigned long long>(c[cuda::kGlaPhaseBlocks]), steps, total / steps);
+  for (int i = 0; i < cuda::kGlaPhaseSteps; ++i)
+    std::printf("    %-36s %8.0f cycles  %5.1f%%\n", names[i], static_cast<double>(c[i]) / steps,
+                100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
+}
+
+void profile_shape(int64_t B, int64_t T) {
+  const int64_t H = 16, K = 128, V = 128;
+  HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
+             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0);
+  HostTensor o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32), d_out = uniform({B, T, H, V}, DType::bf16);
+  HostTensor dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16),
+      dg({B, T, H, K}, DType::bf16);
+  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_o(o), d_hT(hT), d_do(d_out), d_dq(dq), d_dk(dk), d_dv(dv),
+      d_dg(dg);
+  GlaOptions options;
+  options.scale = 1.0 / std::sqrt(static_cast<double>(K));
+  auto forward = [&] { gla_forward({d_q, d_k, d_v, d_g}, {d_o.view, d_hT.view}, options); };
+  auto backward = [&] {
+    gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
+                 options);
+  };
+  for (int i = 0; i < 3; ++i) forward(), backward();  // warm-up
+  std::printf("gla B%lld T%lld H%lld K%lld V%lld bf16, per launch:\n", static_cast<long long>(B),
+              static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(K),
+              static_cast<long long>(V));
+  cuda::gla_profile_start();
+  forward();
+  const GlaProfile fwd = cuda::gla_profile_stop();
+  print_launches("forward", fwd);
+  print_phases(fwd);
+  cuda::gla_profile_start();
+  backward();
+  const GlaProfile bwd = cuda::gla_profile_stop();
+  print_launches("backward", bwd);
+  std::printf("  (backward's chunk-state walk)\n");
+  print_phases(bwd);
+
+  EXPECT_GT(fwd.phase_cycles[cuda::kGlaPhaseSteps], 0u);
+  EXPECT_FALSE(fwd.launches.empty());
+  EXPECT_FALSE(bwd.launches.empty());
+  const std::vector<double> out = d_o.values(o), grad = d_dg.values(dg);
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](double x) { return std::isfinite(x); }));
+  EXPECT_TRUE(std::all_of(grad.begin(), grad.end(), [](double x) { return std::isfinite(x); }));
+}
+
+TEST(GlaCudaTiming, PhasesB8T2048) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  profile_shape(8, 2048);
+}
+
+TEST(GlaCudaTiming, PhasesB1T32768) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  profile_shape(1, 32768);
+}
+
+}  // namespace
+}  // namespace seqmix::test
