@@ -13,6 +13,7 @@ from ._ops.chains import (low_rank_gate, output_chain, output_chain_backward, pr
                           projection_chain_backward)
 from ._ops.delta_rule import chunk_gated_delta_rule, chunk_gated_delta_rule_backward
 from ._ops.gated_scan import gated_scan, gated_scan_backward
+from ._ops.gated_scan_layer import gated_scan_layer
 from ._ops.gla import chunk_gla, chunk_gla_backward
 from ._ops.linear_recurrence import linear_recurrence, linear_recurrence_backward
 
@@ -37,6 +38,6 @@ def cuda_kernels(op: str) -> bool:
 __all__ = [
     "SeqmixError", "attention_backward", "chunk_gated_delta_rule", "chunk_gated_delta_rule_backward", "chunk_gla",
     "chunk_gla_backward", "cuda_available", "cuda_kernels", "flash_attn_func", "flash_attn_varlen_func", "gated_scan",
-    "gated_scan_backward", "linear_recurrence", "linear_recurrence_backward", "low_rank_gate", "output_chain",
+    "gated_scan_backward", "gated_scan_layer", "linear_recurrence", "linear_recurrence_backward", "low_rank_gate", "output_chain",
     "output_chain_backward", "projection_chain", "projection_chain_backward",
 ]

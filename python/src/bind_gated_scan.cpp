@@ -3,6 +3,7 @@
 #include "bindings.hpp"
 #include "cuda/gated_scan/params.hpp"  // the tile length (plain C++)
 #include "seqmix/gated_scan.hpp"
+#include "seqmix/gated_scan_layer.hpp"
 
 namespace seqmix::python {
 
@@ -45,6 +46,25 @@ void bind_gated_scan(nb::module_& m) {
       nb::arg("dz").none(), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("tile_states").none(),
       nb::arg("decay"), nb::arg("impl"), nb::arg("stream"),
       "Gated scan backward into preallocated gradients (workspace: f32 scratch, CUDA only).");
+  m.def(
+      "gated_scan_layer_forward",
+      [](In x, In weight, Out y, Out workspace, const std::string& decay, const std::string& impl, uintptr_t stream) {
+        auto o = options<GatedScanLayerOptions>(impl, stream);
+        o.decay = parse_decay(decay);
+        const Tensor x_view = view(x, "x"), weight_view = view(weight, "weight");
+        const Tensor y_view = view(y, "y"), workspace_view = view(workspace, "workspace");
+        nb::gil_scoped_release release;
+        gated_scan_layer_forward(x_view, weight_view, y_view, workspace_view, o);
+      },
+      nb::arg("x"), nb::arg("weight"), nb::arg("y"), nb::arg("workspace"), nb::arg("decay"), nb::arg("impl"),
+      nb::arg("stream"), "The gated-scan layer kernel (projection, scan, gate) into preallocated y [B, T, D].");
+  m.def("gated_scan_layer_workspace_size", &gated_scan_layer_workspace_size, nb::arg("B"), nb::arg("T"),
+        nb::arg("D"), "Elements of the f32 workspace of the layer kernel.");
+  m.def(
+      "gated_scan_layer_fits",
+      [](int64_t B, int64_t T, int64_t D, int dtype) { return gated_scan_layer_fits(B, T, D, static_cast<DType>(dtype)); },
+      nb::arg("B"), nb::arg("T"), nb::arg("D"), nb::arg("dtype_code"),
+      "Whether the layer kernel's grid fits on the current CUDA device (dtype_code: seqmix::DType's value).");
   m.attr("GATED_SCAN_TILE_STEPS") = cuda::kScanTileSteps;
   m.def("gated_scan_tile_states_shape", &gated_scan_tile_states_shape, nb::arg("B"), nb::arg("T"), nb::arg("N"),
         nb::arg("D"), "Shape [rows, D] of the tile states a CUDA forward keeps for the backward.");

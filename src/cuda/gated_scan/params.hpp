@@ -85,6 +85,34 @@ inline constexpr int64_t gated_scan_workspace_floats(int64_t tokens, int64_t T, 
   return (tile_state_rows(tokens, N) + 4 * N * max_splits(N, scan_tiles(T))) * D;
 }
 
+// The layer kernel (layer.cuh): projection, scan and gate in one launch. x [B, T, d] and
+// y [B, T, D] have a contiguous last dimension; weight [3·D, d] holds the a, b, z rows.
+struct GatedScanLayerParams {
+  const void* x = nullptr;
+  int64_t x_stride_batch = 0, x_stride_time = 0;
+  const void* weight = nullptr;
+  int64_t weight_stride = 0;
+  void* y = nullptr;
+  int64_t y_stride_batch = 0, y_stride_time = 0;
+  int64_t B = 0, T = 0, d = 0, D = 0;
+  int decay = 2;             // seqmix::Decay
+  float* workspace = nullptr;  // layer_workspace_floats(B, T, D): each chunk's (A, H) per channel
+  void* stream = nullptr;
+};
+
+inline constexpr int64_t kLayerChunk = 64;     // tokens per CTA
+inline constexpr int64_t kLayerChannels = 16;  // channels per CTA
+inline constexpr int64_t layer_chunks(int64_t T) { return (T + kLayerChunk - 1) / kLayerChunk; }
+inline constexpr int64_t layer_slabs(int64_t D) { return (D + kLayerChannels - 1) / kLayerChannels; }
+inline constexpr int64_t layer_blocks(int64_t B, int64_t T, int64_t D) { return B * layer_chunks(T) * layer_slabs(D); }
+inline constexpr int64_t layer_workspace_floats(int64_t B, int64_t T, int64_t D) { return 2 * B * layer_chunks(T) * D; }
+
+template <ScanDtype dtype>
+void gated_scan_layer_forward(const GatedScanLayerParams& p);
+// How many CTAs of the layer kernel the current device runs at once (its grid may not exceed it).
+template <ScanDtype dtype>
+int64_t gated_scan_layer_capacity();
+
 template <ScanDtype dtype>
 void gated_scan_forward(const GatedScanParams& p);
 template <ScanDtype dtype>
