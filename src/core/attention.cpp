@@ -274,6 +274,7 @@ cuda::AttentionBackwardParams cuda_backward_params(const core::Checker& check, c
   bp.dq = attention_view(grads.dq);
   bp.dk = attention_view(grads.dk);
   bp.dv = attention_view(grads.dv);
+  bp.deterministic = options.deterministic;
   if (d_lse) {
     if (d_lse->dtype != DType::f32) check.fail("d_lse", "dtype f32 on a CUDA device", dtype_name(d_lse->dtype));
     bp.d_lse = static_cast<const float*>(d_lse->data);
@@ -343,7 +344,7 @@ void attention_backward(const AttentionInputs& in, const AttentionOutputs& forwa
   check_like_input(check, grads.dk, "dk", in.k, "k", L.k);
   check_like_input(check, grads.dv, "dv", in.v, "v", L.v);
 #ifdef SEQMIX_ATTENTION_KERNELS
-  if (in.q.device.is_cuda()) {  // deterministic either way: the kernels use no atomics
+  if (in.q.device.is_cuda()) {  // deterministic: the two-kernel path without atomics; otherwise dQ by atomics
     const auto params = cuda_backward_params(check, in, forward, dout, d_lse, grads, problem, options);
     const cuda::DeviceGuard guard(in.q.device.index);
     if (in.q.dtype == DType::bf16)

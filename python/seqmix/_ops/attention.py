@@ -63,8 +63,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
             ``j`` iff ``j <= i + Sk - Sq``. A query that sees no key gets ``out = 0`` and
             ``lse = -inf``.
         return_lse: also return the log-sum-exp of each score row.
-        deterministic: accepted for flash-attn parity; the CPU and CUDA backwards are always
-            deterministic (no atomics).
+        deterministic: CUDA backward only (the CPU one is always deterministic): ``True``
+            takes kernels without atomics whose gradients repeat bitwise; ``False`` (faster)
+            accumulates dq with float atomics, so its last bits may vary between runs.
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"`` (float32, the
             FlashAttention form: 64-key tiles with an online softmax).
 
@@ -103,8 +104,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         softmax_scale: multiplies ``Q K^T``; ``None`` means ``D ** -0.5``.
         causal: bottom-right aligned per sequence, as in ``flash_attn_func``.
         return_lse: also return the log-sum-exp of each score row.
-        deterministic: accepted for flash-attn parity; the CPU and CUDA backwards are always
-            deterministic (no atomics).
+        deterministic: CUDA backward only (the CPU one is always deterministic): ``True``
+            takes kernels without atomics whose gradients repeat bitwise; ``False`` (faster)
+            accumulates dq with float atomics, so its last bits may vary between runs.
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"``.
 
     Returns:

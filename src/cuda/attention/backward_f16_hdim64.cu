@@ -1,11 +1,15 @@
-// Explicit instantiation: attention backward, f16, head dim 64.
-#include "cuda/attention/backward.cuh"
+// Explicit instantiation: attention backward, f16, head dim 64. The Hopper kernel of
+// backward_sm90.cuh (dQ through float atomics) unless the caller asks for determinism.
+#include "cuda/attention/backward_sm90.cuh"
 
 namespace seqmix::cuda {
 
 template <>
 void attention_backward<AttentionDtype::f16, 64>(const AttentionBackwardParams& p) {
-  attn::launch_backward<__half, 64>(p);
+  if (p.deterministic)
+    attn::launch_backward<__half, 64>(p);
+  else
+    attn::sm90::launch_backward<__half, 64>(p);
 }
 
 }  // namespace seqmix::cuda

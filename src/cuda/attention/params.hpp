@@ -39,6 +39,9 @@ struct AttentionBackwardParams {
   // Optional gradient reaching lse (same indexing as lse, its own strides), or nullptr.
   const float* d_lse = nullptr;
   int64_t d_lse_stride_batch = 0, d_lse_stride_head = 0, d_lse_stride_row = 0;
+  // true: the two-kernel backward of backward.cuh (no atomics, bitwise reproducible);
+  // false: the Hopper backward of backward_sm90.cuh (dQ accumulated with float atomics).
+  bool deterministic = false;
 };
 
 enum class AttentionDtype { bf16, f16 };
@@ -46,8 +49,7 @@ enum class AttentionDtype { bf16, f16 };
 // Head dims with a compiled forward kernel.
 inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
-// Head dims the backward kernels of backward.cuh take (dK and dV of a key block stay in
-// registers). Those kernels are not instantiated yet: see NOTES.md.
+// Head dims the backward kernels take (dK and dV of a key block stay in registers).
 inline constexpr bool attention_backward_head_dim_supported(int64_t D) { return D == 64 || D == 128; }
 
 template <AttentionDtype dtype, int D>
