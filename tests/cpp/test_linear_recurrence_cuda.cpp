@@ -132,6 +132,14 @@ INSTANTIATE_TEST_SUITE_P(
         GpuCase{"SmallChunkedF32", 2, 45, 24, 1, f32, chunked},
         GpuCase{"SmallChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true},
         GpuCase{"SmallChunkedWorkspace", 1, 70, 32, 2, f32, chunked, true, true, true},
+        // The chunked method on tensor cores (n ≤ 64, m ≤ 8): uneven last chunk, padded
+        // n, 8 columns, one chunk only, whole chunks; n = 128 takes the composition path.
+        GpuCase{"SmallChunkedTensorF32N64Vector", 2, 100, 64, 1, f32, chunked},
+        GpuCase{"SmallChunkedTensorBf16N40Columns8", 1, 53, 40, 8, bf16, chunked},
+        GpuCase{"SmallChunkedTensorF32N56NoState", 1, 35, 56, 2, f32, chunked, false, false},
+        GpuCase{"SmallChunkedTensorT1", 2, 1, 16, 1, f32, chunked},
+        GpuCase{"SmallChunkedTensorWholeChunks", 1, 64, 32, 3, bf16, chunked, true, true, true},
+        GpuCase{"SmallChunkedComposeN128", 1, 40, 128, 1, f32, chunked},
         GpuCase{"SmallScanF32", 2, 37, 32, 1, f32, scan},
         GpuCase{"SmallScanBf16Matrix", 1, 29, 40, 3, bf16, scan, true, false},
         GpuCase{"SmallScanN128", 1, 11, 128, 2, f32, scan},
@@ -145,6 +153,8 @@ INSTANTIATE_TEST_SUITE_P(
         GpuCase{"SequentialF32Wide", 2, 300, 64, 64, f32, seq},
         GpuCase{"SequentialBf16Long", 4, 1000, 128, 1, bf16, seq},
         GpuCase{"ChunkedF32Long", 1, 1000, 64, 1, f32, chunked},
+        GpuCase{"ChunkedTensorF32Groups", 16, 1500, 64, 1, f32, chunked},
+        GpuCase{"ChunkedTensorBf16Long", 2, 3000, 64, 4, bf16, chunked},
         GpuCase{"ChunkedBf16Wide", 1, 300, 32, 64, bf16, chunked},
         GpuCase{"ScanF32Long", 1, 1000, 64, 1, f32, scan},
         GpuCase{"CyclicReductionF32Long", 1, 1000, 64, 1, f32, cr},
@@ -250,10 +260,29 @@ TEST(LinearRecurrenceCudaPlan, CyclicReductionNeedsNoMoreWorkspaceThanTheScan) {
 }
 
 TEST(LinearRecurrenceCudaPlan, AutomaticMethodFollowsTheBlockCount) {
-  EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 64, 1), seq);
-  EXPECT_EQ(linear_recurrence_cuda_method(2, 4096, 64, 64), seq);  // 2 groups × 8 column slices
+  // n ≤ 64 and m ≤ 8: the chunked method on tensor cores up to 32 groups.
+  EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 64, 1), chunked);
   EXPECT_EQ(linear_recurrence_cuda_method(1, 4096, 64, 1), chunked);
+  EXPECT_EQ(linear_recurrence_cuda_method(64, 4096, 64, 1), seq);
+  // Otherwise the block count decides.
+  EXPECT_EQ(linear_recurrence_cuda_method(2, 4096, 64, 64), seq);  // 2 groups × 8 column slices
+  EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 128, 1), seq);
+  EXPECT_EQ(linear_recurrence_cuda_method(1, 4096, 128, 1), chunked);
   EXPECT_EQ(linear_recurrence_cuda_method(1, 100, 64, 1), seq);  // too short to split
+}
+
+// The chunked method on tensor cores keeps only chunk summaries: far less scratch than
+// the float copies of every transition the composition path keeps (n = 128).
+TEST(LinearRecurrenceCudaPlan, ChunkedOnTensorCoresKeepsOnlySummaries) {
+  LinearRecurrenceOptions o;
+  o.method = chunked;
+  for (bool backward : {false, true}) {
+    const int64_t G = 16, T = 4096, n = 64;
+    const int64_t w = linear_recurrence_workspace_size(G, T, n, 1, backward, o);
+    EXPECT_LT(w, G * T * n * n / 8) << backward;
+    EXPECT_GE(w, (backward ? 2 * G * T * n : 0) + G * (T / 64) * n * n) << backward;
+    EXPECT_GT(linear_recurrence_workspace_size(G, T, 128, 1, backward, o), G * T * 128 * 128) << backward;
+  }
 }
 
 // ---- timing (SEQMIX_LINREC_TIMING=1) ----

@@ -2,6 +2,8 @@
 //   sequential  forward: one kernel over the inputs. backward: one launch running the
 //               forward chain (states h) and the reverse-time chain through A_tᵀ
 //               (gradients g) side by side, then the gradient products.
+//   chunked     for n ≤ 64 and m ≤ 8 (params.hpp), on tensor cores over the inputs
+//               (chunked_tensor.cuh); the backward runs it on both chains.
 //   others      float copies of the chain (io.cuh prep), the method in place
 //               (methods.cu), then the states in the input dtype or the gradients.
 #pragma once
@@ -101,9 +103,20 @@ inline void solve(const LinearRecurrenceParams& p, const Workspace& w, float* st
   }
 }
 
+inline bool tensor_chunks(const LinearRecurrenceParams& p) {
+  return p.method == RecurrenceMethod::chunked && chunked_on_tensor_cores(p.n, p.m);
+}
+
 template <class T>
 void forward(const LinearRecurrenceParams& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (tensor_chunks(p)) {
+    const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
+    SeqChain c = forward_chain<T>(p, p.h, false);
+    c.last = p.final_state, c.last_group = p.n * p.m;
+    solve_chunked_on_tensor_cores<T>(c, p.G, p.T, p.n, p.m, chunk_of(p), scratch.get(), p.stream);
+    return;
+  }
   if (p.method == RecurrenceMethod::sequential) {
     SeqParams s;
     s.chains[0] = forward_chain<T>(p, p.h, false);
@@ -136,6 +149,14 @@ void backward(const LinearRecurrenceParams& p) {
     s.chains[1] = reverse_chain<T>(p, w.reverse);
     s.n = p.n, s.m = p.m;
     launch_sequential<T>(s, p.G, p.stream);
+  } else if (tensor_chunks(p)) {  // the two state arrays, then the summaries' scratch
+    w.forward = scratch.get();
+    w.reverse = w.forward + p.G * p.T * p.n * p.m;
+    float* rest = w.reverse + p.G * p.T * p.n * p.m;
+    solve_chunked_on_tensor_cores<T>(forward_chain<T>(p, w.forward, true), p.G, p.T, p.n, p.m, chunk_of(p), rest,
+                                     p.stream);
+    solve_chunked_on_tensor_cores<T>(reverse_chain<T>(p, w.reverse), p.G, p.T, p.n, p.m, chunk_of(p), rest,
+                                     p.stream);
   } else {
     prep<T>(p, w, w.forward, false, stream);
     solve(p, w, w.forward);

@@ -49,9 +49,20 @@ inline constexpr int64_t default_chunk_size(int64_t G, int64_t T) {
   return chunk < T ? chunk : (T > 0 ? T : 1);
 }
 
+// The chunked method runs on tensor cores (chunk_transfer.cuh: each chunk's transfer
+// matrix by mma.sync, a pass over chunk summaries, then every chunk re-walked from its
+// true start state) for padded state sizes up to 64 and at most 8 state columns; other
+// shapes, or all of them with this switch off, take the float-copy composition path.
+inline constexpr bool kChunkedOnTensorCores = true;
+inline constexpr bool chunked_on_tensor_cores(int64_t n, int64_t m) {
+  return kChunkedOnTensorCores && n <= 64 && m <= 8;
+}
+
 // Floats of workspace one call uses (0: none). The parallel methods keep float copies of
 // the maps they compose ([G, T, n, n] transitions, [G, T, n, m] offsets that become the
-// states in place); the backward also keeps the recomputed forward states.
+// states in place); the backward also keeps the recomputed forward states. The chunked
+// method on tensor cores keeps only each chunk's summary (transfer matrix, offset) and
+// start state, plus the two state arrays of the backward.
 inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T, int64_t n, int64_t m,
                                                             RecurrenceMethod method, int64_t chunk_size,
                                                             bool backward) {
@@ -61,7 +72,9 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
     case RecurrenceMethod::sequential: return backward ? 2 * states : 0;
     case RecurrenceMethod::chunked: {
       const int64_t C = chunk_size > 0 ? chunk_size : default_chunk_size(G, T);
-      return maps + outputs + start + G * ((T + C - 1) / C) * n * m;
+      const int64_t chunks = (T + C - 1) / C;
+      if (chunked_on_tensor_cores(n, m)) return G * chunks * (n * n + 2 * n * m) + (backward ? 2 * states : 0);
+      return maps + outputs + start + G * chunks * n * m;
     }
     case RecurrenceMethod::scan: return 2 * maps + outputs + states + start;
     case RecurrenceMethod::cyclic_reduction: return maps + outputs + start;
@@ -70,15 +83,17 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
 }
 
 // The method "automatic" runs on a CUDA device (NOTES.md has the measurements behind it).
-// The sequential method reads every transition once and is the fastest whenever its
-// blocks (a group × a slice of 8 state columns each) fill a fair part of the GPU; with
-// few of them its depth of T dependent steps leaves the GPU idle and the chunked method,
-// parallel over chunks of time, wins.
+// The sequential method reads every transition once but walks T dependent steps, one
+// block per group (× slice of 8 state columns): its time hardly depends on G until the
+// blocks fill the GPU. The chunked method on tensor cores spreads each sequence over
+// many SMs and reads the transitions twice, so its time grows with G: it is predicted to
+// win up to about 32 groups (NOTES.md, version 3). Without tensor cores (n > 64 or more
+// than 8 columns) the chunked method wins only when few blocks would run.
 inline constexpr RecurrenceMethod choose_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m) {
+  if (T < 256) return RecurrenceMethod::sequential;
+  if (chunked_on_tensor_cores(n, m)) return G <= 32 ? RecurrenceMethod::chunked : RecurrenceMethod::sequential;
   const int64_t blocks = G * (m == 1 ? 1 : (m + 7) / 8);
-  (void)n;
-  if (blocks >= 16 || T < 256) return RecurrenceMethod::sequential;
-  return RecurrenceMethod::chunked;
+  return blocks >= 16 ? RecurrenceMethod::sequential : RecurrenceMethod::chunked;
 }
 
 template <RecurrenceDtype dtype>

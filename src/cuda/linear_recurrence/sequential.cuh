@@ -17,14 +17,18 @@ namespace seqmix::cuda::linrec {
 // One chain walked by a block: step s reads A(s) = A + s·a_step (skipped for s = 0 when
 // identity_first), b(s) = b + s·b_step (zero when b is null), and writes the state to
 // out + s·out_step (float or the input type) and, after the last step, to `last`.
-// Every pointer is offset by group·*_group for group g.
+// Every pointer is offset by group·*_group for group g. A group may be cut into
+// `sub_chains` consecutive pieces, one block each (the chunked method re-walks every
+// chunk from its start state): piece k of a group is offset by k·sub_* more, walks
+// `steps` steps (the last piece `last_steps` when given), and only the last writes `last`.
 struct SeqChain {
   const void* A = nullptr;
   int64_t a_step = 0, a_group = 0;
   const void* b = nullptr;
   int64_t b_step = 0, b_group = 0;
-  const void* start = nullptr;  // input type, [n, m] per group; null: zeros
+  const void* start = nullptr;  // input type (float when start_float), [n, m] per group; null: zeros
   int64_t start_group = 0;
+  bool start_float = false;
   void* out = nullptr;
   int64_t out_step = 0, out_group = 0;
   bool out_float = false;
@@ -32,7 +36,10 @@ struct SeqChain {
   int64_t last_group = 0;
   int64_t steps = 0;
   bool transposed = false;
-  bool identity_first = false;
+  bool identity_first = false;  // step 0 of the first piece applies the identity
+  int64_t sub_chains = 1;
+  int64_t sub_a = 0, sub_b = 0, sub_out = 0, sub_start = 0;
+  int64_t last_steps = 0;
 };
 
 struct SeqParams {
@@ -113,19 +120,24 @@ __global__ void __launch_bounds__(kThreads, 1) sequential_kernel(const SeqParams
   float* hbuf = reinterpret_cast<float*>(smem_raw + D * Cfg::kStageBytes);          // [2][N·MC]
 
   const SeqChain c = p.chains[blockIdx.y];  // a copy: registers, not indexed parameter loads
-  const int64_t group = blockIdx.x / p.col_blocks;
+  const int64_t chain_index = blockIdx.x / p.col_blocks;
+  const int64_t group = chain_index / c.sub_chains, sub = chain_index % c.sub_chains;
+  const bool last_sub = sub == c.sub_chains - 1;
+  const bool identity_first = c.identity_first && sub == 0;
   const int col0 = (blockIdx.x % p.col_blocks) * MC;
   const int n = static_cast<int>(p.n), m = static_cast<int>(p.m);
   const int tid = threadIdx.x, q = tid & 7, rg = tid >> 3;
-  const int64_t steps = c.steps;
-  const T* A = static_cast<const T*>(c.A) + group * c.a_group;
+  const int64_t steps = last_sub && c.last_steps > 0 ? c.last_steps : c.steps;
+  const T* A = static_cast<const T*>(c.A) + group * c.a_group + sub * c.sub_a;
 
   // The state before step 0, into the buffer step 0 reads.
   for (int e = tid; e < N * MC; e += kThreads) {
     const int row = e / MC, col = e % MC;
     float x = 0.f;
-    if (c.start && row < n && col0 + col < m)
-      x = to_float(static_cast<const T*>(c.start)[group * c.start_group + row * m + col0 + col]);
+    if (c.start && row < n && col0 + col < m) {
+      const int64_t at = group * c.start_group + sub * c.sub_start + row * m + col0 + col;
+      x = c.start_float ? static_cast<const float*>(c.start)[at] : to_float(static_cast<const T*>(c.start)[at]);
+    }
     hbuf[N * MC + state_index<MC, V>(row, col)] = x;
   }
 
@@ -161,18 +173,19 @@ __global__ void __launch_bounds__(kThreads, 1) sequential_kernel(const SeqParams
     out_ok[o] = owner && out_row[o] < n && col0 + out_col[o] < m;
     out_off[o] = static_cast<int64_t>(out_row[o]) * m + col0 + out_col[o];
   }
-  const T* b = c.b ? static_cast<const T*>(c.b) + group * c.b_group : nullptr;
+  const T* b = c.b ? static_cast<const T*>(c.b) + group * c.b_group + sub * c.sub_b : nullptr;
   auto load_b = [&](int64_t s, float (&dst)[O]) {
     const bool live = b && s < steps;
 #pragma unroll
     for (int o = 0; o < O; ++o) dst[o] = (live && out_ok[o]) ? to_float(b[s * c.b_step + out_off[o]]) : 0.f;
   };
-  float* out_f = c.out_float ? static_cast<float*>(c.out) + group * c.out_group : nullptr;
-  T* out_t = !c.out_float && c.out ? static_cast<T*>(c.out) + group * c.out_group : nullptr;
-  T* last = c.last ? static_cast<T*>(c.last) + group * c.last_group : nullptr;
+  const int64_t out_at = group * c.out_group + sub * c.sub_out;
+  float* out_f = c.out_float ? static_cast<float*>(c.out) + out_at : nullptr;
+  T* out_t = !c.out_float && c.out ? static_cast<T*>(c.out) + out_at : nullptr;
+  T* last = c.last && last_sub ? static_cast<T*>(c.last) + group * c.last_group : nullptr;
 
 #pragma unroll
-  for (int d = 0; d < D - 1; ++d) issue_copies(A + d * c.a_step, d, d < steps && !(c.identity_first && d == 0));
+  for (int d = 0; d < D - 1; ++d) issue_copies(A + d * c.a_step, d, d < steps && !(identity_first && d == 0));
   const T* A_issue = A + (D - 1) * c.a_step;  // the transition the next copies fetch
   float bring[PB][O];
 #pragma unroll
@@ -192,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1) sequential_kernel(const SeqParams
       float* h_next = hbuf + (s & 1) * N * MC;
 
       float result[O];
-      if (c.identity_first && s == 0) {  // the identity step of the reverse-time chain
+      if (identity_first && s == 0) {  // the identity step of the reverse-time chain
 #pragma unroll
         for (int o = 0; o < O; ++o) result[o] = owner ? h_prev[state_index<MC, V>(out_row[o], out_col[o])] : 0.f;
       } else {

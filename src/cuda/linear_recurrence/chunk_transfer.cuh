@@ -1,0 +1,210 @@
+// The chunked method's first pass on tensor cores: one block per (chunk, group) walks
+// its chunk of L steps and keeps the affine map of the steps so far,
+//   [P | v] ← A_s·[P | v] + [0 | b_s]      from [I | 0],
+// so at the end P = A_last···A_first (the chunk's transfer matrix) and v its state from a
+// zero start: the chunk summary. Every step is one N×(N+8) product on tensor cores
+// (mma.sync m16n8k8 tf32, fp32 accumulation), the 8 extra columns holding v (m ≤ 8).
+//
+// Accuracy: tf32 keeps 10 mantissa bits, so each operand x is split as hi = tf32(x),
+// lo = tf32(x − hi), and A·P ≈ A_hi·P_lo + A_lo·P_hi + A_hi·P_hi (the 3×tf32 form, about
+// fp32 accuracy). bf16 transitions are exact in tf32 (A_lo = 0): two products a step.
+// P is kept in shared memory already split (the four warps all read it); A is split in
+// registers (each element is read by one warp once).
+//
+// Threads: N/16 warps, warp w owns rows 16w..16w+15 of the product and all N+8 columns.
+// A_s (and b_s) stream through a ring of kStages shared-memory stages by cp.async.
+#pragma once
+
+#include "cuda/linear_recurrence/common.cuh"
+#include "cuda/linear_recurrence/sequential.cuh"
+
+namespace seqmix::cuda::linrec {
+
+// One block's job: the chain's steps (SeqChain's A, b, steps, transposed and
+// identity_first), chunks of `chunk` steps; summaries to maps [G, chunks, n, n] and
+// offsets [G, chunks, n, m] (float).
+struct ChunkTransferParams {
+  SeqChain chain;
+  float* maps = nullptr;
+  float* offsets = nullptr;
+  int64_t chunk = 0, chunks = 0;
+  int n = 0, m = 0;
+};
+
+template <class T, int N, bool kTransposed>
+struct ChunkTransferConfig {
+  static_assert(N == 32 || N == 64, "padded state sizes 32 and 64 (128 would not fit shared memory)");
+  static constexpr int kWarps = N / 16;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kTiles = N / 8 + 1;  // column tiles of 8: P, then v
+  static constexpr int kCols = N + 8;       // P | v
+  // Row strides chosen so the fragment loads of a warp hit 32 distinct banks: rows
+  // (k + tig) × columns (n + gid) of P need a stride ≡ 8 (mod 32) words; A's rows
+  // (r + gid) × columns (k + tig) need ≡ 4 words, its transposed reads ≡ 8.
+  static constexpr int kStrideP = kCols;
+  static constexpr int kStrideA = sizeof(T) == 4 ? (kTransposed ? N + 8 : N + 4) : (kTransposed ? N + 16 : N + 8);
+  static constexpr int kStageA = N * kStrideA;  // elements of T
+  static constexpr int kStageB = N * 8;         // elements of T: b_s flat [n·m], m ≤ 8
+  static constexpr int kStageElems = kStageA + kStageB;
+  static constexpr int kStages = 3;
+  static constexpr int kPiecesPerRow = N * int(sizeof(T)) / 16;
+  static constexpr int kPieceElems = 16 / int(sizeof(T));
+  static constexpr int kPiecesPerThread = N * kPiecesPerRow / kThreads;
+  static constexpr int smem_bytes() {
+    return kStages * kStageElems * int(sizeof(T)) + 2 * N * kStrideP * int(sizeof(float));
+  }
+  static_assert(kStageA * int(sizeof(T)) % 16 == 0 && kStrideA * int(sizeof(T)) % 16 == 0, "16-byte rows");
+  static_assert(N * kPiecesPerRow % kThreads == 0, "copies spread evenly");
+};
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+}
+
+// d += a·b for one m16n8k8 tile (row-major a, column-major b, tf32 operands).
+__device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+template <class T, int N, bool kTransposed>
+__global__ void __launch_bounds__(ChunkTransferConfig<T, N, kTransposed>::kThreads)
+    chunk_transfer_kernel(const ChunkTransferParams p) {
+  using Cfg = ChunkTransferConfig<T, N, kTransposed>;
+  constexpr int S = Cfg::kStages, NT = Cfg::kTiles, LDP = Cfg::kStrideP, LDA = Cfg::kStrideA;
+  constexpr bool kExactA = sizeof(T) == 2;  // bf16 is exact in tf32
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* stages = reinterpret_cast<T*>(smem_raw);                                               // [S][A | b]
+  float* P_hi = reinterpret_cast<float*>(smem_raw + S * Cfg::kStageElems * int(sizeof(T)));  // [N][N+8]
+  float* P_lo = P_hi + N * LDP;                                                               // [N][N+8]
+
+  const SeqChain& c = p.chain;
+  const int64_t g = blockIdx.y, s_begin = blockIdx.x * p.chunk;
+  const int64_t len = min(p.chunk, c.steps - s_begin);
+  const int n = p.n, m = p.m, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int gid = lane / 4, tig = lane % 4, r0 = 16 * warp;
+  const T* A = static_cast<const T*>(c.A) + g * c.a_group;
+  const T* b = static_cast<const T*>(c.b) + g * c.b_group;
+  const int nm = n * m;
+
+  // Step i of the chunk into stage slot: A (zeros outside n×n) and b_s.
+  auto issue = [&](int64_t i, int slot) {
+    if (i < len) {
+      const int64_t s = s_begin + i;
+      T* stage = stages + slot * Cfg::kStageElems;
+      if (!(c.identity_first && s == 0)) {
+        const T* A_s = A + s * c.a_step;
+#pragma unroll
+        for (int u = 0; u < Cfg::kPiecesPerThread; ++u) {
+          const int idx = tid + u * Cfg::kThreads, row = idx / Cfg::kPiecesPerRow;
+          const int col = (idx % Cfg::kPiecesPerRow) * Cfg::kPieceElems;
+          const bool ok = row < n && col < n;
+          copy_async<16>(stage + row * LDA + col, ok ? A_s + row * n + col : A_s, ok);
+        }
+      }
+      const T* b_s = b + s * c.b_step;
+      for (int e = tid * Cfg::kPieceElems; e < nm; e += Cfg::kThreads * Cfg::kPieceElems)
+        copy_async<16>(stage + Cfg::kStageA + e, b_s + e, true);
+    }
+    copy_async_commit();
+  };
+
+#pragma unroll
+  for (int d = 0; d < S - 1; ++d) issue(d, d);
+  for (int e = tid; e < N * LDP; e += Cfg::kThreads) {  // [P | v] = [I | 0]
+    P_hi[e] = (e / LDP == e % LDP) ? 1.f : 0.f;
+    P_lo[e] = 0.f;
+  }
+
+  float acc[NT][4];
+  for (int64_t i = 0; i < len; ++i) {
+    issue(i + S - 1, static_cast<int>((i + S - 1) % S));
+    copy_async_wait<S - 1>();
+    __syncthreads();  // step i landed for everyone; [P | v] of step i-1 written
+    const T* stage = stages + (i % S) * Cfg::kStageElems;
+    const T* b_s = stage + Cfg::kStageA;
+    const bool identity = c.identity_first && s_begin + i == 0;
+    // acc = [0 | b_s] (or [I | b_s] for the identity step, where [P | v] = [I | 0]).
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int row = r0 + gid + 8 * (k / 2), col = 8 * t + 2 * tig + (k % 2);
+        float x = 0.f;
+        if (t == NT - 1) x = (row < n && col - N < m) ? to_float(b_s[row * m + col - N]) : 0.f;
+        else if (identity) x = row == col ? 1.f : 0.f;
+        acc[t][k] = x;
+      }
+    if (!identity) {
+#pragma unroll
+      for (int k0 = 0; k0 < N; k0 += 8) {
+        float a[4];  // A[r0+gid][k0+tig], [r0+gid+8][k0+tig], [r0+gid][k0+tig+4], [r0+gid+8][k0+tig+4]
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int row = r0 + gid + 8 * (k % 2), col = k0 + tig + 4 * (k / 2);
+          a[k] = to_float(kTransposed ? stage[col * LDA + row] : stage[row * LDA + col]);
+        }
+        unsigned a_hi[4], a_lo[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          a_hi[k] = to_tf32(a[k]);
+          a_lo[k] = kExactA ? 0u : to_tf32(a[k] - __uint_as_float(a_hi[k]));
+        }
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+          const int at0 = (k0 + tig) * LDP + 8 * t + gid, at1 = at0 + 4 * LDP;
+          const unsigned h0 = __float_as_uint(P_hi[at0]), h1 = __float_as_uint(P_hi[at1]);
+          const unsigned l0 = __float_as_uint(P_lo[at0]), l1 = __float_as_uint(P_lo[at1]);
+          mma_tf32(acc[t], a_hi, l0, l1);
+          if constexpr (!kExactA) mma_tf32(acc[t], a_lo, h0, h1);
+          mma_tf32(acc[t], a_hi, h0, h1);
+        }
+      }
+    }
+    __syncthreads();  // every read of [P | v] and of this stage is done
+    if (i + 1 < len) {  // the new [P | v], split
+#pragma unroll
+      for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          const int row = r0 + gid + 8 * (k / 2), col = 8 * t + 2 * tig + (k % 2);
+          const float x = acc[t][k], hi = __uint_as_float(to_tf32(x));
+          P_hi[row * LDP + col] = hi;
+          P_lo[row * LDP + col] = __uint_as_float(to_tf32(x - hi));
+        }
+    }
+  }
+  copy_async_wait<0>();
+
+  // The summary, unpadded.
+  float* maps = p.maps + (g * p.chunks + blockIdx.x) * int64_t(n) * n;
+  float* offsets = p.offsets + (g * p.chunks + blockIdx.x) * int64_t(nm);
+#pragma unroll
+  for (int t = 0; t < NT; ++t)
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int row = r0 + gid + 8 * (k / 2), col = 8 * t + 2 * tig + (k % 2);
+      if (row >= n) continue;
+      if (t < NT - 1) {
+        if (col < n) maps[row * n + col] = acc[t][k];
+      } else if (col - N < m) {
+        offsets[row * m + col - N] = acc[t][k];
+      }
+    }
+}
+
+// Start states of every chunk, [G, chunks, n, m] float: chunk 0's is the chain's start
+// (input type, or zeros); the others are left for the pass over the summaries.
+template <class T>
+__global__ void chunk_start_kernel(const T* start, float* starts, int64_t chunks, int nm) {
+  const int64_t g = blockIdx.x;
+  for (int e = threadIdx.x; e < nm; e += blockDim.x)
+    starts[g * chunks * nm + e] = start ? to_float(start[g * nm + e]) : 0.f;
+}
+
+}  // namespace seqmix::cuda::linrec

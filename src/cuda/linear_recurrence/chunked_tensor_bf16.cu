@@ -1,0 +1,9 @@
+// Explicit instantiation: the chunked method on tensor cores, bf16 inputs.
+#include "cuda/linear_recurrence/chunked_tensor.cuh"
+
+namespace seqmix::cuda::linrec {
+
+template void solve_chunked_on_tensor_cores<__nv_bfloat16>(const SeqChain&, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                                  float*, void*);
+
+}  // namespace seqmix::cuda::linrec
