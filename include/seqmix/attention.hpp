@@ -29,8 +29,10 @@ struct AttentionOptions : CommonOptions {
   double scale = 0.0;
   // Bottom-right aligned causal mask (see above).
   bool causal = false;
-  // Accepted for flash-attn parity: the CPU backward is always deterministic (there is no
-  // CUDA backward yet: CUDA tensors are refused by attention_backward).
+  // Backward only. The CPU backward is always deterministic. On CUDA, false (the default)
+  // runs the Hopper backward, whose dQ is summed with float atomics (dK, dV repeat bit for
+  // bit, dQ to rounding); true runs the two-kernel backward without atomics, bitwise
+  // reproducible and slower.
   bool deterministic = false;
 };
 
