@@ -13,6 +13,8 @@
 //
 // Threads: N/16 warps, warp w owns rows 16w..16w+15 of the product and all N+8 columns.
 // A_s (and b_s) stream through a ring of kStages shared-memory stages by cp.async.
+// blockIdx.z picks one of up to two chains (the backward summarizes its forward and
+// reverse-time chains in one launch).
 #pragma once
 
 #include "cuda/linear_recurrence/common.cuh"
@@ -20,13 +22,13 @@
 
 namespace seqmix::cuda::linrec {
 
-// One block's job: the chain's steps (SeqChain's A, b, steps, transposed and
+// One block's job: a chain's steps (SeqChain's A, b, steps, transposed and
 // identity_first), chunks of `chunk` steps; summaries to maps [G, chunks, n, n] and
-// offsets [G, chunks, n, m] (float).
+// offsets [G, chunks, n, m] (float), per chain.
 struct ChunkTransferParams {
-  SeqChain chain;
-  float* maps = nullptr;
-  float* offsets = nullptr;
+  SeqChain chains[2];
+  float* maps[2] = {nullptr, nullptr};
+  float* offsets[2] = {nullptr, nullptr};
   int64_t chunk = 0, chunks = 0;
   int n = 0, m = 0;
 };
@@ -73,8 +75,8 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
 }
 
 template <class T, int N, bool kTransposed>
-__global__ void __launch_bounds__(ChunkTransferConfig<T, N, kTransposed>::kThreads)
-    chunk_transfer_kernel(const ChunkTransferParams p) {
+__device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& p, const SeqChain& c,
+                                                     float* maps_out, float* offsets_out) {
   using Cfg = ChunkTransferConfig<T, N, kTransposed>;
   constexpr int S = Cfg::kStages, NT = Cfg::kTiles, LDP = Cfg::kStrideP, LDA = Cfg::kStrideA;
   constexpr bool kExactA = sizeof(T) == 2;  // bf16 is exact in tf32
@@ -83,7 +85,6 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, kTransposed>::kThrea
   float* P_hi = reinterpret_cast<float*>(smem_raw + S * Cfg::kStageElems * int(sizeof(T)));  // [N][N+8]
   float* P_lo = P_hi + N * LDP;                                                               // [N][N+8]
 
-  const SeqChain& c = p.chain;
   const int64_t g = blockIdx.y, s_begin = blockIdx.x * p.chunk;
   const int64_t len = min(p.chunk, c.steps - s_begin);
   const int n = p.n, m = p.m, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -182,8 +183,8 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, kTransposed>::kThrea
   copy_async_wait<0>();
 
   // The summary, unpadded.
-  float* maps = p.maps + (g * p.chunks + blockIdx.x) * int64_t(n) * n;
-  float* offsets = p.offsets + (g * p.chunks + blockIdx.x) * int64_t(nm);
+  float* maps = maps_out + (g * p.chunks + blockIdx.x) * int64_t(n) * n;
+  float* offsets = offsets_out + (g * p.chunks + blockIdx.x) * int64_t(nm);
 #pragma unroll
   for (int t = 0; t < NT; ++t)
 #pragma unroll
@@ -198,11 +199,36 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, kTransposed>::kThrea
     }
 }
 
+template <class T, int N>
+__global__ void __launch_bounds__(ChunkTransferConfig<T, N, false>::kThreads)
+    chunk_transfer_kernel(const ChunkTransferParams p) {
+  static_assert(ChunkTransferConfig<T, N, false>::kThreads == ChunkTransferConfig<T, N, true>::kThreads);
+  const int z = blockIdx.z;
+  const SeqChain c = p.chains[z];  // a copy: registers, not indexed parameter loads
+  if (c.transposed) chunk_transfer_block<T, N, true>(p, c, p.maps[z], p.offsets[z]);
+  else chunk_transfer_block<T, N, false>(p, c, p.maps[z], p.offsets[z]);
+}
+
+template <class T, int N>
+inline constexpr int chunk_transfer_smem_bytes() {
+  const int a = ChunkTransferConfig<T, N, false>::smem_bytes(), b = ChunkTransferConfig<T, N, true>::smem_bytes();
+  return a > b ? a : b;
+}
+
 // Start states of every chunk, [G, chunks, n, m] float: chunk 0's is the chain's start
 // (input type, or zeros); the others are left for the pass over the summaries.
+// blockIdx.y picks the chain.
+struct ChunkStartParams {
+  const void* start[2] = {nullptr, nullptr};
+  float* starts[2] = {nullptr, nullptr};
+};
+
 template <class T>
-__global__ void chunk_start_kernel(const T* start, float* starts, int64_t chunks, int nm) {
+__global__ void chunk_start_kernel(const ChunkStartParams p, int64_t chunks, int nm) {
   const int64_t g = blockIdx.x;
+  const bool second = blockIdx.y == 1;  // constant indices keep the parameters out of local memory
+  const T* start = static_cast<const T*>(second ? p.start[1] : p.start[0]);
+  float* starts = second ? p.starts[1] : p.starts[0];
   for (int e = threadIdx.x; e < nm; e += blockDim.x)
     starts[g * chunks * nm + e] = start ? to_float(start[g * nm + e]) : 0.f;
 }

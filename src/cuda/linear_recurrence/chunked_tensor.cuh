@@ -17,59 +17,64 @@
 
 namespace seqmix::cuda::linrec {
 
-template <class T, int N, bool kTransposed>
-void launch_chunk_transfer(const ChunkTransferParams& p, int64_t G, int64_t blocks, cudaStream_t stream) {
-  using Cfg = ChunkTransferConfig<T, N, kTransposed>;
-  const auto kernel = chunk_transfer_kernel<T, N, kTransposed>;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes()),
+template <class T, int N>
+void launch_chunk_transfer(const ChunkTransferParams& p, int64_t G, int64_t blocks, int chains, cudaStream_t stream) {
+  const auto kernel = chunk_transfer_kernel<T, N>;
+  const int smem = chunk_transfer_smem_bytes<T, N>();
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (chunk transfer)");
-  kernel<<<dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(G)), Cfg::kThreads, Cfg::smem_bytes(), stream>>>(
-      p);
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(G), static_cast<unsigned>(chains));
+  kernel<<<grid, ChunkTransferConfig<T, N, false>::kThreads, smem, stream>>>(p);
   check_launch("linear_recurrence chunk transfer");
 }
 
-template <class T, int N>
-void launch_chunk_transfer_n(const ChunkTransferParams& p, int64_t G, int64_t blocks, cudaStream_t stream) {
-  if (p.chain.transposed) launch_chunk_transfer<T, N, true>(p, G, blocks, stream);
-  else launch_chunk_transfer<T, N, false>(p, G, blocks, stream);
-}
-
+// Chains side by side share each launch (the backward's forward and reverse chains);
+// chain k's scratch starts at scratch + k·chunked_tensor_scratch_floats(...).
 template <class T>
-void solve_chunked_on_tensor_cores(const SeqChain& chain, int64_t G, int64_t T_len, int64_t n, int64_t m,
+void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t m,
                                    int64_t chunk, float* scratch, void* stream_ptr) {
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   const int64_t L = std::min(chunk, T_len), chunks = (T_len + L - 1) / L, nn = n * n, nm = n * m;
-  float* maps = scratch;                     // [G, chunks, n, n]
-  float* offsets = maps + G * chunks * nn;   // [G, chunks, n, m]
-  float* starts = offsets + G * chunks * nm;  // [G, chunks, n, m]
-  chunk_start_kernel<T><<<static_cast<unsigned>(G), 128, 0, stream>>>(static_cast<const T*>(chain.start), starts,
-                                                                      chunks, static_cast<int>(nm));
+  float *maps[2] = {}, *offsets[2] = {}, *starts[2] = {};
+  ChunkStartParams start;
+  for (int k = 0; k < count; ++k) {
+    maps[k] = scratch + k * G * chunks * (nn + 2 * nm);  // [G, chunks, n, n]
+    offsets[k] = maps[k] + G * chunks * nn;              // [G, chunks, n, m]
+    starts[k] = offsets[k] + G * chunks * nm;            // [G, chunks, n, m]
+    start.start[k] = chains[k].start, start.starts[k] = starts[k];
+  }
+  chunk_start_kernel<T><<<dim3(static_cast<unsigned>(G), static_cast<unsigned>(count)), 128, 0, stream>>>(
+      start, chunks, static_cast<int>(nm));
   check_launch("linear_recurrence chunk starts");
   if (chunks > 1) {
     ChunkTransferParams t;
-    t.chain = chain, t.chain.steps = T_len;
-    t.maps = maps, t.offsets = offsets, t.chunk = L, t.chunks = chunks;
-    t.n = static_cast<int>(n), t.m = static_cast<int>(m);
-    if (n <= 32) launch_chunk_transfer_n<T, 32>(t, G, chunks - 1, stream);
-    else launch_chunk_transfer_n<T, 64>(t, G, chunks - 1, stream);
-
     SeqParams s;  // s_c for c ≥ 1
-    SeqChain& k = s.chains[0];
-    k.A = maps, k.a_step = nn, k.a_group = chunks * nn;
-    k.b = offsets, k.b_step = nm, k.b_group = chunks * nm;
-    k.start = starts, k.start_group = chunks * nm;
-    k.out = starts + nm, k.out_step = nm, k.out_group = chunks * nm, k.out_float = true;
-    k.steps = chunks - 1;
+    for (int k = 0; k < count; ++k) {
+      t.chains[k] = chains[k], t.chains[k].steps = T_len;
+      t.maps[k] = maps[k], t.offsets[k] = offsets[k];
+      SeqChain& q = s.chains[k];
+      q.A = maps[k], q.a_step = nn, q.a_group = chunks * nn;
+      q.b = offsets[k], q.b_step = nm, q.b_group = chunks * nm;
+      q.start = starts[k], q.start_group = chunks * nm;
+      q.out = starts[k] + nm, q.out_step = nm, q.out_group = chunks * nm, q.out_float = true;
+      q.steps = chunks - 1;
+    }
+    t.chunk = L, t.chunks = chunks;
+    t.n = static_cast<int>(n), t.m = static_cast<int>(m);
+    if (n <= 32) launch_chunk_transfer<T, 32>(t, G, chunks - 1, count, stream);
+    else launch_chunk_transfer<T, 64>(t, G, chunks - 1, count, stream);
     s.n = n, s.m = m;
     launch_sequential<float>(s, G, stream_ptr);
   }
   SeqParams s;  // every chunk from its start
-  SeqChain& k = s.chains[0];
-  k = chain;
-  k.start = starts, k.start_float = true, k.start_group = chunks * nm, k.sub_start = nm;
-  k.sub_chains = chunks;
-  k.sub_a = L * chain.a_step, k.sub_b = L * chain.b_step, k.sub_out = L * chain.out_step;
-  k.steps = L, k.last_steps = T_len - (chunks - 1) * L;
+  for (int k = 0; k < count; ++k) {
+    SeqChain& q = s.chains[k];
+    q = chains[k];
+    q.start = starts[k], q.start_float = true, q.start_group = chunks * nm, q.sub_start = nm;
+    q.sub_chains = chunks;
+    q.sub_a = L * chains[k].a_step, q.sub_b = L * chains[k].b_step, q.sub_out = L * chains[k].out_step;
+    q.steps = L, q.last_steps = T_len - (chunks - 1) * L;
+  }
   s.n = n, s.m = m;
   launch_sequential<T>(s, G * chunks, stream_ptr);
 }

@@ -114,7 +114,7 @@ void forward(const LinearRecurrenceParams& p) {
     const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
     SeqChain c = forward_chain<T>(p, p.h, false);
     c.last = p.final_state, c.last_group = p.n * p.m;
-    solve_chunked_on_tensor_cores<T>(c, p.G, p.T, p.n, p.m, chunk_of(p), scratch.get(), p.stream);
+    solve_chunked_on_tensor_cores<T>(&c, 1, p.G, p.T, p.n, p.m, chunk_of(p), scratch.get(), p.stream);
     return;
   }
   if (p.method == RecurrenceMethod::sequential) {
@@ -149,13 +149,11 @@ void backward(const LinearRecurrenceParams& p) {
     s.chains[1] = reverse_chain<T>(p, w.reverse);
     s.n = p.n, s.m = p.m;
     launch_sequential<T>(s, p.G, p.stream);
-  } else if (tensor_chunks(p)) {  // the two state arrays, then the summaries' scratch
+  } else if (tensor_chunks(p)) {  // the two state arrays, then both chains' summaries
     w.forward = scratch.get();
     w.reverse = w.forward + p.G * p.T * p.n * p.m;
-    float* rest = w.reverse + p.G * p.T * p.n * p.m;
-    solve_chunked_on_tensor_cores<T>(forward_chain<T>(p, w.forward, true), p.G, p.T, p.n, p.m, chunk_of(p), rest,
-                                     p.stream);
-    solve_chunked_on_tensor_cores<T>(reverse_chain<T>(p, w.reverse), p.G, p.T, p.n, p.m, chunk_of(p), rest,
+    const SeqChain chains[2] = {forward_chain<T>(p, w.forward, true), reverse_chain<T>(p, w.reverse)};
+    solve_chunked_on_tensor_cores<T>(chains, 2, p.G, p.T, p.n, p.m, chunk_of(p), w.reverse + p.G * p.T * p.n * p.m,
                                      p.stream);
   } else {
     prep<T>(p, w, w.forward, false, stream);

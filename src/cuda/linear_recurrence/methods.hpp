@@ -27,13 +27,14 @@ struct FloatChain {
 
 void solve_chunked(const FloatChain& c, int64_t chunk, void* stream);
 
-// The chunked method on tensor cores (chunk_transfer.cuh) for one chain over the
+// The chunked method on tensor cores (chunk_transfer.cuh) for one or two chains over the
 // caller's tensors (SeqChain of the sequential kernel: inputs, start, outputs, last
-// state): summaries of chunks of `chunk` steps, the pass over them, then every chunk
-// re-walked from its start. Scratch: G·chunks·(n² + 2nm) floats.
+// state), side by side: summaries of chunks of `chunk` steps, the pass over them, then
+// every chunk re-walked from its start. Scratch: count·G·chunks·(n² + 2nm) floats.
 template <class T>
-void solve_chunked_on_tensor_cores(const SeqChain& chain, int64_t G, int64_t T_len, int64_t n, int64_t m,
+void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t m,
                                    int64_t chunk, float* scratch, void* stream);
+
 void solve_scan(const FloatChain& c, void* stream);
 void solve_cyclic_reduction(const FloatChain& c, void* stream);
 

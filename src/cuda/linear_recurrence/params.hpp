@@ -62,7 +62,7 @@ inline constexpr bool chunked_on_tensor_cores(int64_t n, int64_t m) {
 // the maps they compose ([G, T, n, n] transitions, [G, T, n, m] offsets that become the
 // states in place); the backward also keeps the recomputed forward states. The chunked
 // method on tensor cores keeps only each chunk's summary (transfer matrix, offset) and
-// start state, plus the two state arrays of the backward.
+// start state per chain, plus the two state arrays of the backward.
 inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T, int64_t n, int64_t m,
                                                             RecurrenceMethod method, int64_t chunk_size,
                                                             bool backward) {
@@ -73,7 +73,8 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
     case RecurrenceMethod::chunked: {
       const int64_t C = chunk_size > 0 ? chunk_size : default_chunk_size(G, T);
       const int64_t chunks = (T + C - 1) / C;
-      if (chunked_on_tensor_cores(n, m)) return G * chunks * (n * n + 2 * n * m) + (backward ? 2 * states : 0);
+      const int64_t summaries = G * chunks * (n * n + 2 * n * m);  // per chain
+      if (chunked_on_tensor_cores(n, m)) return backward ? 2 * (summaries + states) : summaries;
       return maps + outputs + start + G * chunks * n * m;
     }
     case RecurrenceMethod::scan: return 2 * maps + outputs + states + start;
