@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "cuda/gla/params.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/gla.hpp"
 
@@ -62,9 +63,15 @@ struct GlaCaseInputs {
   }
 };
 
-TEST_P(GlaCuda, ForwardMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const GpuGlaCase c = GetParam();
+// Selects a forward walk for one test and restores the previous one after.
+struct ForwardWalk {
+  cuda::GlaForwardWalk before = cuda::gla_forward_walk();
+  explicit ForwardWalk(cuda::GlaForwardWalk walk) { cuda::gla_set_forward_walk(walk); }
+  ~ForwardWalk() { cuda::gla_set_forward_walk(before); }
+};
+
+// The forward (output and final state) against the oracle, by the walk selected.
+void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
   const auto &value_shape = in.value_shape, &state_shape = in.state_shape;
 
@@ -78,6 +85,18 @@ TEST_P(GlaCuda, ForwardMatchesOracle) {
   const double tol = tolerance(c.dtype);
   EXPECT_LT(rel_err(d_o.values(o), o_ref.values()), tol);
   EXPECT_LT(rel_err(d_hT.values(hT), hT_ref.values()), tol);
+}
+
+TEST_P(GlaCuda, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardWalk walk(cuda::GlaForwardWalk::serial);
+  forward_matches_oracle(GetParam());
+}
+
+TEST_P(GlaCuda, ForwardPipelinedMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardWalk walk(cuda::GlaForwardWalk::pipelined);
+  forward_matches_oracle(GetParam());
 }
 
 // Every gradient (dq, dk, dv, dg, and d initial state with an initial state) against the

@@ -1,14 +1,15 @@
-// Where the GLA CUDA time goes: each launch of a forward and of a backward timed with
-// events, and the forward walk's chunk step split into its phases (SM cycles), at the
-// benchmark shapes (H 16, K = V = 128, bf16). Printed; run with
-// --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were counted and the
-// outputs are finite.
+// Where the GLA CUDA time goes: each launch of a forward (by each walk, with its median
+// time over 20 runs) and of a backward timed with events, and the forward walk's chunk step
+// split into its phases (SM cycles), at the benchmark shapes (H 16, K = V = 128, bf16).
+// Printed; run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were
+// counted and the outputs are finite.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 
+#include "cuda/gla/params.hpp"
 #include "cuda/gla/profile.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/gla.hpp"
@@ -30,15 +31,43 @@ void print_phases(const GlaProfile& profile) {
   const uint64_t* c = profile.phase_cycles;
   const double steps = static_cast<double>(c[cuda::kGlaPhaseSteps]);
   if (steps == 0) return;
-  const char* names[] = {"load wait + barrier", "walkers (decayed operands)", "diagonal sub-chunks (CUDA cores)",
-                         "sub-chunk pairs (mma)", "output q_start·S + A·v (warp 0)", "state advance (warp 0)"};
+  const char* names[] = {"load wait + barrier",
+                         "walkers (decayed operands)",
+                         "diagonal sub-chunks (CUDA cores)",
+                         "sub-chunk pairs (mma)",
+                         "output q_start·S + A·v (warp 0)",
+                         "state advance (warp 0)",
+                         "preparing warps wait for state warps",
+                         "state warps wait for operands"};
   double total = 0;
   for (int i = 0; i < cuda::kGlaPhaseSteps; ++i) total += static_cast<double>(c[i]);
-  std::printf("  forward walk: %llu blocks, %.0f chunk steps, %.0f cycles a step:\n",
+  std::printf("  walk: %llu blocks, %.0f chunk steps, %.0f cycles a step (summed over both sides when pipelined):\n",
               static_cast<unsigned long long>(c[cuda::kGlaPhaseBlocks]), steps, total / steps);
   for (int i = 0; i < cuda::kGlaPhaseSteps; ++i)
     std::printf("    %-36s %8.0f cycles  %5.1f%%\n", names[i], static_cast<double>(c[i]) / steps,
                 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
+}
+
+// Median of 20 event-timed runs of `run`.
+template <class Run>
+float median_ms(Run&& run) {
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  std::vector<float> times;
+  for (int i = 0; i < 20; ++i) {
+    cudaEventRecord(start);
+    run();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
 }
 
 void profile_shape(int64_t B, int64_t T) {
@@ -61,19 +90,31 @@ void profile_shape(int64_t B, int64_t T) {
   std::printf("gla B%lld T%lld H%lld K%lld V%lld bf16, per launch:\n", static_cast<long long>(B),
               static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(K),
               static_cast<long long>(V));
-  cuda::gla_profile_start();
-  forward();
-  const GlaProfile fwd = cuda::gla_profile_stop();
-  print_launches("forward", fwd);
-  print_phases(fwd);
+  const cuda::GlaForwardWalk before = cuda::gla_forward_walk();
+  GlaProfile fwd;
+  std::vector<double> serial_out;  // the two walks agree at this size too
+  for (const auto walk : {cuda::GlaForwardWalk::serial, cuda::GlaForwardWalk::pipelined}) {
+    cuda::gla_set_forward_walk(walk);
+    const char* name = walk == cuda::GlaForwardWalk::serial ? "serial" : "pipelined";
+    for (int i = 0; i < 3; ++i) forward();
+    std::printf("  forward, %s walk: median %.4f ms\n", name, median_ms(forward));
+    cuda::gla_profile_start();
+    forward();
+    fwd = cuda::gla_profile_stop();
+    print_launches(name, fwd);
+    print_phases(fwd);
+    EXPECT_GT(fwd.phase_cycles[cuda::kGlaPhaseSteps], 0u);
+    if (walk == cuda::GlaForwardWalk::serial) serial_out = d_o.values(o);
+    else EXPECT_LT(rel_err(d_o.values(o), serial_out), tolerance(DType::bf16)) << "pipelined against serial";
+  }
+  cuda::gla_set_forward_walk(before);
   cuda::gla_profile_start();
   backward();
   const GlaProfile bwd = cuda::gla_profile_stop();
   print_launches("backward", bwd);
-  std::printf("  (backward's chunk-state walk)\n");
+  std::printf("  (the backward's chunk-state walk)\n");
   print_phases(bwd);
 
-  EXPECT_GT(fwd.phase_cycles[cuda::kGlaPhaseSteps], 0u);
   EXPECT_FALSE(fwd.launches.empty());
   EXPECT_FALSE(bwd.launches.empty());
   const std::vector<double> out = d_o.values(o), grad = d_dg.values(dg);

@@ -28,7 +28,7 @@ __host__ __device__ constexpr int pair_row0(int I) { return kSub * (I - 1) * I /
 template <class E, int KD, int VB>
 struct Smem {
   using Element = E;
-  static constexpr int kKeys = KD;
+  static constexpr int kKeys = KD, kValues = VB;
   static constexpr int PK = KD + 8, PV = VB + 8, PA = kChunk + 8;  // row pitches
   E q[kChunk * PK], k[kChunk * PK], g[kChunk * PK];  // this chunk's raw inputs
   E v[2][kChunk * PV];                               // values, double-buffered
@@ -134,10 +134,16 @@ __device__ __forceinline__ float4 load4(const E* p) {
 // 16m + 4cg.. for every j of its sub-chunk at once (16 independent accumulators), the
 // weight e^{b_i − b_j} a running product of e^{g} from j = i down; the 4 groups of a row
 // then combine by shuffles. Writes zeros above the diagonal.
+// diagonal_sums leaves lane (row i, group cg) with A_{i, i0+jj} for jj = 4·m + cg, m = 0..3
+// (zero above the diagonal); store_diagonal writes them into s.scores. Split so that a
+// caller can sum before the scores tile is free to be written.
+struct DiagonalSums {
+  float value[4];
+};
+
 template <class S>
-__device__ __forceinline__ void diagonal_scores(S& s, int warp, int lane) {
-  using E = typename S::Element;
-  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA;
+__device__ __forceinline__ DiagonalSums diagonal_sums(const S& s, int warp, int lane) {
+  constexpr int KD = S::kKeys, PK = S::PK;
   const int i = warp * 8 + lane / 4, cg = lane % 4, i0 = i & ~(kSub - 1), last = i - i0;
   const int warp_last = (warp % 2) * 8 + 7;  // the largest `last` in this warp
   float acc[kSub] = {};
@@ -157,12 +163,28 @@ __device__ __forceinline__ void diagonal_scores(S& s, int warp, int lane) {
       }
     }
   }
+  DiagonalSums sums;
 #pragma unroll
   for (int jj = 0; jj < kSub; ++jj) {
     acc[jj] += __shfl_xor_sync(0xffffffffu, acc[jj], 1);
     acc[jj] += __shfl_xor_sync(0xffffffffu, acc[jj], 2);
-    if (jj % 4 == cg) s.scores[i * PA + i0 + jj] = from_float<E>(jj <= last ? acc[jj] : 0.0f);
+    if (jj % 4 == cg) sums.value[jj / 4] = jj <= last ? acc[jj] : 0.0f;
   }
+  return sums;
+}
+
+template <class S>
+__device__ __forceinline__ void store_diagonal(S& s, const DiagonalSums& sums, int warp, int lane) {
+  using E = typename S::Element;
+  constexpr int PA = S::PA;
+  const int i = warp * 8 + lane / 4, cg = lane % 4, i0 = i & ~(kSub - 1);
+#pragma unroll
+  for (int m = 0; m < 4; ++m) s.scores[i * PA + i0 + 4 * m + cg] = from_float<E>(sums.value[m]);
+}
+
+template <class S>
+__device__ __forceinline__ void diagonal_scores(S& s, int warp, int lane) {
+  store_diagonal(s, diagonal_sums(s, warp, lane), warp, lane);
 }
 
 // The six sub-chunk pairs J < I of A: warps 0..5, one 16×16 tensor-core block each,
@@ -255,10 +277,11 @@ struct StateTile {
 };
 
 // o for rows 16·(w % 4) and half the value block, w / 4: (q_start·S_0 + A·v)·scale.
-template <class E, int KD, int VB>
-__device__ __forceinline__ void chunk_output(const Smem<E, KD, VB>& s, const E* v, int warp, int lane, E* o_row0,
+// S: Smem, or any layout with q_start, state and scores members and Smem's pitches.
+template <class S, class E = typename S::Element>
+__device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, int lane, E* o_row0,
                                              int64_t stride_time, int valid, float scale) {
-  constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV, PA = Smem<E, KD, VB>::PA;
+  constexpr int KD = S::kKeys, VB = S::kValues, PK = S::PK, PV = S::PV, PA = S::PA;
   constexpr int NT = VB / 16;  // 8-column tiles per warp
   const int rb = warp % 4, n0 = (warp / 4) * (VB / 2);
   float acc[NT][4] = {};
@@ -318,14 +341,15 @@ struct BlockPlan {
   }
 };
 
-// The phase clocks of profile.hpp: thread 0 of a block marks the end of each phase of a
-// chunk step (SM cycles, 32-bit: a block's sums stay far below 2^32 cycles) and adds its
-// sums to the device counters at the end. Does nothing unless the launcher passed counters.
+// The phase clocks of profile.hpp: one timing thread of a block marks the end of each phase
+// of a chunk step (SM cycles, 32-bit: a block's sums stay far below 2^32 cycles) and adds
+// its sums to the device counters at the end. Does nothing unless the launcher passed
+// counters and this thread times.
 struct PhaseClock {
   unsigned long long* counters;
   unsigned last = 0, sums[kGlaPhaseSteps] = {};
 
-  __device__ PhaseClock(unsigned long long* c, int tid) : counters(tid == 0 ? c : nullptr) {
+  __device__ PhaseClock(unsigned long long* c, bool timer) : counters(timer ? c : nullptr) {
     if (counters) last = static_cast<unsigned>(clock());
   }
   __device__ __forceinline__ void mark(int phase) {
@@ -334,10 +358,13 @@ struct PhaseClock {
     sums[phase] += now - last;
     last = now;
   }
-  __device__ void finish(int64_t steps) const {
+  // count_steps: this timer also counts the block's chunk steps and the block itself.
+  __device__ void finish(int64_t steps, bool count_steps) const {
     if (!counters) return;
 #pragma unroll
-    for (int i = 0; i < kGlaPhaseSteps; ++i) atomicAdd(counters + i, static_cast<unsigned long long>(sums[i]));
+    for (int i = 0; i < kGlaPhaseSteps; ++i)
+      if (sums[i]) atomicAdd(counters + i, static_cast<unsigned long long>(sums[i]));
+    if (!count_steps) return;
     atomicAdd(counters + kGlaPhaseSteps, static_cast<unsigned long long>(steps));
     atomicAdd(counters + kGlaPhaseBlocks, 1ull);
   }
@@ -399,7 +426,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
   issue_decay_loads(plan.first_chunk);
   issue_token_loads(plan.first_chunk, 0);
 
-  PhaseClock phases(p.phase_cycles, tid);
+  PhaseClock phases(p.phase_cycles, tid == 0);
   for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
     const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
     const bool more = chunk + 1 < plan.end_chunk;
@@ -433,7 +460,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     S.advance(s.k_end, s.decay_all, s.v[stage], lane);
     phases.mark(kGlaPhaseAdvance);
   }
-  phases.finish(plan.end_chunk - plan.first_chunk);
+  phases.finish(plan.end_chunk - plan.first_chunk, true);
   if constexpr (kOutput) {
     if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);
   } else if constexpr (kEnds) {

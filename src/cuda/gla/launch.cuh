@@ -2,6 +2,7 @@
 #pragma once
 
 #include "cuda/gla/forward.cuh"
+#include "cuda/gla/forward_pipelined.cuh"
 #include "cuda/gla/profile.cuh"
 
 namespace seqmix::cuda::gla {
@@ -70,6 +71,20 @@ void launch_pass(GlaParams p, cudaStream_t stream) {
                [&] { kernel<<<grid, kThreads, smem, stream>>>(p); });
 }
 
+// The outputs pass by the walk selected (params.hpp, gla_forward_walk).
+template <class E, int KD, int VB>
+void launch_outputs(GlaParams p, cudaStream_t stream) {
+  if (gla_forward_walk() == GlaForwardWalk::serial) return launch_pass<E, KD, VB, Pass::outputs>(p, stream);
+  const size_t smem = sizeof(PipelinedSmem<E, KD, VB>);
+  auto kernel = pipelined_forward_kernel<E, KD, VB>;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        "gla forward shared memory");
+  const dim3 grid(static_cast<unsigned>(p.V / VB), static_cast<unsigned>(p.H),
+                  static_cast<unsigned>(p.num_sequences * p.segments));
+  p.phase_cycles = profile_counters();
+  timed_launch(stream, "gla forward (pipelined)", [&] { kernel<<<grid, kPipelinedThreads, smem, stream>>>(p); });
+}
+
 // Floats of the segment tables in p.workspace: states, then decays.
 inline size_t segment_table_floats(const GlaParams& p) {
   return p.segments > 1 ? static_cast<size_t>(p.num_sequences * p.H * p.segments * p.K * (p.V + 1)) : 0;
@@ -91,7 +106,7 @@ void launch_forward(GlaParams p) {
   plan_segments(p, p.V / VB);
   if (p.segments == 1) {
     p.workspace = nullptr;
-    launch_pass<E, KD, VB, Pass::outputs>(p, stream);
+    launch_outputs<E, KD, VB>(p, stream);
     return;
   }
   // The segment tables live only for these three launches: a stream-ordered allocation
@@ -100,7 +115,7 @@ void launch_forward(GlaParams p) {
   check(cudaMallocAsync(&workspace, segment_table_floats(p) * sizeof(float), stream), "gla forward workspace");
   p.workspace = static_cast<float*>(workspace);
   segment_entering_states<E, KD, VB>(p, stream);
-  launch_pass<E, KD, VB, Pass::outputs>(p, stream);
+  launch_outputs<E, KD, VB>(p, stream);
   check(cudaFreeAsync(workspace, stream), "gla forward workspace");
 }
 

@@ -61,6 +61,19 @@ inline constexpr int64_t kGlaChunk = 64;
 // Head dimensions the CUDA kernels cover: K in {64, 128}, V a multiple of 64.
 inline constexpr bool gla_cuda_supports(int64_t K, int64_t V) { return (K == 64 || K == 128) && V % 64 == 0; }
 
+// Which kernel computes the forward's outputs: the serial walk (forward.cuh: 8 warps do every
+// phase of a chunk step in turn) or the pipelined one (forward_pipelined.cuh: 8 warps prepare
+// chunk c + 1 while 8 more multiply chunk c with the state). The backward's state passes use
+// the serial walk either way.
+enum class GlaForwardWalk { serial, pipelined };
+inline constexpr GlaForwardWalk kDefaultForwardWalk = GlaForwardWalk::pipelined;  // serial: the previous walk
+
+// The walk in use: process-wide, kDefaultForwardWalk unless the environment variable
+// SEQMIX_GLA_FORWARD_WALK is "serial" or "pipelined" when first asked, or a caller (the
+// tests) set it.
+GlaForwardWalk gla_forward_walk();
+void gla_set_forward_walk(GlaForwardWalk walk);
+
 template <GlaDtype dtype>
 void gla_forward(const GlaParams& p);
 

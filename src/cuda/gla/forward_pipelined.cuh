@@ -1,0 +1,174 @@
+// The pipelined GLA forward walk (outputs only): the same chunkwise algebra as forward.cuh,
+// with the work of a chunk step split between two groups of 8 warps that run concurrently:
+//   preparing warps (0–7), chunk c:  e^{g}; the diagonal sub-chunk sums of A (raw q, k);
+//                                    the decayed operands (q ⊙ e^{b} and k ⊙ e^{b_last − b}
+//                                    written over the raw q and k); the sub-chunk pairs of A;
+//                                    then hand chunk c over and go on to chunk c + 1;
+//   state warps (8–15), chunk c:     o = scale·(q_start·S_0 + A·v), S ← e^{b_last} ⊙ S + k_endᵀ v,
+//                                    the state in their registers.
+// So the chunk-serial chain is only the state warps' products; the CUDA-core work of chunk
+// c + 1 runs beside them. q, k, v and e^{b_last} have two stages (what the state warps read
+// of chunk c stays while chunk c + 1 is prepared); g, e^{g}, the sub-chunk operands and A
+// have one: A is written only once the state warps are done with chunk c − 1.
+// Hand-over by named barriers: kFull (preparing warps arrive, state warps wait) and kFree
+// (state warps arrive, preparing warps wait); each side's own steps by its own barrier.
+#pragma once
+
+#include "cuda/gla/forward.cuh"
+
+namespace seqmix::cuda::gla {
+
+constexpr int kPipelinedThreads = 2 * kThreads;
+
+enum NamedBarrier : int { kPrepBarrier = 1, kStateBarrier = 2, kFull = 3, kFree = 4 };
+
+__device__ __forceinline__ void named_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Registers a thread: 128 at entry (512 threads, one block an SM); the state warps hold the
+// state and the output accumulators, the preparing warps far less. Sums to 2 × 128.
+constexpr int kPrepRegisters = 96, kStateRegisters = 160;
+template <int kRegisters>
+__device__ __forceinline__ void release_registers() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+template <int kRegisters>
+__device__ __forceinline__ void claim_registers() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegisters));
+}
+
+// One stage's view of PipelinedSmem in the member names decay_operands, diagonal_sums,
+// pair_scores, chunk_output read (pointers; q_start aliases q and k_end aliases k: each
+// walker thread reads its raw element before it writes the decayed one in its place).
+template <class E, int KD, int VB>
+struct StageView {
+  using Element = E;
+  static constexpr int kKeys = KD, kValues = VB;
+  static constexpr int PK = KD + 8, PV = VB + 8, PA = kChunk + 8;
+  E *q, *k, *g, *q_sub, *q_start, *k_end, *k_pair;
+  __half* decay;
+  E *state, *scores;
+  float* decay_all;
+};
+
+template <class E, int KD, int VB>
+struct PipelinedSmem {
+  static constexpr int PK = KD + 8, PV = VB + 8, PA = kChunk + 8;
+  E q[2][kChunk * PK];  // raw q, then q ⊙ e^{b} in place
+  E k[2][kChunk * PK];  // raw k, then k ⊙ e^{b_last − b} in place
+  E v[2][kChunk * PV];
+  float decay_all[2][KD];  // e^{b_last}
+  E g[kChunk * PK];
+  __half decay[kChunk * PK];  // e^{g}, for the diagonal sums
+  E q_sub[kChunk * PK];
+  E k_pair[kPairRows * PK];
+  E scores[kChunk * PA];
+  E state[KD * PV];
+
+  __device__ StageView<E, KD, VB> view(int stage) {
+    return {q[stage], k[stage], g, q_sub, q[stage], k[stage], k_pair, decay, state, scores, decay_all[stage]};
+  }
+};
+
+// e^{g} of a whole chunk into s.decay (fp16), all preparing threads.
+template <class E, int KD, int VB>
+__device__ __forceinline__ void chunk_decays(PipelinedSmem<E, KD, VB>& s, int tid) {
+  constexpr int PK = PipelinedSmem<E, KD, VB>::PK;
+#pragma unroll 8
+  for (int i = tid; i < kChunk * KD; i += kThreads) {
+    const int at = (i / KD) * PK + i % KD;
+    s.decay[at] = __float2half_rn(__expf(to_float(s.g[at])));
+  }
+}
+
+template <class E, int KD, int VB>
+__global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel(const GlaParams p) {
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  auto& s = *reinterpret_cast<PipelinedSmem<E, KD, VB>*>(smem_bytes);
+  constexpr int PK = PipelinedSmem<E, KD, VB>::PK, PV = PipelinedSmem<E, KD, VB>::PV;
+  const int lane = threadIdx.x % 32;
+  const bool preparing = threadIdx.x < kThreads;
+  const int tid = threadIdx.x % kThreads, warp = tid / 32;  // within the group
+  const int vb0 = blockIdx.x * VB;
+  const BlockPlan plan(p);
+  if (plan.first_chunk >= plan.end_chunk) return;  // a segment past a short sequence's end
+  const int64_t h = plan.h;
+  auto row0 = [&](const GlaTokens& x, int64_t t, int col) {
+    return static_cast<E*>(x.data) + plan.seq.batch * x.stride_batch + (plan.seq.start + t) * x.stride_time +
+           h * x.stride_head + col;
+  };
+
+  if (preparing) {
+    release_registers<kPrepRegisters>();
+    auto issue_decay_loads = [&](int64_t chunk) {
+      load_chunk<KD, PK>(s.g, row0(p.g, chunk * kChunk, 0), p.g.stride_time, plan.valid(chunk), tid);
+      copy_async_commit();
+    };
+    auto issue_token_loads = [&](int64_t chunk, int stage) {
+      const int64_t t = chunk * kChunk;
+      load_chunk<KD, PK>(s.q[stage], row0(p.q, t, 0), p.q.stride_time, plan.valid(chunk), tid);
+      load_chunk<KD, PK>(s.k[stage], row0(p.k, t, 0), p.k.stride_time, plan.valid(chunk), tid);
+      load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
+      copy_async_commit();
+    };
+    // A above the diagonal blocks is never written: zero once.
+    for (int i = tid; i < kChunk * PipelinedSmem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
+    issue_decay_loads(plan.first_chunk);
+    issue_token_loads(plan.first_chunk, 0);
+    PhaseClock phases(p.phase_cycles, tid == 0);
+    for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
+      const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
+      const bool more = chunk + 1 < plan.end_chunk;
+      auto view = s.view(stage);
+      copy_async_wait_all();
+      named_sync(kPrepBarrier, kThreads);  // chunk c's inputs are in
+      phases.mark(kGlaPhaseLoadWait);
+      chunk_decays(s, tid);
+      named_sync(kPrepBarrier, kThreads);
+      const DiagonalSums diagonal = diagonal_sums(view, warp, lane);
+      named_sync(kPrepBarrier, kThreads);  // raw q and k read: the walkers may overwrite them
+      phases.mark(kGlaPhaseDiagonal);
+      if (chunk > plan.first_chunk) named_sync(kFree, kPipelinedThreads);  // chunk c − 1 is done with
+      phases.mark(kGlaPhasePrepWait);
+      if (more) issue_token_loads(chunk + 1, stage ^ 1);  // into chunk c − 1's stage
+      decay_operands<true>(view, tid);
+      named_sync(kPrepBarrier, kThreads);  // g is free; q_sub and k_pair are written
+      phases.mark(kGlaPhaseDecays);
+      if (more) issue_decay_loads(chunk + 1);
+      store_diagonal(view, diagonal, warp, lane);
+      pair_scores(view, warp, lane);
+      named_arrive(kFull, kPipelinedThreads);  // chunk c's operands are in shared memory
+      phases.mark(kGlaPhasePairs);
+    }
+    phases.finish(plan.end_chunk - plan.first_chunk, true);
+  } else {
+    claim_registers<kStateRegisters>();
+    StateTile<E, KD, VB> S(warp, lane);
+    float* const segment_state = p.workspace ? p.workspace + plan.state_slot * KD * p.V + vb0 : nullptr;
+    const int64_t state_offset = (plan.n * p.H + h) * KD * p.V + vb0;
+    S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
+    PhaseClock phases(p.phase_cycles, tid == 0);
+    for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
+      const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
+      auto view = s.view(stage);
+      named_sync(kFull, kPipelinedThreads);  // also: every state warp is done with chunk c − 1
+      phases.mark(kGlaPhaseStateWait);
+      S.store_operand(s.state);
+      named_sync(kStateBarrier, kThreads);
+      chunk_output(view, s.v[stage], warp, lane, row0(p.o, chunk * kChunk, vb0), p.o.stride_time, plan.valid(chunk),
+                   p.scale);
+      phases.mark(kGlaPhaseOutput);
+      S.advance(s.k[stage], s.decay_all[stage], s.v[stage], lane);
+      if (chunk + 1 < plan.end_chunk) named_arrive(kFree, kPipelinedThreads);
+      phases.mark(kGlaPhaseAdvance);
+    }
+    phases.finish(plan.end_chunk - plan.first_chunk, false);
+    if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);
+  }
+}
+
+}  // namespace seqmix::cuda::gla
