@@ -41,10 +41,12 @@ inline constexpr int64_t kMaxRecurrenceState = 128;
 inline constexpr int64_t kRecurrenceStateGranule = 8;
 
 // Steps per chunk of the chunked method when the caller leaves it at 0: enough chunks
-// to give every SM a block at a few groups, and chunks long enough that the pass over
-// chunk summaries stays short.
+// to give every SM a block at a few groups (up to 1024 in all), and chunks long enough
+// that the pass over chunk summaries (depth T / chunk, one group per block) stays short:
+// at least 32 steps, so that at G = 1 the three passes of the tensor-core path take
+// similar times (NOTES.md, version 3).
 inline constexpr int64_t default_chunk_size(int64_t G, int64_t T) {
-  int64_t chunk = 16;
+  int64_t chunk = 32;
   while (chunk < 256 && G * ((T + chunk - 1) / chunk) > 1024) chunk *= 2;
   return chunk < T ? chunk : (T > 0 ? T : 1);
 }
