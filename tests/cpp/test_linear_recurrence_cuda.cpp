@@ -260,10 +260,10 @@ TEST(LinearRecurrenceCudaPlan, CyclicReductionNeedsNoMoreWorkspaceThanTheScan) {
 }
 
 TEST(LinearRecurrenceCudaPlan, AutomaticMethodFollowsTheBlockCount) {
-  // n ≤ 64 and m ≤ 8: the chunked method on tensor cores up to 32 groups.
+  // n ≤ 64 and m ≤ 8: the chunked method on tensor cores up to 16 groups.
   EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 64, 1), chunked);
   EXPECT_EQ(linear_recurrence_cuda_method(1, 4096, 64, 1), chunked);
-  EXPECT_EQ(linear_recurrence_cuda_method(64, 4096, 64, 1), seq);
+  EXPECT_EQ(linear_recurrence_cuda_method(32, 4096, 64, 1), seq);
   // Otherwise the block count decides.
   EXPECT_EQ(linear_recurrence_cuda_method(2, 4096, 64, 64), seq);  // 2 groups × 8 column slices
   EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 128, 1), seq);

@@ -90,11 +90,11 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
 // block per group (× slice of 8 state columns): its time hardly depends on G until the
 // blocks fill the GPU. The chunked method on tensor cores spreads each sequence over
 // many SMs and reads the transitions twice, so its time grows with G: it is predicted to
-// win up to about 32 groups (NOTES.md, version 3). Without tensor cores (n > 64 or more
+// win up to about 16 groups (NOTES.md, version 3). Without tensor cores (n > 64 or more
 // than 8 columns) the chunked method wins only when few blocks would run.
 inline constexpr RecurrenceMethod choose_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m) {
   if (T < 256) return RecurrenceMethod::sequential;
-  if (chunked_on_tensor_cores(n, m)) return G <= 32 ? RecurrenceMethod::chunked : RecurrenceMethod::sequential;
+  if (chunked_on_tensor_cores(n, m)) return G <= 16 ? RecurrenceMethod::chunked : RecurrenceMethod::sequential;
   const int64_t blocks = G * (m == 1 ? 1 : (m + 7) / 8);
   return blocks >= 16 ? RecurrenceMethod::sequential : RecurrenceMethod::chunked;
 }
