@@ -151,15 +151,16 @@ __device__ __forceinline__ DiagonalSums diagonal_sums(const S& s, int warp, int 
   for (int m = 0; m < KD / 16; ++m) {
     const int c = 16 * m + 4 * cg;
     const float4 q = load4(s.q + i * PK + c);
-    float w[4] = {1.0f, 1.0f, 1.0f, 1.0f};
+    // u = q_i ⊙ e^{b_i − b_j}: the weight folded into q (one multiply a channel less per j).
+    float u[4] = {q.x, q.y, q.z, q.w};
 #pragma unroll
     for (int jj = kSub - 1; jj >= 0; --jj) {
       if (jj > warp_last) continue;  // uniform across the warp
       if (jj <= last) {
         const float4 k = load4(s.k + (i0 + jj) * PK + c);
-        acc[jj] += q.x * k.x * w[0] + q.y * k.y * w[1] + q.z * k.z * w[2] + q.w * k.w * w[3];
+        acc[jj] += u[0] * k.x + u[1] * k.y + u[2] * k.z + u[3] * k.w;
         const float4 e = load4(s.decay + (i0 + jj) * PK + c);
-        w[0] *= e.x, w[1] *= e.y, w[2] *= e.z, w[3] *= e.w;
+        u[0] *= e.x, u[1] *= e.y, u[2] *= e.z, u[3] *= e.w;
       }
     }
   }
