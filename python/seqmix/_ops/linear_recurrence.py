@@ -64,7 +64,9 @@ def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, im
 
     CUDA tensors need bf16 or fp32, ``n`` a multiple of 8 up to 128, and contiguous
     tensors; the parallel methods use float32 scratch (about ``G·T·n·(n + m)`` floats,
-    twice that for the scan), allocated here for the call like the outputs.
+    twice that for the scan; the chunked method with ``n <= 64`` and ``m <= 8`` keeps
+    only chunk summaries, about ``G·(T/64)·n²`` floats), allocated here for the call like
+    the outputs.
 
     numpy arrays give numpy results (forward only; see ``linear_recurrence_backward``);
     torch tensors go through ``seqmix.torch`` and are differentiable in A, b and h0,
