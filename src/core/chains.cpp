@@ -144,21 +144,23 @@ OutputChainLayout check_output_chain(const core::Checker& check, const OutputCha
 // ---- CUDA dispatch ----
 
 #ifdef SEQMIX_CUDA_CHAINS
-// What the TMA of the GEMMs reads or writes: bf16 rows with unit column stride, a 16-byte
-// aligned base and a row stride of a multiple of 8 elements.
-cuda::Rows gemm_rows(const core::Checker& check, const Tensor& t, const char* arg) {
-  if (t.dtype != DType::bf16) check.fail(arg, "dtype bf16 on a CUDA device", dtype_name(t.dtype));
-  // One row: its stride is never used, any multiple of 8 serves the TMA descriptor.
-  const int64_t row_stride = t.shape[0] == 1 ? (t.shape[1] + 7) / 8 * 8 : t.strides[0];
-  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0 || row_stride % 8 != 0 || row_stride < t.shape[1])
+// What the TMA of the GEMMs reads or writes: rows of `dtype` with unit column stride, a
+// 16-byte aligned base and a row stride of a multiple of 16 bytes.
+cuda::Rows gemm_rows(const core::Checker& check, const Tensor& t, const char* arg, DType dtype = DType::bf16) {
+  if (t.dtype != dtype) check.fail(arg, std::string("dtype ") + dtype_name(dtype) + " on a CUDA device", dtype_name(t.dtype));
+  const int64_t align = 16 / dtype_size(dtype);
+  // One row: its stride is never used, any multiple of 16 bytes serves the TMA descriptor.
+  const int64_t row_stride = t.shape[0] == 1 ? (t.shape[1] + align - 1) / align * align : t.strides[0];
+  if (reinterpret_cast<uintptr_t>(t.data) % 16 != 0 || row_stride % align != 0 || row_stride < t.shape[1])
     check.fail(arg,
-               "16-byte aligned data and a row stride that is a multiple of 8 elements, rows not overlapping, on a "
+               "16-byte aligned data and a row stride that is a multiple of 16 bytes, rows not overlapping, on a "
                "CUDA device",
                "strides " + shape_str(t.strides));
   return {t.data, row_stride};
 }
-cuda::MutableRows gemm_rows_out(const core::Checker& check, const Tensor& t, const char* arg) {
-  const cuda::Rows rows = gemm_rows(check, t, arg);
+cuda::MutableRows gemm_rows_out(const core::Checker& check, const Tensor& t, const char* arg,
+                                DType dtype = DType::bf16) {
+  const cuda::Rows rows = gemm_rows(check, t, arg, dtype);
   return {t.data, rows.stride};
 }
 
@@ -198,34 +200,55 @@ cuda::ProjectionChainProblem cuda_projection(const core::Checker& check, const c
   return q;
 }
 
-// The forward's one GEMM writes every segment: the outputs must be column views of one
-// [tokens, >= W_total] bf16 buffer, segment s starting offset_s elements after segment 0.
-cuda::MutableRows one_buffer(const core::Checker& check, const cpu::ProjectionProblem& p,
-                             const std::vector<Tensor>& outputs) {
-  cuda::MutableRows out = gemm_rows_out(check, outputs[0], "outputs[0]");
-  if (p.tokens == 1) out.stride = (p.columns + 7) / 8 * 8;  // one row spanning every segment
+// The forward writes the outputs run by run, one GEMM each: a run is consecutive segments
+// of one dtype (bf16, or f32 for a consumer that wants it) whose outputs are column views of
+// one buffer (each segment's data right after the previous one's columns, one row stride).
+// All bf16 views of one [tokens, W_total] buffer make one run: one GEMM for the whole chain.
+// TMA needs each run to start at a column that is a multiple of 8 and to span a multiple of
+// 16 bytes.
+std::vector<cuda::OutputRun> output_runs(const core::Checker& check, const cpu::ProjectionProblem& p,
+                                         const std::vector<Tensor>& outputs) {
+  std::vector<cuda::OutputRun> runs;
+  std::vector<size_t> starts;  // the segment that opens each run
   for (size_t s = 0; s < outputs.size(); ++s) {
-    const std::string arg = indexed("outputs", s);
     const Tensor& t = outputs[s];
-    const bool same_rows = p.tokens == 1 || t.strides[0] == out.stride;
-    const bool in_place = static_cast<const char*>(t.data) ==
-                          static_cast<const char*>(out.data) + p.offsets[s] * dtype_size(DType::bf16);
-    if (t.dtype != DType::bf16 || !same_rows || !in_place)
-      check.fail(arg, "on a CUDA device, a bf16 column view of one [tokens, W_total] buffer (data at outputs[0] + " +
-                          std::to_string(p.offsets[s]) + " elements, row stride " + std::to_string(out.stride) + ")",
-                 std::string("dtype ") + dtype_name(t.dtype) + ", strides " + shape_str(t.strides) +
-                     (in_place ? "" : ", data elsewhere"));
+    const std::string arg = indexed("outputs", s);
+    if (t.dtype != DType::bf16 && t.dtype != DType::f32)
+      check.fail(arg, "dtype bf16 or f32 on a CUDA device", dtype_name(t.dtype));
+    const bool f32 = t.dtype == DType::f32;
+    if (!runs.empty()) {
+      cuda::OutputRun& run = runs.back();
+      const bool continues = run.f32 == f32 &&
+                             t.data == static_cast<char*>(run.out.data) + run.width * dtype_size(t.dtype) &&
+                             (p.tokens == 1 || t.strides[0] == run.out.stride);
+      if (continues) {
+        run.width += p.segments[s].width;
+        continue;
+      }
+    }
+    runs.push_back({p.offsets[s], p.segments[s].width, gemm_rows_out(check, t, arg.c_str(), t.dtype), f32});
+    starts.push_back(s);
   }
-  return out;
+  for (size_t r = 0; r < runs.size(); ++r) {
+    cuda::OutputRun& run = runs[r];
+    const int64_t align = run.f32 ? 4 : 8;
+    if (run.first % 8 != 0 || run.width % align != 0)
+      check.fail(indexed("outputs", starts[r]),
+                 "on a CUDA device, runs of outputs (column views of one buffer) starting at a multiple of 8 "
+                 "columns and spanning a multiple of 8 columns (4 for f32)",
+                 "a run of columns [" + std::to_string(run.first) + ", " + std::to_string(run.first + run.width) + ")");
+    if (p.tokens == 1) run.out.stride = (run.width + align - 1) / align * align;  // one row spanning the run
+  }
+  return runs;
 }
 
 void cuda_projection_forward(const core::Checker& check, const cpu::ProjectionProblem& p, const Tensor& x,
                              const Tensor& weight, const std::optional<Tensor>& bias,
                              const std::vector<Tensor>& outputs, const ProjectionChainOptions& options) {
   const auto problem = cuda_projection(check, p, x, weight, bias, options);
-  const auto out = one_buffer(check, p, outputs);
+  const auto runs = output_runs(check, p, outputs);
   const cuda::DeviceGuard guard(x.device.index);
-  cuda::projection_chain_forward(problem, out);
+  cuda::projection_chain_forward(problem, runs);
 }
 
 void cuda_projection_backward(const core::Checker& check, const cpu::ProjectionProblem& p, const Tensor& x,

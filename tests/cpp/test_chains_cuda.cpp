@@ -136,6 +136,49 @@ INSTANTIATE_TEST_SUITE_P(Cases, ProjectionChainCuda,
                                            ProjectionCase{"M2000_K512_bias", 2000, 512, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// The first three segments bf16 views of one buffer, the last two (the gates) f32 views of
+// another: two runs, the second written by the f32-output GEMM.
+TEST(ProjectionChainCuda, SmallF32GateSegmentsAreASecondRun) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  ProjectionInputs in({"mixed", 1000, 136, true});
+  std::vector<HostTensor> want;
+  std::vector<Tensor> want_views;
+  for (const auto& s : kSegments) {
+    want.emplace_back(std::vector<int64_t>{in.c.M, s.width}, DType::f64);
+    want_views.push_back(want.back().view);
+  }
+  projection_chain_forward(in.x64, in.weight64, in.bias64.view, kSegments, want_views, in.reference);
+
+  const int64_t bf16_width = 64 + 48 + 40, f32_width = 56 + 32;
+  HostTensor low = poisoned({in.c.M, bf16_width}, DType::bf16), gates = poisoned({in.c.M, f32_width}, DType::f32);
+  DeviceTensor d_low(low), d_gates(gates);
+  std::vector<Tensor> views;
+  int64_t first = 0;
+  for (size_t s = 0; s < kSegments.size(); ++s) {
+    const bool gate = s >= 3;
+    Tensor v = gate ? d_gates.view : d_low.view;
+    const int64_t column = gate ? first - bf16_width : first;
+    v.data = static_cast<char*>(v.data) + column * dtype_size(v.dtype);
+    v.shape = {in.c.M, kSegments[s].width};
+    views.push_back(v);
+    first += kSegments[s].width;
+  }
+  projection_chain_forward(in.d_x, in.d_weight, in.d_bias.view, kSegments, views);
+  const std::vector<double> got_low = d_low.values(low), got_gates = d_gates.values(gates);
+  first = 0;
+  for (size_t s = 0; s < kSegments.size(); ++s) {
+    const bool gate = s >= 3;
+    const int64_t width = gate ? f32_width : bf16_width, column = gate ? first - bf16_width : first;
+    std::vector<double> columns;
+    for (int64_t i = 0; i < in.c.M; ++i)
+      for (int64_t j = 0; j < kSegments[s].width; ++j)
+        columns.push_back((gate ? got_gates : got_low)[i * width + column + j]);
+    // f32 gates: only the operands' bf16 rounding is shared with the oracle, not the output's.
+    EXPECT_LT(rel_err(columns, want[s].values()), gate ? 1e-4 : tolerance(DType::bf16)) << "segment " << s;
+    first += kSegments[s].width;
+  }
+}
+
 // Every segment identity and no bias: the forward is the bare GEMM and the backward skips
 // the derivative GEMM.
 TEST(ProjectionChainCuda, SmallIdentityChainIsThePlainGemm) {
@@ -243,7 +286,7 @@ TEST(ChainsCudaErrors, ProjectionNamesWhatTheCudaPathLacks) {
   const std::vector<ProjectionSegment> segs = {{8, Activation::silu}, {8, Activation::identity}};
   HostTensor x = uniform({5, 8}, DType::bf16), w = uniform({16, 8}, DType::bf16), y({5, 16}, DType::bf16);
   HostTensor x32 = uniform({5, 8}, DType::f32), w32 = uniform({16, 8}, DType::f32);
-  HostTensor y0({5, 8}, DType::bf16), y1({5, 8}, DType::bf16), y32({5, 8}, DType::f32);
+  HostTensor y32({5, 8}, DType::f32);
   const Tensor buffer = on_cuda(y);
   Tensor left = buffer, right = buffer;
   left.shape = right.shape = {5, 8};
@@ -252,10 +295,18 @@ TEST(ChainsCudaErrors, ProjectionNamesWhatTheCudaPathLacks) {
   EXPECT_SEQMIX_ERROR(
       projection_chain_forward(on_cuda(x32), on_cuda(w32), std::nullopt, segs, {on_cuda(y32), on_cuda(y32)}),
       op + "argument 'x': expected dtype bf16 on a CUDA device, got f32");
-  EXPECT_SEQMIX_ERROR(projection_chain_forward(on_cuda(x), on_cuda(w), std::nullopt, segs, {on_cuda(y0), on_cuda(y1)}),
-                      op + "argument 'outputs[1]': expected on a CUDA device, a bf16 column view of one [tokens, "
-                           "W_total] buffer (data at outputs[0] + 8 elements, row stride 8), got dtype bf16, strides "
-                           "[8, 1], data elsewhere");
+  // Two buffers, rows 16 bytes apart or more, but the first run spans 4 bf16 columns.
+  HostTensor y16({5, 8}, DType::f16), wide({5, 16}, DType::bf16);
+  Tensor first4 = buffer, next12 = on_cuda(wide);
+  first4.shape = {5, 4};
+  next12.shape = {5, 12};
+  EXPECT_SEQMIX_ERROR(projection_chain_forward(on_cuda(x), on_cuda(w), std::nullopt,
+                                               {{4, Activation::silu}, {12, Activation::identity}}, {first4, next12}),
+                      op + "argument 'outputs[0]': expected on a CUDA device, runs of outputs (column views of one "
+                           "buffer) starting at a multiple of 8 columns and spanning a multiple of 8 columns (4 for "
+                           "f32), got a run of columns [0, 4)");
+  EXPECT_SEQMIX_ERROR(projection_chain_forward(on_cuda(x), on_cuda(w), std::nullopt, segs, {left, on_cuda(y16)}),
+                      op + "argument 'outputs[1]': expected dtype bf16 or f32 on a CUDA device, got f16");
   ProjectionChainOptions reference;
   reference.impl = Impl::reference;
   EXPECT_SEQMIX_ERROR(projection_chain_forward(on_cuda(x), on_cuda(w), std::nullopt, segs, {left, right}, reference),

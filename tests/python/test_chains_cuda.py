@@ -61,6 +61,25 @@ def test_projection_outputs_are_views_of_one_buffer_with_heads(torch):
     assert rel_err(gate.float(), torch.sigmoid(z[..., 64:])) < TOLERANCE["bfloat16"]
 
 
+def test_float32_gates_are_a_second_run_in_float32(torch):
+    """Gated DeltaNet's a and beta wanted in f32 from a bf16 chain: their own buffer, written
+    by the f32-output GEMM, exact to f32 (not rounded to bf16) and differentiable."""
+    import seqmix
+
+    gen = torch.Generator().manual_seed(7)
+    x = torch.randn(500, 64, generator=gen).bfloat16().cuda().requires_grad_()
+    w = (torch.randn(80, 64, generator=gen) / 8).bfloat16().cuda().requires_grad_()
+    segments = [{"width": 64, "heads": 4}, {"width": 8, "activation": "softplus", "dtype": "float32"},
+                {"width": 8, "activation": "sigmoid", "dtype": "float32"}]
+    q, a, beta = seqmix.projection_chain(x, w, segments)
+    assert a.dtype == beta.dtype == torch.float32 and q.dtype == torch.bfloat16
+    z = x.detach().double() @ w.detach().double().t()
+    assert rel_err(a.double(), torch.nn.functional.softplus(z[:, 64:72])) < 1e-5
+    assert rel_err(beta.double(), torch.sigmoid(z[:, 72:])) < 1e-5
+    (q.float().sum() + a.sum() + beta.sum()).backward()
+    assert all(bool(t.grad.float().isfinite().all()) for t in (x, w))
+
+
 def test_low_rank_gate_reads_a_column_view(torch):
     import seqmix
 
@@ -81,9 +100,12 @@ def test_projection_refuses_what_the_cuda_path_lacks(torch):
     x = torch.randn(10, 64, device="cuda", dtype=torch.bfloat16)
     with pytest.raises(seqmix.SeqmixError, match="W_total a multiple of 8 on a CUDA device"):
         seqmix.projection_chain(x, torch.randn(12, 64, device="cuda", dtype=torch.bfloat16), [(12, "silu")])
-    with pytest.raises(seqmix.SeqmixError, match="bf16 column view of one"):
+    with pytest.raises(seqmix.SeqmixError, match="dtype bf16 or f32 on a CUDA device, got f16"):
         seqmix.projection_chain(x, torch.randn(16, 64, device="cuda", dtype=torch.bfloat16),
-                                [(8, "silu"), {"width": 8, "dtype": "float32"}])
+                                [(8, "silu"), {"width": 8, "dtype": "float16"}])
+    with pytest.raises(seqmix.SeqmixError, match=r"multiple of 8 columns.*got a run of columns \[0, 4\)"):
+        seqmix.projection_chain(x, torch.randn(16, 64, device="cuda", dtype=torch.bfloat16),
+                                [(4, "silu"), {"width": 12, "dtype": "float32"}])
     with pytest.raises(seqmix.SeqmixError, match="dtype bf16 on a CUDA device"):
         seqmix.projection_chain(x.float(), torch.randn(16, 64, device="cuda"), [(16, "silu")])
 

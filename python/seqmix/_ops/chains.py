@@ -85,18 +85,24 @@ def split_heads(outputs, heads):
 
 
 def _allocate_outputs(xp, x, widths, dtypes):
-    """One [tokens, width] array per segment. On a CUDA device, when every segment has x's
-    dtype, they are column views of one [tokens, W_total] buffer: the fused GEMM writes the
-    whole buffer at once (the CUDA path accepts nothing else and says so)."""
+    """One [tokens, width] array per segment. On a CUDA device consecutive segments of one
+    dtype are column views of one buffer: the fused GEMM writes such a run at once (all of
+    the chain when every segment keeps x's dtype), an f32 run (a gate a consumer wants in
+    f32) with a second GEMM."""
     tokens = x.shape[0] if x.ndim >= 1 else 0
-    if xp.is_cuda(x) and all(dtype == xp.dtype(x) for dtype in dtypes):
-        buffer = xp.empty((tokens, sum(widths)), xp.dtype(x), x)
-        outputs, first = [], 0
-        for w in widths:
+    if not xp.is_cuda(x):
+        return [xp.empty((tokens, w), dtype, x) for w, dtype in zip(widths, dtypes)]
+    outputs, s = [], 0
+    while s < len(widths):
+        end = s
+        while end < len(widths) and dtypes[end] == dtypes[s]:
+            end += 1
+        buffer, first = xp.empty((tokens, sum(widths[s:end])), dtypes[s], x), 0
+        for w in widths[s:end]:
             outputs.append(buffer[:, first:first + w])
             first += w
-        return outputs
-    return [xp.empty((tokens, w), dtype, x) for w, dtype in zip(widths, dtypes)]
+        s = end
+    return outputs
 
 
 def projection_forward(xp, x, weight, bias, widths, activations, taus, dtypes, impl):
@@ -178,11 +184,11 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic"):
     Returns:
         A list with one ``[..., width]`` array per segment (``[..., heads, width / heads]``
         where the segment names its heads), in the segment's dtype. On the CPU each is
-        contiguous. On a CUDA device (bf16 only) the segments are column views of one
-        ``[..., W_total]`` buffer written by a single fused GEMM; W_total and d must be
-        multiples of 8, and every segment must keep x's dtype (an fp32 segment is refused:
-        the consumers of the chain's bf16 gates cast on load, and a gate that must be
-        fp32 can be cast after the call).
+        contiguous. On a CUDA device (bf16 x and weight; segments bf16 or float32) the
+        segments are column views of one ``[..., W_total]`` buffer written by a single
+        fused GEMM; consecutive float32 segments share a buffer of their own, written by a
+        second GEMM over their columns. There W_total and d must be multiples of 8, and a
+        float32 run must start at a multiple of 8 columns and span a multiple of 4.
 
     The backward (torch autograd, or ``projection_chain_backward``) recomputes the
     pre-activation ``x @ weight.T + bias`` rather than storing it, and gives gradients for

@@ -35,14 +35,16 @@ using namespace cute;
 using TileShape = Shape<_128, _256, _64>;
 using ClusterShape = Shape<_2, _1, _1>;
 
-template <class Element, class LayoutA, class LayoutB, class ElementC, class Fusion>
+// Element: A and B (16-bit); ElementD: the output (Element, or float for an f32 segment).
+template <class Element, class LayoutA, class LayoutB, class ElementC, class Fusion, class ElementD = Element>
 struct Sm90Gemm {
   static constexpr int kAlign = 16 / sizeof(Element);  // TMA: 16-byte rows and bases
+  static constexpr int kAlignD = 16 / sizeof(ElementD);
   using RowMajor = cutlass::layout::RowMajor;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, RowMajor, kAlign, Element, RowMajor,
-      kAlign, cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, RowMajor, kAlign, ElementD, RowMajor,
+      kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element, LayoutB, kAlign, float,
       TileShape, ClusterShape,
@@ -73,7 +75,7 @@ struct Sm90Gemm {
                    {static_cast<const Element*>(a), strided<typename Kernel::StrideA>(lda),
                     static_cast<const Element*>(b), strided<typename Kernel::StrideB>(ldb)},
                    {fusion, static_cast<const CElement*>(c), strided<typename Kernel::StrideC>(ldc),
-                    static_cast<Element*>(d), strided<typename Kernel::StrideD>(ldd)}};
+                    static_cast<ElementD*>(d), strided<typename Kernel::StrideD>(ldd)}};
     args.hw_info = hardware();
     return args;
   }

@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "cuda/chains/params.hpp"
 #include "cuda/chains/scratch.cuh"
@@ -127,14 +128,18 @@ const bf16* element(Rows m, int64_t row, int64_t column) {
 
 namespace seqmix::cuda {
 
-void projection_chain_forward(const ProjectionChainProblem& p, MutableRows out) {
+void projection_chain_forward(const ProjectionChainProblem& p, const std::vector<OutputRun>& runs) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  if (!p.bias && !chains::has_activation(p)) {  // nothing to apply: the bare GEMM, no vectors
-    activation_gemm_bf16(p.tokens, p.columns, p.d, p.x, p.weight, out, {}, p.stream);
-    return;
+  // Nothing to apply: the bare GEMM with null vectors (identity, no bias), nothing filled.
+  const bool plain = !p.bias && !chains::has_activation(p);
+  std::optional<chains::ColumnVectors> vectors;
+  if (!plain) vectors.emplace(p, stream);
+  for (const OutputRun& run : runs) {
+    const Rows weight{chains::element(p.weight, run.first, 0), p.weight.stride};
+    const ColumnEpilogue columns = plain ? ColumnEpilogue{} : vectors->from(run.first);
+    if (run.f32) activation_gemm_bf16_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
+    else activation_gemm_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
   }
-  const chains::ColumnVectors vectors(p, stream);
-  activation_gemm_bf16(p.tokens, p.columns, p.d, p.x, p.weight, out, vectors.from(0), p.stream);
 }
 
 void projection_chain_backward(const ProjectionChainProblem& p, const ProjectionChainGradients& g) {

@@ -32,6 +32,9 @@ struct ColumnEpilogue {
 // out [M, N] = act(x·weightᵀ + bias)·scale, column by column; x [M, K], weight [N, K].
 void activation_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
                           ColumnEpilogue columns, void* stream);
+// The same with an f32 out (rows `out.stride` floats apart).
+void activation_gemm_bf16_f32out(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
+                                 ColumnEpilogue columns, void* stream);
 // dz [M, N] = dy ⊙ act'(x·weightᵀ + bias)·scale; dy may be dz itself (in place).
 void derivative_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows dy, MutableRows dz,
                           ColumnEpilogue columns, void* stream);
@@ -61,8 +64,17 @@ struct ProjectionChainProblem {
   void* stream = nullptr;
 };
 
-// Writes act_s(x·weightᵀ + bias) into out [tokens, columns] (bf16) in one GEMM.
-void projection_chain_forward(const ProjectionChainProblem& p, MutableRows out);
+// Consecutive columns [first, first + width) written by one GEMM into out [tokens, width],
+// bf16 or f32: a run of segments whose outputs are column views of one buffer.
+struct OutputRun {
+  int64_t first = 0, width = 0;
+  MutableRows out;
+  bool f32 = false;
+};
+
+// Writes act_s(x·weightᵀ + bias) for every run, one GEMM each (one in all when every
+// segment is a bf16 view of one buffer).
+void projection_chain_forward(const ProjectionChainProblem& p, const std::vector<OutputRun>& runs);
 
 // The gradient of one segment's output, [tokens, width], bf16 or f32.
 struct SegmentGradient {

@@ -22,17 +22,17 @@ using ColumnVector = fusion::Sm90RowBroadcast<0, gemm::TileShape, float, float, 
 using PreActivation = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, float, kRound>,  // z = acc + bias
                                       fusion::Sm90AccFetch, ColumnVector>;
 
-template <class Element>
-using ActivationTree = fusion::Sm90EVT<fusion::Sm90Compute<SegmentActivation, Element, float, kRound>,
+template <class ElementD>
+using ActivationTree = fusion::Sm90EVT<fusion::Sm90Compute<SegmentActivation, ElementD, float, kRound>,
                                        PreActivation, ColumnVector /* code */, ColumnVector /* scale */>;
 template <class Element>
 using DerivativeTree = fusion::Sm90EVT<fusion::Sm90Compute<SegmentDerivative, Element, float, kRound>,
                                        fusion::Sm90SrcFetch<Element> /* dy */, PreActivation,
                                        ColumnVector /* code */, ColumnVector /* scale */>;
 
-template <class Element>
+template <class Element, class ElementD>
 using ActivationGemm = gemm::Sm90Gemm<Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, void,
-                                      ActivationTree<Element>>;
+                                      ActivationTree<ElementD>, ElementD>;
 template <class Element>
 using DerivativeGemm = gemm::Sm90Gemm<Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, Element,
                                       DerivativeTree<Element>>;
@@ -42,10 +42,11 @@ inline auto pre_activation_arguments(const ColumnEpilogue& c) {
   return typename PreActivation::Arguments{{}, {c.bias, 0.f, {}}, {}};
 }
 
-template <class Element>
+// ElementD: the segments' dtype (Element, or float for segments a consumer wants in f32).
+template <class Element, class ElementD>
 void activation_gemm(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out, ColumnEpilogue c,
                      void* stream) {
-  using G = ActivationGemm<Element>;
+  using G = ActivationGemm<Element, ElementD>;
   const typename G::FusionArguments tree{
       pre_activation_arguments(c), {c.code, 0.f, {}}, {c.scale, 1.f, {}}, {}};
   G::run(G::arguments(M, N, K, x.data, x.stride, weight.data, weight.stride, nullptr, out.stride, out.data,

@@ -5,7 +5,7 @@ namespace seqmix::cuda {
 
 void activation_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
                           ColumnEpilogue columns, void* stream) {
-  proj::activation_gemm<cutlass::bfloat16_t>(M, N, K, x, weight, out, columns, stream);
+  proj::activation_gemm<cutlass::bfloat16_t, cutlass::bfloat16_t>(M, N, K, x, weight, out, columns, stream);
 }
 
 }  // namespace seqmix::cuda
