@@ -129,11 +129,17 @@ __device__ __forceinline__ float4 load4(const E* p) {
   return make_float4(to_float(v[0]), to_float(v[1]), to_float(v[2]), to_float(v[3]));
 }
 
+// The 8-row block of A's diagonal work that warp w takes. A block's cost grows with its
+// last row (the second half of a sub-chunk has twice the token pairs of the first), and
+// warps w and w + 4 share a scheduler, so warps 4–7 take the blocks of the other parity:
+// each scheduler gets one light and one heavy block.
+__device__ __forceinline__ int row_block(int warp) { return warp < 4 ? warp : warp ^ 1; }
+
 // The diagonal sub-chunks of A: A_ij for j ≤ i in the same 16 tokens, exactly, on the CUDA
-// cores. Lane (row i, channel group cg) of warp w: row 8w + lane/4; it sums channels
-// 16m + 4cg.. for every j of its sub-chunk at once (16 independent accumulators), the
-// weight e^{b_i − b_j} a running product of e^{g} from j = i down; the 4 groups of a row
-// then combine by shuffles. Writes zeros above the diagonal.
+// cores. Lane (row i, channel group cg) of warp w: row 8·row_block(w) + lane/4; it sums
+// channels 16m + 4cg.. for every j of its sub-chunk at once (16 independent accumulators),
+// the weight e^{b_i − b_j} a running product of e^{g} from j = i down; the 4 groups of a row
+// then combine by shuffles.
 // diagonal_sums leaves lane (row i, group cg) with A_{i, i0+jj} for jj = 4·m + cg, m = 0..3
 // (zero above the diagonal); store_diagonal writes them into s.scores. Split so that a
 // caller can sum before the scores tile is free to be written.
@@ -144,8 +150,8 @@ struct DiagonalSums {
 template <class S>
 __device__ __forceinline__ DiagonalSums diagonal_sums(const S& s, int warp, int lane) {
   constexpr int KD = S::kKeys, PK = S::PK;
-  const int i = warp * 8 + lane / 4, cg = lane % 4, i0 = i & ~(kSub - 1), last = i - i0;
-  const int warp_last = (warp % 2) * 8 + 7;  // the largest `last` in this warp
+  const int rb = row_block(warp), i = rb * 8 + lane / 4, cg = lane % 4, i0 = i & ~(kSub - 1), last = i - i0;
+  const int warp_last = (rb % 2) * 8 + 7;  // the largest `last` in this warp
   float acc[kSub] = {};
 #pragma unroll 2
   for (int m = 0; m < KD / 16; ++m) {
@@ -178,7 +184,7 @@ template <class S>
 __device__ __forceinline__ void store_diagonal(S& s, const DiagonalSums& sums, int warp, int lane) {
   using E = typename S::Element;
   constexpr int PA = S::PA;
-  const int i = warp * 8 + lane / 4, cg = lane % 4, i0 = i & ~(kSub - 1);
+  const int i = row_block(warp) * 8 + lane / 4, cg = lane % 4, i0 = i & ~(kSub - 1);
 #pragma unroll
   for (int m = 0; m < 4; ++m) s.scores[i * PA + i0 + 4 * m + cg] = from_float<E>(sums.value[m]);
 }
