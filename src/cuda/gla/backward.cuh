@@ -303,12 +303,13 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       s.dA[i * PA + j] = x;
       s.dA_operand[i * PA + j] = from_float<E>(x);
     }
-  {
-    const E* const g = row0(p.g, 0);
-    for (int i = tid; i < kChunk * KD; i += kThreads) {
-      const int t = i / KD, c = i % KD;
-      s.u.eg[i] = t < valid ? __expf(to_float(g[t * p.g.stride_time + c])) : 1.0f;
-    }
+  // From the g tile still in shared memory (rows past the sequence's end are zeros there:
+  // e^{0} = 1); reading it again from global memory, each load waited behind the previous
+  // iteration's shared store (the compiler cannot tell them apart), cost a memory latency an
+  // iteration.
+  for (int i = tid; i < kChunk * KD; i += kThreads) {
+    const int t = i / KD, c = i % KD;
+    s.u.eg[i] = __expf(to_float(s.g[t * PK + c]));
   }
   if (tid < KD) spans *= s.decay_all[tid];
 
