@@ -74,7 +74,11 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
 // forward (q_sub, q_start, e^{g}, e^{b_last}), role 1 backward (k_end, k_pair); both take
 // e^{g} from g and multiply, so each factor is a product of values ≤ 1.
 // kOutput false (the state passes): only what the state needs, k_end and e^{b_last}.
-// S: any shared layout with these members and pitches (Smem, or the backward's).
+// S: any shared layout with these members and pitches (Smem, the backward's, or the
+// pipelined walk's StageView, whose q_start and k_end are q and k themselves).
+// Each 16-token sub-chunk's g, q or k are read into registers before any of its products
+// is stored: the stores may alias the loads as far as the compiler can tell (StageView's
+// pointers; in place there), and loads left behind stores would wait one by one.
 template <bool kOutput, class S>
 __device__ __forceinline__ void decay_operands(S& s, int tid) {
   using E = typename S::Element;
@@ -83,17 +87,25 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
   const int c = tid % KD;
   if (tid < KD) {
     float from_start = 1.0f, from_sub = 1.0f;
-#pragma unroll 16
-    for (int t = 0; t < kChunk; ++t) {
-      const int at = t * PK + c;
-      const float e = __expf(to_float(s.g[at]));
-      from_start *= e;
-      if constexpr (kOutput) {
-        s.decay[at] = __float2half_rn(e);
-        from_sub = t % kSub == 0 ? 1.0f : from_sub * e;
-        const float q = to_float(s.q[at]);
-        s.q_sub[at] = from_float<E>(q * from_sub);
-        s.q_start[at] = from_float<E>(q * from_start);
+#pragma unroll 1
+    for (int t0 = 0; t0 < kChunk; t0 += kSub) {
+      float e[kSub], q[kSub];
+#pragma unroll
+      for (int tt = 0; tt < kSub; ++tt) {
+        const int at = (t0 + tt) * PK + c;
+        e[tt] = __expf(to_float(s.g[at]));
+        if constexpr (kOutput) q[tt] = to_float(s.q[at]);
+      }
+#pragma unroll
+      for (int tt = 0; tt < kSub; ++tt) {
+        const int at = (t0 + tt) * PK + c;
+        from_start *= e[tt];
+        if constexpr (kOutput) {
+          s.decay[at] = __float2half_rn(e[tt]);
+          from_sub = tt == 0 ? 1.0f : from_sub * e[tt];
+          s.q_sub[at] = from_float<E>(q[tt] * from_sub);
+          s.q_start[at] = from_float<E>(q[tt] * from_start);
+        }
       }
     }
     s.decay_all[c] = from_start;
@@ -101,20 +113,25 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
     float to_end = 1.0f, to_sub[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // to_sub[I]: Π_{s=j+1..i0(I)} e^{g_s}
 #pragma unroll
     for (int sub = 3; sub >= 0; --sub) {
+      float e[kSub], k[kSub];
+#pragma unroll
+      for (int tt = kSub - 1; tt >= 0; --tt) {
+        const int at = (sub * kSub + tt) * PK + c;
+        e[tt] = __expf(to_float(s.g[at]));
+        k[tt] = to_float(s.k[at]);
+      }
 #pragma unroll
       for (int tt = kSub - 1; tt >= 0; --tt) {
         const int t = sub * kSub + tt, at = t * PK + c;
-        const float e = __expf(to_float(s.g[at]));
-        const float k = to_float(s.k[at]);
-        s.k_end[at] = from_float<E>(k * to_end);
-        to_end *= e;
+        s.k_end[at] = from_float<E>(k[tt] * to_end);
+        to_end *= e[tt];
         if constexpr (kOutput) {
 #pragma unroll
           for (int I = sub + 1; I < 4; ++I) {
-            s.k_pair[(pair_row0(I) + t) * PK + c] = from_float<E>(k * to_sub[I]);
-            to_sub[I] *= e;
+            s.k_pair[(pair_row0(I) + t) * PK + c] = from_float<E>(k[tt] * to_sub[I]);
+            to_sub[I] *= e[tt];
           }
-          if (tt == 0 && sub >= 1) to_sub[sub] = e;
+          if (tt == 0 && sub >= 1) to_sub[sub] = e[tt];
         }
       }
     }
