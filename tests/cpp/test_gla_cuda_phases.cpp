@@ -46,6 +46,12 @@ void print_phases(const GlaProfile& profile) {
   for (int i = 0; i < cuda::kGlaPhaseSteps; ++i)
     std::printf("    %-36s %8.0f cycles  %5.1f%%\n", names[i], static_cast<double>(c[i]) / steps,
                 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
+  // The pipelined walk's two sides run at once: its step is the longer of the two sums.
+  const double state_side = static_cast<double>(c[cuda::kGlaPhaseOutput] + c[cuda::kGlaPhaseAdvance] +
+                                                c[cuda::kGlaPhaseStateWait]);
+  if (c[cuda::kGlaPhaseStateWait] > 0)
+    std::printf("    preparing side %.0f cycles a step, state side %.0f\n", (total - state_side) / steps,
+                state_side / steps);
 }
 
 // Median of 20 event-timed runs of `run`.
