@@ -246,13 +246,14 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   load_chunk<KD, PK>(s.k, row0(p.k, 0), p.k.stride_time, valid, tid);
   load_chunk<KD, PK>(s.g, row0(p.g, 0), p.g.stride_time, valid, tid);
   copy_async_commit();
-  issue_slice(0);
-  copy_async_wait_all();
+  issue_slice(0);  // lands while A is formed
+  copy_async_wait_pending<1>();
   __syncthreads();
   decay_operands<true>(s, tid);
   __syncthreads();
   diagonal_scores(s, warp, lane);
   pair_scores(s, warp, lane);
+  copy_async_wait_all();
   __syncthreads();
 
   // The products over V, slice by slice. Warp w: rows 16·(w % 4); columns by w / 4.
