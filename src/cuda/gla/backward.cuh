@@ -63,10 +63,10 @@ __device__ __forceinline__ int64_t chunk_slot(const GlaParams& p, int64_t n, int
 template <class E, int KD, int VB>
 struct StateGradSmem {
   static constexpr int PK = KD + 8, PV = VB + 8;  // the pitches StateTile::advance reads
-  E q[kChunk * PK], g[kChunk * PK];
-  E q_start[kChunk * PK];  // scale · q ⊙ e^{b}
-  E d_o[kChunk * PV];
-  float decay_all[KD];     // e^{b_last}
+  E q[2][kChunk * PK], g[2][kChunk * PK];  // two stages: the next chunk lands during this one
+  E q_start[kChunk * PK];                  // scale · q ⊙ e^{b}
+  E d_o[2][kChunk * PV];
+  float decay_all[KD];  // e^{b_last}
 };
 
 // One block walks one segment (the whole sequence when not split) backwards.
@@ -93,30 +93,46 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   StateTile<E, KD, VB> D(warp, lane);  // dL/dS after the chunk being walked
   if constexpr (kOwn) D.load(nullptr, p.V);
   else D.load(p.segments > 1 ? segment_state : p.d_final_state ? p.d_final_state + state_offset : nullptr, p.V);
-  for (int64_t chunk = plan.end_chunk - 1; chunk >= plan.first_chunk; --chunk) {
+  auto issue_loads = [&](int64_t chunk, int stage) {
     const int64_t t0 = chunk * kChunk;
     const int valid = plan.valid(chunk);
-    load_chunk<KD, PK>(s.q, row0(p.q, t0, 0), p.q.stride_time, valid, tid);
-    load_chunk<KD, PK>(s.g, row0(p.g, t0, 0), p.g.stride_time, valid, tid);
-    load_chunk<VB, PV>(s.d_o, row0(p.d_o, t0, vb0), p.d_o.stride_time, valid, tid);
+    load_chunk<KD, PK>(s.q[stage], row0(p.q, t0, 0), p.q.stride_time, valid, tid);
+    load_chunk<KD, PK>(s.g[stage], row0(p.g, t0, 0), p.g.stride_time, valid, tid);
+    load_chunk<VB, PV>(s.d_o[stage], row0(p.d_o, t0, vb0), p.d_o.stride_time, valid, tid);
     copy_async_commit();
+  };
+  if (plan.first_chunk < plan.end_chunk) issue_loads(plan.end_chunk - 1, 0);
+  for (int64_t chunk = plan.end_chunk - 1; chunk >= plan.first_chunk; --chunk) {
+    const int stage = static_cast<int>((plan.end_chunk - 1 - chunk) & 1);
     if constexpr (!kOwn)
       D.store_rounded(static_cast<E*>(p.chunk_state_grads) + chunk_slot(p, n, h, chunk) * KD * p.V + vb0, p.V);
     copy_async_wait_all();
-    __syncthreads();
+    __syncthreads();  // this chunk's tiles are in; the other stage was read by the last step
+    if (chunk > plan.first_chunk) issue_loads(chunk - 1, stage ^ 1);
     if (tid < KD) {  // rows past the sequence's end hold zeros: e^{0} = 1, q = 0
+      const E* const q = s.q[stage];
+      const E* const g = s.g[stage];
       float from_start = 1.0f;
-#pragma unroll 16
-      for (int t = 0; t < kChunk; ++t) {
-        const int at = t * PK + tid;
-        from_start *= __expf(to_float(s.g[at]));
-        s.q_start[at] = from_float<E>(p.scale * to_float(s.q[at]) * from_start);
+#pragma unroll 1
+      for (int t0 = 0; t0 < kChunk; t0 += kSub) {
+        float e[kSub], qs[kSub];  // read before the stores (which may alias them for the compiler)
+#pragma unroll
+        for (int tt = 0; tt < kSub; ++tt) {
+          const int at = (t0 + tt) * PK + tid;
+          e[tt] = __expf(to_float(g[at]));
+          qs[tt] = to_float(q[at]);
+        }
+#pragma unroll
+        for (int tt = 0; tt < kSub; ++tt) {
+          from_start *= e[tt];
+          s.q_start[(t0 + tt) * PK + tid] = from_float<E>(p.scale * qs[tt] * from_start);
+        }
       }
       s.decay_all[tid] = from_start;
     }
     __syncthreads();
-    D.advance(s.q_start, s.decay_all, s.d_o, lane);
-    __syncthreads();  // the tiles are read before the next chunk's copies land
+    D.advance(s.q_start, s.decay_all, s.d_o[stage], lane);
+    __syncthreads();  // q_start and e^{b_last} are read before the next step writes them
   }
   if constexpr (kOwn) D.store(segment_state, p.V);  // zeros for a segment past the sequence's end
   else if (p.d_initial_state && plan.first_chunk == 0) D.store(p.d_initial_state + state_offset, p.V);
