@@ -15,7 +15,8 @@ namespace {
 // What the TMA of the GEMMs reads or writes: rows of `dtype` with unit column stride, a
 // 16-byte aligned base and a row stride of a multiple of 16 bytes.
 cuda::Rows gemm_rows(const Checker& check, const Tensor& t, const char* arg, DType dtype = DType::bf16) {
-  if (t.dtype != dtype) check.fail(arg, std::string("dtype ") + dtype_name(dtype) + " on a CUDA device", dtype_name(t.dtype));
+  if (t.dtype != dtype)
+    check.fail(arg, std::string("dtype ") + dtype_name(dtype) + " on a CUDA device", dtype_name(t.dtype));
   const int64_t align = 16 / dtype_size(dtype);
   // One row: its stride is never used, any multiple of 16 bytes serves the TMA descriptor.
   const int64_t row_stride = t.shape[0] == 1 ? (t.shape[1] + align - 1) / align * align : t.strides[0];
@@ -34,7 +35,8 @@ cuda::MutableRows gemm_rows_out(const Checker& check, const Tensor& t, const cha
 
 void multiple_of_8(const Checker& check, int64_t n, const char* arg, const char* what) {
   if (n % 8 != 0)
-    check.fail(arg, std::string(what) + " a multiple of 8 on a CUDA device", std::string(what) + " = " + std::to_string(n));
+    check.fail(arg, std::string(what) + " a multiple of 8 on a CUDA device",
+               std::string(what) + " = " + std::to_string(n));
 }
 
 // A contiguous bf16 vector (bias, norm weight, their gradients).
@@ -143,7 +145,8 @@ cuda::MutableRows head_rows_out(const Checker& check, const Tensor& t, const cha
 // y or dy as a [tokens, d_out] matrix for the GEMMs (B and T collapsed).
 Tensor token_matrix(const Checker& check, const Tensor& t, int64_t tokens, const char* arg) {
   const int64_t stride = token_stride(t, t.rank() - 1, t.shape.back());
-  if (stride < 0) check.fail(arg, "B and T collapsible into tokens on a CUDA device", "strides " + shape_str(t.strides));
+  if (stride < 0)
+    check.fail(arg, "B and T collapsible into tokens on a CUDA device", "strides " + shape_str(t.strides));
   Tensor m = t;
   m.shape = {tokens, t.shape.back()};
   m.strides = {stride, t.strides.back()};

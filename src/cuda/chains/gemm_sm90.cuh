@@ -90,7 +90,8 @@ struct Sm90Gemm {
     const std::lock_guard<std::mutex> lock(mutex);
     if (device >= static_cast<int>(known.size()))
       return cutlass::KernelHardwareInfo::make_kernel_hardware_info<Kernel>(device);
-    if (known[device].sm_count == 0) known[device] = cutlass::KernelHardwareInfo::make_kernel_hardware_info<Kernel>(device);
+    if (known[device].sm_count == 0)
+      known[device] = cutlass::KernelHardwareInfo::make_kernel_hardware_info<Kernel>(device);
     return known[device];
   }
 

@@ -1,5 +1,5 @@
-// Helpers of the chains' launchers. Stream-ordered scratch for the chains' launchers: allocated from the device's memory pool
-// on the caller's stream (cudaMallocAsync) and given back on that stream when it leaves
+// Helpers of the chains' launchers. Stream-ordered scratch: allocated from the device's
+// memory pool on the caller's stream (cudaMallocAsync) and given back on that stream when it leaves
 // scope, so kernels queued before the free still see it. The chains' intermediates (the
 // column vectors, dz, the normalised gated heads) live here: the public API has no
 // workspace argument, as for gla (src/cuda/gla/launch.cuh).
