@@ -10,10 +10,15 @@
 // c + 1 runs beside them. q, k, v and e^{b_last} have two stages (what the state warps read
 // of chunk c stays while chunk c + 1 is prepared); g, e^{g}, the sub-chunk operands and A
 // have one: A is written only once the state warps are done with chunk c − 1.
+// Copies: the state warps, done with chunk c, copy chunk c + 2's q, k, v into the stage they
+// release and arrive on that stage's mbarrier when the copies land (cp.async.mbarrier); the
+// preparing warps wait on it before chunk c + 2. g has one stage: the preparing warps copy
+// chunk c + 1's once their walkers have read chunk c's.
 // Hand-over by named barriers: kFull (preparing warps arrive, state warps wait) and kFree
 // (state warps arrive, preparing warps wait); each side's own steps by its own barrier.
 #pragma once
 
+#include "cuda/common/tma.cuh"
 #include "cuda/gla/forward.cuh"
 
 namespace seqmix::cuda::gla {
@@ -68,6 +73,7 @@ struct PipelinedSmem {
   E k_pair[kPairRows * PK];
   E scores[kChunk * PA];
   E state[KD * PV];
+  uint64_t landed[2];  // per stage: the state warps' copies of q, k, v have landed
 
   __device__ StageView<E, KD, VB> view(int stage) {
     return {q[stage], k[stage], g, q_sub, q[stage], k[stage], k_pair, decay, state, scores, decay_all[stage]};
@@ -101,6 +107,19 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
     return static_cast<E*>(x.data) + plan.seq.batch * x.stride_batch + (plan.seq.start + t) * x.stride_time +
            h * x.stride_head + col;
   };
+  // q, k, v of a chunk into a stage, by the calling group's 256 threads.
+  auto issue_token_loads = [&](int64_t chunk, int stage) {
+    const int64_t t = chunk * kChunk;
+    load_chunk<KD, PK>(s.q[stage], row0(p.q, t, 0), p.q.stride_time, plan.valid(chunk), tid);
+    load_chunk<KD, PK>(s.k[stage], row0(p.k, t, 0), p.k.stride_time, plan.valid(chunk), tid);
+    load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
+  };
+  if (threadIdx.x == 0) {
+    tma::barrier_init(&s.landed[0], kThreads);  // one arrival per state thread
+    tma::barrier_init(&s.landed[1], kThreads);
+    tma::barrier_init_fence();
+  }
+  __syncthreads();
 
   if (preparing) {
     release_registers<kPrepRegisters>();
@@ -108,23 +127,20 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
       load_chunk<KD, PK>(s.g, row0(p.g, chunk * kChunk, 0), p.g.stride_time, plan.valid(chunk), tid);
       copy_async_commit();
     };
-    auto issue_token_loads = [&](int64_t chunk, int stage) {
-      const int64_t t = chunk * kChunk;
-      load_chunk<KD, PK>(s.q[stage], row0(p.q, t, 0), p.q.stride_time, plan.valid(chunk), tid);
-      load_chunk<KD, PK>(s.k[stage], row0(p.k, t, 0), p.k.stride_time, plan.valid(chunk), tid);
-      load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
-      copy_async_commit();
-    };
     // A above the diagonal blocks is never written: zero once.
     for (int i = tid; i < kChunk * PipelinedSmem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
     issue_decay_loads(plan.first_chunk);
-    issue_token_loads(plan.first_chunk, 0);
+    issue_token_loads(plan.first_chunk, 0);  // the first chunk's; the state warps copy the rest
+    copy_async_commit();
     PhaseClock phases(p.phase_cycles, tid == 0);
     for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
       const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
       const bool more = chunk + 1 < plan.end_chunk;
       auto view = s.view(stage);
-      copy_async_wait_all();
+      copy_async_wait_all();  // g (and the first chunk's q, k, v)
+      // The state warps' copies into this stage: its ((chunk − first − 1) / 2)-th landing.
+      if (chunk > plan.first_chunk)
+        tma::wait(&s.landed[stage], static_cast<uint32_t>(((chunk - plan.first_chunk - 1) / 2) & 1));
       named_sync(kPrepBarrier, kThreads);  // chunk c's inputs are in
       phases.mark(kGlaPhaseLoadWait);
       chunk_decays(s, tid);
@@ -132,13 +148,12 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
       const DiagonalSums diagonal = diagonal_sums(view, warp, lane);
       named_sync(kPrepBarrier, kThreads);  // raw q and k read: the walkers may overwrite them
       phases.mark(kGlaPhaseDiagonal);
-      if (chunk > plan.first_chunk) named_sync(kFree, kPipelinedThreads);  // chunk c − 1 is done with
-      phases.mark(kGlaPhasePrepWait);
-      if (more) issue_token_loads(chunk + 1, stage ^ 1);  // into chunk c − 1's stage
       decay_operands<true>(view, tid);
       named_sync(kPrepBarrier, kThreads);  // g is free; q_sub and k_pair are written
       phases.mark(kGlaPhaseDecays);
       if (more) issue_decay_loads(chunk + 1);
+      if (chunk > plan.first_chunk) named_sync(kFree, kPipelinedThreads);  // A of chunk c − 1 is read
+      phases.mark(kGlaPhasePrepWait);
       store_diagonal(view, diagonal, warp, lane);
       pair_scores(view, warp, lane);
       named_arrive(kFull, kPipelinedThreads);  // chunk c's operands are in shared memory
@@ -150,6 +165,10 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
     StateTile<E, KD, VB> S(warp, lane);
     float* const segment_state = p.workspace ? p.workspace + plan.state_slot * KD * p.V + vb0 : nullptr;
     const int64_t state_offset = (plan.n * p.H + h) * KD * p.V + vb0;
+    if (plan.first_chunk + 1 < plan.end_chunk) {  // stage 1 is free from the start
+      issue_token_loads(plan.first_chunk + 1, 1);
+      copy_async_arrive(&s.landed[1]);
+    }
     S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
     PhaseClock phases(p.phase_cycles, tid == 0);
     for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
@@ -164,6 +183,11 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
       phases.mark(kGlaPhaseOutput);
       S.advance(s.k[stage], s.decay_all[stage], s.v[stage], lane);
       if (chunk + 1 < plan.end_chunk) named_arrive(kFree, kPipelinedThreads);
+      if (chunk + 2 < plan.end_chunk) {
+        named_sync(kStateBarrier, kThreads);  // every state warp is done with this stage
+        issue_token_loads(chunk + 2, stage);
+        copy_async_arrive(&s.landed[stage]);
+      }
       phases.mark(kGlaPhaseAdvance);
     }
     phases.finish(plan.end_chunk - plan.first_chunk, false);

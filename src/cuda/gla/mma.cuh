@@ -52,6 +52,12 @@ __device__ __forceinline__ void copy16_async(void* dst, const void* src, bool va
 }
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void copy_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// One arrival on the mbarrier once every cp.async this thread issued so far has landed
+// (the barrier's expected count includes this arrival).
+__device__ __forceinline__ void copy_async_arrive(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_address(barrier)) : "memory");
+}
+
 // Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending>
 __device__ __forceinline__ void copy_async_wait_pending() {
