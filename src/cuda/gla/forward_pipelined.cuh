@@ -12,8 +12,9 @@
 // have one: A is written only once the state warps are done with chunk c − 1.
 // Copies: the state warps, done with chunk c, copy chunk c + 2's q, k, v into the stage they
 // release and arrive on that stage's mbarrier when the copies land (cp.async.mbarrier); the
-// preparing warps wait on it before chunk c + 2. g has one stage: the preparing warps copy
-// chunk c + 1's once their walkers have read chunk c's.
+// preparing warps wait on it before chunk c + 2. g has one stage: the preparing warps read
+// chunk c + 1's into registers at the start of chunk c and store it once their walkers
+// have read chunk c's.
 // Hand-over by named barriers: kFull (preparing warps arrive, state warps wait) and kFree
 // (state warps arrive, preparing warps wait); each side's own steps by its own barrier.
 #pragma once
@@ -123,13 +124,31 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
 
   if (preparing) {
     release_registers<kPrepRegisters>();
-    auto issue_decay_loads = [&](int64_t chunk) {
-      load_chunk<KD, PK>(s.g, row0(p.g, chunk * kChunk, 0), p.g.stride_time, plan.valid(chunk), tid);
-      copy_async_commit();
+    // The next chunk's g: read into registers at the start of a step (16-byte loads; zeros
+    // past the sequence's end) and stored into the one g tile once the walkers have read it,
+    // so its latency hides behind the step.
+    constexpr int kDecayVectors = kChunk * KD / 8 / kThreads;
+    uint4 next_g[kDecayVectors];
+    auto read_decays = [&](int64_t chunk) {
+      const E* const src = row0(p.g, chunk * kChunk, 0);
+      const int valid = plan.valid(chunk);
+#pragma unroll
+      for (int j = 0; j < kDecayVectors; ++j) {
+        const int i = tid + j * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+        next_g[j] = r < valid ? *reinterpret_cast<const uint4*>(src + r * p.g.stride_time + c) : make_uint4(0, 0, 0, 0);
+      }
+    };
+    auto store_decays = [&] {
+#pragma unroll
+      for (int j = 0; j < kDecayVectors; ++j) {
+        const int i = tid + j * kThreads, r = i / (KD / 8), c = (i % (KD / 8)) * 8;
+        *reinterpret_cast<uint4*>(s.g + r * PK + c) = next_g[j];
+      }
     };
     // A above the diagonal blocks is never written: zero once.
     for (int i = tid; i < kChunk * PipelinedSmem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
-    issue_decay_loads(plan.first_chunk);
+    load_chunk<KD, PK>(s.g, row0(p.g, plan.first_chunk * kChunk, 0), p.g.stride_time, plan.valid(plan.first_chunk),
+                       tid);
     issue_token_loads(plan.first_chunk, 0);  // the first chunk's; the state warps copy the rest
     copy_async_commit();
     PhaseClock phases(p.phase_cycles, tid == 0);
@@ -137,12 +156,13 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
       const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
       const bool more = chunk + 1 < plan.end_chunk;
       auto view = s.view(stage);
-      copy_async_wait_all();  // g (and the first chunk's q, k, v)
+      copy_async_wait_all();  // the first chunk's g, q, k, v
       // The state warps' copies into this stage: its ((chunk − first − 1) / 2)-th landing.
       if (chunk > plan.first_chunk)
         tma::wait(&s.landed[stage], static_cast<uint32_t>(((chunk - plan.first_chunk - 1) / 2) & 1));
       named_sync(kPrepBarrier, kThreads);  // chunk c's inputs are in
       phases.mark(kGlaPhaseLoadWait);
+      if (more) read_decays(chunk + 1);
       chunk_decays(s, tid);
       named_sync(kPrepBarrier, kThreads);
       const DiagonalSums diagonal = diagonal_sums(view, warp, lane);
@@ -151,7 +171,7 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
       decay_operands<true>(view, tid);
       named_sync(kPrepBarrier, kThreads);  // g is free; q_sub and k_pair are written
       phases.mark(kGlaPhaseDecays);
-      if (more) issue_decay_loads(chunk + 1);
+      if (more) store_decays();  // seen by the next step's first barrier
       if (chunk > plan.first_chunk) named_sync(kFree, kPipelinedThreads);  // A of chunk c − 1 is read
       phases.mark(kGlaPhasePrepWait);
       store_diagonal(view, diagonal, warp, lane);
