@@ -394,6 +394,15 @@ struct PhaseClock {
   }
 };
 
+// What decay_operands<false> reads and writes in the state passes: one stage of g and k.
+template <class E, int KD>
+struct StatePassView {
+  using Element = E;
+  static constexpr int kKeys = KD, PK = KD + 8;
+  E *g, *k, *k_end;
+  float* decay_all;
+};
+
 // What one walk over the chunks produces:
 //   segment_ends:  each segment's own end state (from zero) and total decay, into p.workspace;
 //   outputs:       o, and the final state after the last chunk, from the entering state;
@@ -429,15 +438,20 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     return static_cast<E*>(x.data) + plan.seq.batch * x.stride_batch + (plan.seq.start + t) * x.stride_time +
            h * x.stride_head + col;
   };
+  // The state passes read no q and make no q_sub, q_start: those tiles hold a second stage
+  // of k and g there, so each chunk's copies are issued a whole step ahead. The outputs pass
+  // has one stage of g, q, k (shared memory is full), copied as soon as each is released.
+  auto k_tile = [&](int stage) { return kOutput || stage == 0 ? s.k : s.q_sub; };
+  auto g_tile = [&](int stage) { return kOutput || stage == 0 ? s.g : s.q_start; };
   // The decays of a chunk are read first and released first: two groups of copies.
-  auto issue_decay_loads = [&](int64_t chunk) {
-    load_chunk<KD, PK>(s.g, row0(p.g, chunk * kChunk, 0), p.g.stride_time, plan.valid(chunk), tid);
+  auto issue_decay_loads = [&](int64_t chunk, int stage) {
+    load_chunk<KD, PK>(g_tile(stage), row0(p.g, chunk * kChunk, 0), p.g.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
   auto issue_token_loads = [&](int64_t chunk, int stage) {
     const int64_t t = chunk * kChunk;
     if constexpr (kOutput) load_chunk<KD, PK>(s.q, row0(p.q, t, 0), p.q.stride_time, plan.valid(chunk), tid);
-    load_chunk<KD, PK>(s.k, row0(p.k, t, 0), p.k.stride_time, plan.valid(chunk), tid);
+    load_chunk<KD, PK>(k_tile(stage), row0(p.k, t, 0), p.k.stride_time, plan.valid(chunk), tid);
     load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
@@ -447,7 +461,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
   if constexpr (kEnds) S.load(nullptr, p.V);
   else S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
   float total_decay = 1.0f;  // threads < KD: e^{Σ g} of channel tid over the segment
-  issue_decay_loads(plan.first_chunk);
+  issue_decay_loads(plan.first_chunk, 0);
   issue_token_loads(plan.first_chunk, 0);
 
   PhaseClock phases(p.phase_cycles, tid == 0);
@@ -457,12 +471,21 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
     phases.mark(kGlaPhaseLoadWait);
-    decay_operands<kOutput>(s, tid);
-    if constexpr (kOutput) S.store_operand(s.state);
+    if constexpr (kOutput) {
+      decay_operands<true>(s, tid);
+      S.store_operand(s.state);
+    } else {
+      if (more) {  // into the stage the last step read
+        issue_decay_loads(chunk + 1, stage ^ 1);
+        issue_token_loads(chunk + 1, stage ^ 1);
+      }
+      StatePassView<E, KD> view{g_tile(stage), k_tile(stage), s.k_end, s.decay_all};
+      decay_operands<false>(view, tid);
+    }
     __syncthreads();  // g is free: the next chunk's decays stream in from here
     phases.mark(kGlaPhaseDecays);
-    if (more) issue_decay_loads(chunk + 1);
     if constexpr (kOutput) {
+      if (more) issue_decay_loads(chunk + 1, 0);
       diagonal_scores(s, warp, lane);
       __syncthreads();  // q, k are free: the next chunk's tokens stream in behind the products
       phases.mark(kGlaPhaseDiagonal);
@@ -475,7 +498,6 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       phases.mark(kGlaPhaseOutput);
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
-      if (more) issue_token_loads(chunk + 1, stage ^ 1);  // k is read by the walkers only
     }
     if constexpr (kPass == Pass::chunk_states) {
       const int64_t slot = (plan.n * p.H + h) * p.max_chunks + chunk;
