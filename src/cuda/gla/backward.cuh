@@ -428,18 +428,40 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
 
   // dg_t = Σ_{i≥t} (q ⊙ (dq pairs + dq state) − k ⊙ dk pairs)_i + Σ_{j<t} (k ⊙ dk state)_j
   //        + e^{b_last} Σ_v H ⊙ S_0: every term whose decay spans token t, none that cancel.
+  // 16 tokens at a time, read before any is stored (the stores may alias the loads for the
+  // compiler, and each token's load would otherwise wait behind the last token's store).
   if (tid < KD) {
     const int c = tid;
     E* const dg = row0(p.dg, 0);
     float after = 0.0f;
-    for (int t = valid - 1; t >= 0; --t) {
-      after += q_side[t * PF + c] + k_pairs[t * PF + c];
-      k_pairs[t * PF + c] = after;
+    for (int top = valid - 1; top >= 0; top -= kSub) {
+      float q_part[kSub], k_part[kSub];
+#pragma unroll
+      for (int u = 0; u < kSub; ++u) {
+        const int t = max(top - u, 0);
+        q_part[u] = q_side[t * PF + c], k_part[u] = k_pairs[t * PF + c];
+      }
+#pragma unroll
+      for (int u = 0; u < kSub; ++u) {
+        if (top - u < 0) break;
+        after += q_part[u] + k_part[u];
+        k_pairs[(top - u) * PF + c] = after;
+      }
     }
     float before = 0.0f;
-    for (int t = 0; t < valid; ++t) {
-      dg[t * p.dg.stride_time + c] = from_float<E>(k_pairs[t * PF + c] + before + spans);
-      before += k_state[t * PF + c];
+    for (int t0 = 0; t0 < valid; t0 += kSub) {
+      float summed[kSub], state[kSub];
+#pragma unroll
+      for (int u = 0; u < kSub; ++u) {
+        const int t = min(t0 + u, valid - 1);
+        summed[u] = k_pairs[t * PF + c], state[u] = k_state[t * PF + c];
+      }
+#pragma unroll
+      for (int u = 0; u < kSub; ++u) {
+        if (t0 + u >= valid) break;
+        dg[(t0 + u) * p.dg.stride_time + c] = from_float<E>(summed[u] + before + spans);
+        before += state[u];
+      }
     }
   }
 }
