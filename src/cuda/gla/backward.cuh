@@ -385,42 +385,79 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     auto k_at = [&](int t) { return to_float(s.k[t * PK + c]); };
     if (tid < KD) {  // dq
       E* const dq = row0(p.dq, 0);
-      float decay = 1.0f;  // e^{b_i − b_{i0}}
-      for (int i = 0; i < valid; ++i) {
-        const int low = i & ~(kSub - 1);
-        decay = i == low ? 1.0f : decay * eg(i);
+      auto pair_sum = [&](int i) {  // Σ_{j<i, same sub-chunk} dA_ij k_j e^{b_i − b_j}
+        const int low = i & ~(kSub - 1), span = i - low;
         float pairs = 0.0f, w = 1.0f;
-        const int span = i - low;  // pairs j < i in the sub-chunk
 #pragma unroll
         for (int d = 1; d < kSub; ++d) {  // j = i − d
           const int j = max(i - d, low);
           w *= d <= span ? eg(j + 1) : 0.0f;
           pairs += s.dA[i * PA + j] * k_at(j) * w;
         }
-        const float part = pairs + q_side[i * PF + c] * decay;
-        dq[i * p.dq.stride_time + c] = from_float<E>(part + s.dA[i * PA + i] * k_at(i));
-        q_side[i * PF + c] = q_at(i) * part;
+        return pairs;
+      };
+      // Two rows a step: their sums are independent chains, and everything both read is
+      // read before either stores (same sums as one row a step, checked bit for bit in a
+      // host model).
+      float decay = 1.0f;  // e^{b_i − b_{i0}}
+      for (int i = 0; i < valid; i += 2) {
+        const int rows[2] = {i, min(i + 1, valid - 1)};  // the second: the first again past the end
+        float pairs[2], side[2], diagonal[2], q_row[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = rows[r];
+          pairs[r] = pair_sum(row);
+          side[r] = q_side[row * PF + c];
+          diagonal[r] = s.dA[row * PA + row] * k_at(row);
+          q_row[r] = q_at(row);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = i + r;
+          if (row >= valid) break;
+          decay = row % kSub == 0 ? 1.0f : decay * eg(row);
+          const float part = pairs[r] + side[r] * decay;
+          dq[row * p.dq.stride_time + c] = from_float<E>(part + diagonal[r]);
+          q_side[row * PF + c] = q_row[r] * part;
+        }
       }
     } else {  // dk
       E* const dk = row0(p.dk, 0);
-      float decay = 1.0f;  // e^{b_r − b_j}, r the sub-chunk's last token
-      for (int j = valid - 1; j >= 0; --j) {
-        const int top = min((j | (kSub - 1)) + 1, valid);
-        if (j % kSub == kSub - 1) decay = 1.0f;
+      auto pair_sum = [&](int j) {  // Σ_{i>j, same sub-chunk} dA_ij q_i e^{b_i − b_j}
+        const int top = min((j | (kSub - 1)) + 1, valid), span = top - 1 - j;
         float pairs = 0.0f, w = 1.0f;
-        const int span = top - 1 - j;  // pairs i > j in the sub-chunk (and the sequence)
 #pragma unroll
         for (int d = 1; d < kSub; ++d) {  // i = j + d
           const int i = min(j + d, top - 1);
           w *= d <= span ? eg(i) : 0.0f;
           pairs += s.dA[i * PA + j] * q_at(i) * w;
         }
-        pairs += k_pairs[j * PF + c] * decay;
-        const float state = k_state[j * PF + c] * decay;
-        dk[j * p.dk.stride_time + c] = from_float<E>(pairs + state + s.dA[j * PA + j] * q_at(j));
-        k_state[j * PF + c] = k_at(j) * state;
-        k_pairs[j * PF + c] = -k_at(j) * pairs;
-        decay *= eg(j);
+        return pairs;
+      };
+      float decay = 1.0f;  // e^{b_r − b_j}, r the sub-chunk's last token
+      for (int j = valid - 1; j >= 0; j -= 2) {
+        const int rows[2] = {j, max(j - 1, 0)};  // the second: the first again past the start
+        float pairs[2], later[2], state[2], diagonal[2], k_row[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = rows[r];
+          pairs[r] = pair_sum(row);
+          later[r] = k_pairs[row * PF + c];
+          state[r] = k_state[row * PF + c];
+          diagonal[r] = s.dA[row * PA + row] * q_at(row);
+          k_row[r] = k_at(row);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+          const int row = j - r;
+          if (row < 0) break;
+          if (row % kSub == kSub - 1) decay = 1.0f;
+          const float all_pairs = pairs[r] + later[r] * decay, carried = state[r] * decay;
+          dk[row * p.dk.stride_time + c] = from_float<E>(all_pairs + carried + diagonal[r]);
+          k_state[row * PF + c] = k_row[r] * carried;
+          k_pairs[row * PF + c] = -k_row[r] * all_pairs;
+          decay *= eg(row);
+        }
       }
     }
   }
