@@ -248,11 +248,26 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   const int64_t slot = chunk_slot(p, n, h, chunk);
   const E* const S0_all = static_cast<const E*>(p.chunk_states) + slot * KD * p.V;
   const E* const H_all = static_cast<const E*>(p.chunk_state_grads) + slot * KD * p.V;
-  auto issue_slice = [&](int v0) {
-    load_chunk<kSlice, PS>(s.u.slice.v, row0(p.v, v0), p.v.stride_time, valid, tid);
-    load_chunk<kSlice, PS>(s.u.slice.d_o, row0(p.d_o, v0), p.d_o.stride_time, valid, tid);
-    load_rows<KD, kSlice, PS>(s.u.slice.S0, S0_all + v0, p.V, tid);
-    load_rows<KD, kSlice, PS>(s.u.slice.H, H_all + v0, p.V, tid);
+  // The value slices. At K = 128 a second stage lives in the bytes of e^{g} and q_start,
+  // which nothing reads once A is formed ({v, S_0} and {do, H}, 15 KB of 17 KB each), so
+  // each slice lands during the one before; at K = 64 one stage (no room for that split).
+  constexpr bool kTwoStages = KD == 128;
+  static_assert(!kTwoStages || (kChunk + KD) * PS * sizeof(E) <= sizeof(s.decay), "a stage's half fits");
+  struct SliceView {
+    E *v, *d_o, *S0, *H;
+  };
+  auto slice_view = [&](int stage) -> SliceView {
+    if (stage == 0) return {s.u.slice.v, s.u.slice.d_o, s.u.slice.S0, s.u.slice.H};
+    E* const a = reinterpret_cast<E*>(s.decay);
+    E* const b = s.q_start;
+    return {a, b, a + kChunk * PS, b + kChunk * PS};
+  };
+  auto issue_slice = [&](int v0, int stage) {
+    const SliceView t = slice_view(stage);
+    load_chunk<kSlice, PS>(t.v, row0(p.v, v0), p.v.stride_time, valid, tid);
+    load_chunk<kSlice, PS>(t.d_o, row0(p.d_o, v0), p.d_o.stride_time, valid, tid);
+    load_rows<KD, kSlice, PS>(t.S0, S0_all + v0, p.V, tid);
+    load_rows<KD, kSlice, PS>(t.H, H_all + v0, p.V, tid);
     copy_async_commit();
   };
 
@@ -262,7 +277,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   load_chunk<KD, PK>(s.k, row0(p.k, 0), p.k.stride_time, valid, tid);
   load_chunk<KD, PK>(s.g, row0(p.g, 0), p.g.stride_time, valid, tid);
   copy_async_commit();
-  issue_slice(0);  // lands while A is formed
+  issue_slice(0, 0);  // lands while A is formed
   copy_async_wait_pending<1>();
   __syncthreads();
   decay_operands<true>(s, tid);
@@ -277,13 +292,15 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   constexpr int NK = KD / 16;  // 8-column tiles in half of KD
   float dA_acc[4][4] = {}, dq_state[NK][4] = {}, dk_state[NK][4] = {};
   float spans = 0.0f;  // threads < KD: Σ_v H ⊙ S_0 of channel tid
-  for (int v0 = 0; v0 < p.V; v0 += kSlice) {
+  for (int v0 = 0, stage = 0; v0 < p.V; v0 += kSlice, stage ^= kTwoStages ? 1 : 0) {
     if (v0 > 0) {
-      issue_slice(v0);
+      if (!kTwoStages) issue_slice(v0, 0);
       copy_async_wait_all();
       __syncthreads();
     }
-    const auto& t = s.u.slice;
+    // The next slice into the other stage: the last slice read it, and A is formed.
+    if (kTwoStages && v0 + kSlice < p.V) issue_slice(v0 + kSlice, stage ^ 1);
+    const SliceView t = slice_view(stage);
     mma_block<false, true>(dA_acc, t.d_o, PS, t.v, PS, 16 * rb, 32 * side, 0, kSlice, lane);            // do vᵀ
     mma_block<false, true>(dq_state, t.d_o, PS, t.S0, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);  // do S_0ᵀ
     mma_block<false, true>(dk_state, t.v, PS, t.H, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);     // v Hᵀ
