@@ -44,7 +44,9 @@ def _projection_forward_unaliased(x: torch.Tensor, weight: torch.Tensor, bias: O
     torch.compile or a torch.func transform) each segment is copied out. Eager calls get the
     views themselves (see the end of this section)."""
     outputs = _projection_forward(x, weight, bias, widths, activations, taus, dtypes, impl)
-    return [y.clone() if y._base is not None else y for y in outputs]
+    # Every segment is copied when there are several: views of one buffer need not carry a
+    # _base (they may be made from the storage), so their aliasing is not detected per tensor.
+    return [y.clone() if len(outputs) > 1 or y._base is not None else y for y in outputs]
 
 
 def _projection_forward_fake(x, weight, bias, widths, activations, taus, dtypes, impl):
