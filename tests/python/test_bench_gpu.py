@@ -162,8 +162,8 @@ def test_case_lists_quick_and_full(gs):
     assert [m.name for m in scan.methods] == ["seqmix", "seqmix no gate", "fla chunk_hgrn", "torch eager",
                                               "torch.compile"]
     assert scan.directions == ("fwd", "bwd", "fwd+bwd") and scan.steps() == 15
-    assert [m.name for m in quick[1].methods] == ["seqmix semi-fused", "three-kernel", "torch.compile unfused"]
-    assert quick[1].directions == ("fwd", "fwd+bwd") and quick[1].headline == ("seqmix semi-fused", "three-kernel")
+    assert [m.name for m in quick[1].methods] == ["seqmix fused layer", "seqmix semi-fused", "three-kernel", "torch.compile unfused"]
+    assert quick[1].directions == ("fwd", "fwd+bwd") and quick[1].headline == ("seqmix fused layer", "three-kernel")
     assert [m.name for m in scan.methods if m.baseline] == ["fla chunk_hgrn", "torch eager", "torch.compile"]
 
 
@@ -320,7 +320,7 @@ def test_graph_capture_failures_are_recorded_and_the_run_goes_on(gs, torch):
 
     timer = WallTimer()
     case = gs.layer_case(2, 16, d=16, dv=8, device="cpu")
-    semi_fused, three_kernel, compiled_layer = case.methods
+    _fused, semi_fused, three_kernel, compiled_layer = case.methods
 
     def uncapturable(x):
         if timer.capturing:
@@ -528,7 +528,7 @@ def test_run_writes_the_report_and_returns_the_status(gs, torch, monkeypatch, tm
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved == json.loads(extra.read_text())
     assert saved["settings"] == {"quick": True, "reps": 10, "warmup": 3, "flush_bytes": 0}
-    assert len(saved["rows"]) == 15 + 6
+    assert len(saved["rows"]) == 15 + 8
 
     broken = gs.scan_case(2, 16, 8, device="cpu")
     broken.methods[0].run = lambda x: 2 * gs.seqmix.gated_scan(*x["leaves"], decay="log")
@@ -657,9 +657,9 @@ def test_markdown_has_header_formulas_tables_and_headline(results):
                   "0.1.0 (commit abc123)", "device copy **100 GB/s**", "bf16 GEMM **1 TFLOP/s**", "4096³",
                   "median of 1 repetitions", "(256 MiB written)", "## gated_scan: scan kernel",
                   "## gated_scan: semi-fused layer", "fwd with gate 4·N·2", "float64 token-by-token loop",
-                  "**Headline**: speed-up of seqmix semi-fused over three-kernel, from the event times (fwd, "
+                  "**Headline**: speed-up of seqmix fused layer over three-kernel, from the event times (fwd, "
                   "fwd+bwd) and from the graph replays (fwd, with both replay times).",
-                  "| shape | fwd | fwd+bwd | fwd (graph) | fwd ms (graph): seqmix semi-fused / three-kernel |",
+                  "| shape | fwd | fwd+bwd | fwd (graph) | fwd ms (graph): seqmix fused layer / three-kernel |",
                   "| shape | dir | method | ms | ms (graph) | GB/s | % of copy | vs fla chunk_hgrn | vs torch eager "
                   "| vs torch.compile | max rel err | status |",
                   "**ms**: CUDA events around each call", "**ms (graph)**: the call captured once into a CUDA graph",
@@ -674,8 +674,8 @@ def test_markdown_has_header_formulas_tables_and_headline(results):
         assert any(line.startswith(prefix + f"{report._ms(r['ms_graph'])} | ") for line in table_rows), r
     rows = {(r["shape"], r["direction"], r["method"]): r for r in results["rows"]}
     for shape in ("B1 T32 d16 dv8 bf16", "B2 T64 d16 dv8 bf16", "B1 T64 d16 dv8 bf16"):
-        mine, base = rows[(shape, "fwd", "seqmix semi-fused")], rows[(shape, "fwd", "three-kernel")]
-        cells = [report._times(rows[(shape, d, "seqmix semi-fused")]["speedup"]["three-kernel"])
+        mine, base = rows[(shape, "fwd", "seqmix fused layer")], rows[(shape, "fwd", "three-kernel")]
+        cells = [report._times(rows[(shape, d, "seqmix fused layer")]["speedup"]["three-kernel"])
                  for d in ("fwd", "fwd+bwd")]
         cells += [report._times(mine["speedup_graph"]["three-kernel"]),
                   f"{report._ms(mine['ms_graph'])} / {report._ms(base['ms_graph'])}"]
@@ -765,7 +765,7 @@ def test_plot_logic_with_a_stand_in_matplotlib(results, tmp_path, monkeypatch):
     assert [c.kwargs["linestyle"] for c in lines] == ["-", "-", "--", "--"]
     assert [c.kwargs["color"] for c in lines] == ["C0", "C1", "C0", "C1"]  # one colour per B
     graph_fwd = {(r["params"]["B"], r["params"]["T"]): r["speedup_graph"]["three-kernel"] for r in results["rows"]
-                 if (r["case"], r["direction"], r["method"]) == ("semi-fused layer", "fwd", "seqmix semi-fused")}
+                 if (r["case"], r["direction"], r["method"]) == ("semi-fused layer", "fwd", "seqmix fused layer")}
     assert list(lines[2].args[1]) == [graph_fwd[(1, 32)], graph_fwd[(1, 64)]]
     fwd_bwd = layer_axes[0][1].plot.call_args_list  # no graph replays of fwd+bwd
     assert [c.kwargs["label"] for c in fwd_bwd] == ["B = 1", "B = 2"]
