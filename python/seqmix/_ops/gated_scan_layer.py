@@ -32,6 +32,12 @@ def gated_scan_layer(x, weight, decay="logit", impl="automatic"):
         from ..torch.gated_scan_layer import gated_scan_layer as torch_layer
 
         return torch_layer(x, weight, decay, impl)
+    return composed(x, weight, decay, impl)
+
+
+def composed(x, weight, decay, impl):
+    """The layer as ``x @ weight.T``, then :func:`seqmix.gated_scan` on u's column views
+    (numpy arrays, and torch tensors the one-kernel forward does not take)."""
     D = weight.shape[0] // 3
     u = x @ weight.T
     return gated_scan(u[..., :D], u[..., D:2 * D], u[..., 2 * D:], decay=decay, impl=impl)

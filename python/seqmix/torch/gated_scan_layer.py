@@ -9,8 +9,8 @@ import torch
 
 from .. import _C
 from .._ops import gated_scan as scan_ops
+from .._ops import gated_scan_layer as layer_ops
 from ._common import XP, TorchOp
-from .gated_scan import gated_scan
 
 
 def _blocks(x: torch.Tensor, weight: torch.Tensor):
@@ -66,6 +66,10 @@ def _make_backward(run_backward):
 _op = TorchOp("gated_scan_layer", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward)
 
 
+# seqmix::DType values of the dtypes the kernel takes.
+_DTYPE_CODES = {torch.bfloat16: 0, torch.float16: 1}
+
+
 @functools.lru_cache(maxsize=256)
 def _fits(B: int, T: int, D: int, dtype_code: int, device_index: int) -> bool:
     with torch.cuda.device(device_index):
@@ -88,7 +92,7 @@ def uses_layer_kernel(x: torch.Tensor, weight: torch.Tensor, impl: str = "automa
             and _aligned(x) and _aligned(weight)):
         return False
     B, T, _, D = _blocks(x, weight)
-    return _fits(B, T, D, XP.arg(x)[1], x.get_device())
+    return _fits(B, T, D, _DTYPE_CODES[x.dtype], x.get_device())
 
 
 def gated_scan_layer(x, weight, decay="logit", impl="automatic"):
@@ -96,6 +100,4 @@ def gated_scan_layer(x, weight, decay="logit", impl="automatic"):
     x and weight."""
     if torch.compiler.is_compiling() or uses_layer_kernel(x, weight, impl):
         return _op(x, weight, decay, impl)
-    D = weight.shape[0] // 3
-    u = x @ weight.T
-    return gated_scan(u[..., :D], u[..., D:2 * D], u[..., 2 * D:], decay=decay, impl=impl)
+    return layer_ops.composed(x, weight, decay, impl)

@@ -42,7 +42,7 @@ struct ForwardTile {
   }
   // The factor of h_{t-1} given a_t in the params' form.
   __device__ static float decay_of(const GatedScanParams& p, float a_value) {
-    return p.decay == 1 ? __expf(a_value) : p.decay == 2 ? sigmoid(a_value) : a_value;
+    return decay_factor(p.decay, a_value);
   }
   // d(decay)/d(a), given the decay value.
   __device__ static float decay_grad(const GatedScanParams& p, float decay_value) {

@@ -25,7 +25,7 @@
 
 #include "cuda/common/runtime.cuh"
 #include "cuda/gated_scan/params.hpp"
-#include "cuda/gated_scan/tile.cuh"  // sigmoid, silu
+#include "cuda/gated_scan/tile.cuh"  // decay_factor, silu
 #include "cuda/gla/mma.cuh"          // cp.async, ldmatrix and mma.sync wrappers
 
 namespace seqmix::cuda::layer {
@@ -128,10 +128,6 @@ __device__ void project(Shared<E>& s, const GatedScanLayerParams& p, int64_t bat
   __syncthreads();
 }
 
-__device__ inline float decay_of(int decay, float a) {
-  return decay == 1 ? __expf(a) : decay == 2 ? scan::sigmoid(a) : a;
-}
-
 // The map of one channel's segment (8 tokens) from the zero state.
 template <class E>
 __device__ Map segment_map(const Shared<E>& s, const GatedScanLayerParams& p, int channel, int segment,
@@ -140,7 +136,8 @@ __device__ Map segment_map(const Shared<E>& s, const GatedScanLayerParams& p, in
 #pragma unroll
   for (int i = 0; i < kSegmentSteps; ++i) {
     const int row = segment * kSegmentSteps + i;
-    if (t0 + row < p.T) m = m.then({decay_of(p.decay, s.u[row][channel]), s.u[row][kLayerChannels + channel]});
+    if (t0 + row < p.T)
+      m = m.then({scan::decay_factor(p.decay, s.u[row][channel]), s.u[row][kLayerChannels + channel]});
   }
   return m;
 }
@@ -194,7 +191,7 @@ __global__ void __launch_bounds__(kThreads) layer_forward_kernel(const GatedScan
 #pragma unroll
   for (int i = 0; i < kSegmentSteps; ++i) {
     const int row = segment * kSegmentSteps + i;
-    h = decay_of(p.decay, s.u[row][channel]) * h + s.u[row][kLayerChannels + channel];
+    h = scan::decay_factor(p.decay, s.u[row][channel]) * h + s.u[row][kLayerChannels + channel];
     s.y[row][channel] = mm::from_float<E>(h * scan::silu(s.u[row][2 * kLayerChannels + channel]));
   }
   __syncthreads();

@@ -274,6 +274,10 @@ __device__ void exclusive_segment_scan(ScanShared<kVec, kLanesT>& s, int lane, b
 // denominator returns 0, the right limit.
 __device__ inline float sigmoid(float x) { return __fdividef(1.f, 1.f + __expf(-x)); }
 __device__ inline float silu(float x) { return __fdividef(x, 1.f + __expf(-x)); }
+// The factor of h_{t-1} given a_t in the form seqmix::Decay names (0 direct, 1 log, 2 logit).
+__device__ inline float decay_factor(int decay, float a) {
+  return decay == 1 ? __expf(a) : decay == 2 ? sigmoid(a) : a;
+}
 __device__ inline float silu_grad(float x) {
   const float s = sigmoid(x);
   return s * (1.f + x * (1.f - s));
