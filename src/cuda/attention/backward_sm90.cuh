@@ -54,7 +54,7 @@ struct BackwardSm90Config {
   static constexpr int kStages = 2;
   static constexpr int kChunks = D / 64;  // 128-byte swizzle atoms across the head dim
   static constexpr int kThreads = 384;
-  static constexpr int kConsumerWarps = 8;
+  static constexpr int kConsumerThreads = 256;
   // dQ of a query block: each consumer warpgroup computes 64 of its columns over kDqKeys keys.
   // D = 128: columns 64·wg over all 128 keys; D = 64: all columns over the warpgroup's own keys.
   static constexpr int kDqKeys = D == 128 ? 128 : 64;
@@ -229,7 +229,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       tma::barrier_init(&q_full[s], 1);
       tma::barrier_init(&do_full[s], 1);
       tma::barrier_init(&stats_full[s], 32);
-      tma::barrier_init(&stage_empty[s], Cfg::kConsumerWarps);
+      tma::barrier_init(&stage_empty[s], Cfg::kConsumerThreads);
     }
     tma::barrier_init_fence();
   }
@@ -378,8 +378,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     fence_registers(dq);
     fence_registers(prob);
     fence_registers(grad);
-    __syncwarp();
-    if (lane == 0) tma::arrive(&stage_empty[stage]);
+    // Every consumer thread arrives: each has read the stage's lse2 and delta itself, and an
+    // arrival by one lane after __syncwarp does not order the other lanes' reads before the
+    // producer's next writes to the stage.
+    tma::arrive(&stage_empty[stage]);
 
     // dQ rows (queries) 16·warp + lane/4 (+8), columns dq_col0 + 8c + 2·(lane % 4).
 #pragma unroll
