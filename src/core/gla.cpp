@@ -100,7 +100,7 @@ cuda::GlaParams cuda_params(const core::Checker& check, const cpu::GlaProblem& p
   if (in.q.dtype != DType::bf16 && in.q.dtype != DType::f16)
     check.fail("q", "dtype bf16 or f16 on a CUDA device", dtype_name(in.q.dtype));
   if (!cuda::gla_cuda_supports(p.K, p.V))
-    check.fail("q", "K in {64, 128} and V a multiple of 64 on a CUDA device",
+    check.fail("q", "K in {64, 128, 256} and V a multiple of 64 on a CUDA device",
                "K = " + std::to_string(p.K) + ", V = " + std::to_string(p.V));
   if (p.sequences.size() > 65535 || p.H > 65535)
     check.fail("q", "at most 65535 sequences and heads on a CUDA device",

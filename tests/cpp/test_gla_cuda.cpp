@@ -160,22 +160,43 @@ INSTANTIATE_TEST_SUITE_P(
         GpuGlaCase{"f16_split_T5000", 1, 5000, 1, 128, 128, DType::f16, true, -0.05, 0.0, {}}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// Every pair of head dimensions in {64, 128, 256} (K = 256 runs as two key blocks of 128
+// whose shares of o and dv are summed after; V = 256 as two value blocks), both dtypes,
+// T = 1, 63 and 1000, initial state, varlen with uneven lengths (a length-1 sequence and
+// sequences starting mid-chunk), log decays near 0 and down to −20.
+INSTANTIATE_TEST_SUITE_P(
+    HeadDims, GlaCuda,
+    ::testing::Values(
+        GpuGlaCase{"Small_bf16_K256_V64_T1", 2, 1, 2, 256, 64, DType::bf16, true, -1.0, 0.0, {}},
+        GpuGlaCase{"Small_f16_K256_V128_T63", 2, 63, 2, 256, 128, DType::f16, true, -1.0, 0.0, {}},
+        GpuGlaCase{"Small_bf16_K256_V256_varlen", 1, 300, 2, 256, 256, DType::bf16, true, -1.0, 0.0, {0, 1, 129, 300}},
+        GpuGlaCase{"Small_f16_K64_V256_decay20", 1, 200, 2, 64, 256, DType::f16, true, -20.0, 0.0, {}},
+        GpuGlaCase{"Small_bf16_K128_V256_T63", 2, 63, 2, 128, 256, DType::bf16, false, -0.5, 0.0, {}},
+        GpuGlaCase{"Small_f16_K64_V64_T1", 2, 1, 2, 64, 64, DType::f16, true, -1.0, 0.0, {}},
+        GpuGlaCase{"Small_bf16_K128_V64_T63", 2, 63, 2, 128, 64, DType::bf16, true, -1.0, 0.0, {}},
+        GpuGlaCase{"bf16_K256_V256_T1000_near0", 1, 1000, 3, 256, 256, DType::bf16, true, -0.02, 0.0, {}},
+        GpuGlaCase{"f16_K256_V64_T1000_decay20", 2, 1000, 2, 256, 64, DType::f16, true, -20.0, -5.0, {}},
+        GpuGlaCase{"bf16_K256_V128_varlen_long", 1, 2100, 2, 256, 128, DType::bf16, false, -0.1, 0.0, {0, 700, 701, 2100}},
+        GpuGlaCase{"f16_K64_V256_T1000", 2, 1000, 2, 64, 256, DType::f16, true, -1.0, 0.0, {}},
+        GpuGlaCase{"bf16_K256_unsplit_B4_H17", 4, 300, 17, 256, 128, DType::bf16, true, -0.3, 0.0, {}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 // What the CUDA path refuses, with the reason; no kernel runs (the tensors only claim a
 // CUDA device), so this runs without a GPU too.
 TEST(GlaCudaErrors, UnsupportedInputsAreRefused) {
   HostTensor q = uniform({1, 8, 1, 128}, DType::bf16), v = uniform({1, 8, 1, 128}, DType::bf16);
   HostTensor q32 = uniform({1, 8, 1, 128}, DType::f32), v32 = uniform({1, 8, 1, 128}, DType::f32);
-  HostTensor q256 = uniform({1, 8, 1, 256}, DType::bf16);
+  HostTensor q96 = uniform({1, 8, 1, 96}, DType::bf16);
   auto on_gpu = [](const Tensor& t) {
     Tensor c = t;
     c.device = Device::cuda(0);
     return c;
   };
-  const Tensor gq = on_gpu(q), gv = on_gpu(v), gq32 = on_gpu(q32), gv32 = on_gpu(v32), gq256 = on_gpu(q256);
+  const Tensor gq = on_gpu(q), gv = on_gpu(v), gq32 = on_gpu(q32), gv32 = on_gpu(v32), gq96 = on_gpu(q96);
   EXPECT_SEQMIX_ERROR(gla_forward({gq32, gq32, gv32, gq32}, {gv32}),
                       "argument 'q': expected dtype bf16 or f16 on a CUDA device, got f32");
-  EXPECT_SEQMIX_ERROR(gla_forward({gq256, gq256, gv, gq256}, {gv}),
-                      "argument 'q': expected K in {64, 128} and V a multiple of 64 on a CUDA device, got K = 256");
+  EXPECT_SEQMIX_ERROR(gla_forward({gq96, gq96, gv, gq96}, {gv}),
+                      "argument 'q': expected K in {64, 128, 256} and V a multiple of 64 on a CUDA device, got K = 96");
   GlaOptions reference;
   reference.impl = Impl::reference;
   EXPECT_SEQMIX_ERROR(gla_forward({gq, gq, gv, gq}, {gv}, reference),
@@ -190,8 +211,8 @@ TEST(GlaCudaErrors, UnsupportedInputsAreRefused) {
                       "argument 'q': expected 16-byte aligned data and strides");
   EXPECT_SEQMIX_ERROR(gla_backward({gq32, gq32, gv32, gq32}, gv32, std::nullopt, {gq32, gq32, gv32, gq32}),
                       "argument 'q': expected dtype bf16 or f16 on a CUDA device, got f32");
-  EXPECT_SEQMIX_ERROR(gla_backward({gq256, gq256, gv, gq256}, gv, std::nullopt, {gq256, gq256, gv, gq256}),
-                      "argument 'q': expected K in {64, 128} and V a multiple of 64 on a CUDA device, got K = 256");
+  EXPECT_SEQMIX_ERROR(gla_backward({gq96, gq96, gv, gq96}, gv, std::nullopt, {gq96, gq96, gv, gq96}),
+                      "argument 'q': expected K in {64, 128, 256} and V a multiple of 64 on a CUDA device, got K = 96");
   Tensor unaligned_grad = gq;
   unaligned_grad.data = static_cast<char*>(gq.data) + 2;
   EXPECT_SEQMIX_ERROR(gla_backward({gq, gq, gv, gq}, gv, std::nullopt, {gq, unaligned_grad, gv, gq}),

@@ -81,12 +81,13 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   auto& s = *reinterpret_cast<StateGradSmem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = StateGradSmem<E, KD, VB>::PK, PV = StateGradSmem<E, KD, VB>::PV;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int vb0 = blockIdx.x * VB;
+  const KeyBlock kb = KeyBlock::of_block<KD, VB>(p);
+  const int64_t vb0 = kb.vb0, key0 = kb.key0;
   const BlockPlan plan(p);
   const int64_t h = plan.h, n = plan.n;
-  const int64_t state_offset = (n * p.H + h) * KD * p.V + vb0;
-  float* const segment_state = p.segments > 1 ? p.workspace + plan.state_slot * KD * p.V + vb0 : nullptr;
-  auto row0 = [&](const GlaTokens& x, int64_t t, int col) {
+  const int64_t state_offset = kb.state(p, n * p.H + h);
+  float* const segment_state = p.segments > 1 ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
+  auto row0 = [&](const GlaTokens& x, int64_t t, int64_t col) {
     return static_cast<const E*>(x.data) + plan.seq.batch * x.stride_batch + (plan.seq.start + t) * x.stride_time +
            h * x.stride_head + col;
   };
@@ -96,8 +97,8 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   auto issue_loads = [&](int64_t chunk, int stage) {
     const int64_t t0 = chunk * kChunk;
     const int valid = plan.valid(chunk);
-    load_chunk<KD, PK>(s.q[stage], row0(p.q, t0, 0), p.q.stride_time, valid, tid);
-    load_chunk<KD, PK>(s.g[stage], row0(p.g, t0, 0), p.g.stride_time, valid, tid);
+    load_chunk<KD, PK>(s.q[stage], row0(p.q, t0, key0), p.q.stride_time, valid, tid);
+    load_chunk<KD, PK>(s.g[stage], row0(p.g, t0, key0), p.g.stride_time, valid, tid);
     load_chunk<VB, PV>(s.d_o[stage], row0(p.d_o, t0, vb0), p.d_o.stride_time, valid, tid);
     copy_async_commit();
   };
@@ -105,7 +106,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   for (int64_t chunk = plan.end_chunk - 1; chunk >= plan.first_chunk; --chunk) {
     const int stage = static_cast<int>((plan.end_chunk - 1 - chunk) & 1);
     if constexpr (!kOwn)
-      D.store_rounded(static_cast<E*>(p.chunk_state_grads) + chunk_slot(p, n, h, chunk) * KD * p.V + vb0, p.V);
+      D.store_rounded(static_cast<E*>(p.chunk_state_grads) + kb.state(p, chunk_slot(p, n, h, chunk)), p.V);
     copy_async_wait_all();
     __syncthreads();  // this chunk's tiles are in; the other stage was read by the last step
     if (chunk > plan.first_chunk) issue_loads(chunk - 1, stage ^ 1);
@@ -236,18 +237,21 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
   constexpr int PK = Sm::PK, PA = Sm::PA, PS = Sm::PS, PF = Sm::PF, kSlice = Sm::kSlice;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int64_t chunk = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
+  // blockIdx.x = chunk · key blocks + key block (forward.cuh KeyBlock; no value blocks here).
+  const int64_t chunk = blockIdx.x / p.key_blocks, h = blockIdx.y, n = blockIdx.z;
+  const KeyBlock kb{(blockIdx.x % p.key_blocks) * KD, 0, blockIdx.x % p.key_blocks};
+  const int64_t key0 = kb.key0;
   const Span seq = sequence_span(p, n);
   const int64_t t0 = chunk * kChunk;
   if (t0 >= seq.length) return;  // a chunk past a shorter sequence's end
   const int valid = static_cast<int>(min(static_cast<int64_t>(kChunk), seq.length - t0));
-  auto row0 = [&](const GlaTokens& x, int col) {
+  auto row0 = [&](const GlaTokens& x, int64_t col) {
     return static_cast<E*>(x.data) + seq.batch * x.stride_batch + (seq.start + t0) * x.stride_time +
            h * x.stride_head + col;
   };
   const int64_t slot = chunk_slot(p, n, h, chunk);
-  const E* const S0_all = static_cast<const E*>(p.chunk_states) + slot * KD * p.V;
-  const E* const H_all = static_cast<const E*>(p.chunk_state_grads) + slot * KD * p.V;
+  const E* const S0_all = static_cast<const E*>(p.chunk_states) + kb.state(p, slot);
+  const E* const H_all = static_cast<const E*>(p.chunk_state_grads) + kb.state(p, slot);
   // The value slices. At K = 128 a second stage lives in the bytes of e^{g} and q_start,
   // which nothing reads once A is formed ({v, S_0} and {do, H}, 15 KB of 17 KB each), so
   // each slice lands during the one before; at K = 64 one stage (no room for that split).
@@ -273,9 +277,9 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
 
   // A, as the forward forms it.
   for (int i = tid; i < kChunk * PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
-  load_chunk<KD, PK>(s.q, row0(p.q, 0), p.q.stride_time, valid, tid);
-  load_chunk<KD, PK>(s.k, row0(p.k, 0), p.k.stride_time, valid, tid);
-  load_chunk<KD, PK>(s.g, row0(p.g, 0), p.g.stride_time, valid, tid);
+  load_chunk<KD, PK>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
+  load_chunk<KD, PK>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
+  load_chunk<KD, PK>(s.g, row0(p.g, key0), p.g.stride_time, valid, tid);
   copy_async_commit();
   issue_slice(0, 0);  // lands while A is formed
   copy_async_wait_pending<1>();
@@ -308,16 +312,18 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     mma_block<true, false>(attention, s.scores, PA, t.d_o, PS, 16 * rb, 16 * side, 16 * rb, kChunk, lane);  // Aᵀ do
     mma_block<false, false>(carried, s.k_end, PK, t.H, PS, 16 * rb, 16 * side, 0, KD, lane);  // k_end H
     E* const dv = row0(p.dv, v0);
+    float* const dv_partial = kb.partial(p, seq.batch, seq.start + t0, h, v0);  // key blocks: this block's share
+    const int64_t dv_stride = dv_partial ? p.H * p.V : p.dv.stride_time;
     const int r = 16 * rb + lane / 4;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
       const int c = 16 * side + 8 * nt + 2 * (lane % 4);
       if (r < valid)
-        *reinterpret_cast<uint32_t*>(dv + r * p.dv.stride_time + c) =
-            pack2<E>(p.scale * attention[nt][0] + carried[nt][0], p.scale * attention[nt][1] + carried[nt][1]);
+        store_pair(dv, dv_partial, r * dv_stride + c, p.scale * attention[nt][0] + carried[nt][0],
+                   p.scale * attention[nt][1] + carried[nt][1]);
       if (r + 8 < valid)
-        *reinterpret_cast<uint32_t*>(dv + (r + 8) * p.dv.stride_time + c) =
-            pack2<E>(p.scale * attention[nt][2] + carried[nt][2], p.scale * attention[nt][3] + carried[nt][3]);
+        store_pair(dv, dv_partial, (r + 8) * dv_stride + c, p.scale * attention[nt][2] + carried[nt][2],
+                   p.scale * attention[nt][3] + carried[nt][3]);
     }
     if (tid < KD) {
 #pragma unroll 8
@@ -401,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     auto q_at = [&](int t) { return to_float(s.q[t * PK + c]); };
     auto k_at = [&](int t) { return to_float(s.k[t * PK + c]); };
     if (tid < KD) {  // dq
-      E* const dq = row0(p.dq, 0);
+      E* const dq = row0(p.dq, key0);
       auto pair_sum = [&](int i) {  // Σ_{j<i, same sub-chunk} dA_ij k_j e^{b_i − b_j}
         const int low = i & ~(kSub - 1), span = i - low;
         float pairs = 0.0f, w = 1.0f;
@@ -439,7 +445,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
         }
       }
     } else {  // dk
-      E* const dk = row0(p.dk, 0);
+      E* const dk = row0(p.dk, key0);
       auto pair_sum = [&](int j) {  // Σ_{i>j, same sub-chunk} dA_ij q_i e^{b_i − b_j}
         const int top = min((j | (kSub - 1)) + 1, valid), span = top - 1 - j;
         float pairs = 0.0f, w = 1.0f;
@@ -486,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   // compiler, and each token's load would otherwise wait behind the last token's store).
   if (tid < KD) {
     const int c = tid;
-    E* const dg = row0(p.dg, 0);
+    E* const dg = row0(p.dg, key0);
     float after = 0.0f;
     for (int top = valid - 1; top >= 0; top -= kSub) {
       float q_part[kSub], k_part[kSub];
@@ -526,10 +532,12 @@ inline size_t state_table_bytes(const GlaParams& p) {
   return static_cast<size_t>(p.num_sequences * p.H * p.max_chunks * p.K * p.V) * 2;  // 16-bit elements
 }
 
-// Scratch: the two state tables, then the segment tables when the state pass is split.
+// Scratch: the two state tables, the segment tables when the state pass is split, then the
+// key blocks' partials of dv (K = 256).
 inline size_t backward_scratch_bytes(GlaParams p) {
-  plan_segments(p, p.V / (p.V % 128 == 0 ? 128 : 64));
-  return 2 * state_table_bytes(p) + segment_table_floats(p) * sizeof(float);
+  p.key_blocks = p.K == 256 ? 2 : 1;
+  plan_segments(p, p.V / (p.V % 128 == 0 ? 128 : 64) * p.key_blocks);
+  return 2 * state_table_bytes(p) + segment_table_floats(p) * sizeof(float) + partial_bytes(p);
 }
 
 template <class Kernel>
@@ -540,8 +548,10 @@ void allow_shared(Kernel kernel, size_t bytes, const char* what) {
 template <class E, int KD, int VB>
 void launch_backward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  plan_segments(p, p.V / VB);
-  const size_t table = state_table_bytes(p), bytes = 2 * table + segment_table_floats(p) * sizeof(float);
+  p.key_blocks = p.K / KD;
+  plan_segments(p, column_blocks<VB>(p));
+  const size_t table = state_table_bytes(p), segment_bytes = segment_table_floats(p) * sizeof(float);
+  const size_t bytes = 2 * table + segment_bytes + partial_bytes(p);
   void* scratch = p.scratch;
   const bool owned = scratch == nullptr || p.scratch_bytes < bytes;
   if (owned) check(cudaMallocAsync(&scratch, bytes, stream), "gla backward workspace");
@@ -549,18 +559,19 @@ void launch_backward(GlaParams p) {
   p.chunk_states = base;
   p.chunk_state_grads = base + table;
   p.workspace = p.segments > 1 ? reinterpret_cast<float*>(base + 2 * table) : nullptr;
+  if (p.key_blocks > 1) use_partial(p, base + 2 * table + segment_bytes, stream);
 
   if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
   launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
 
   const size_t state_smem = sizeof(StateGradSmem<E, KD, VB>);
-  const dim3 state_grid(static_cast<unsigned>(p.V / VB), static_cast<unsigned>(p.H),
+  const dim3 state_grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                         static_cast<unsigned>(p.num_sequences * p.segments));
   if (p.segments > 1) {
     allow_shared(state_grad_kernel<E, KD, VB, true>, state_smem, "gla backward state gradients shared memory");
     timed_launch(stream, "gla backward segment state gradients",
                  [&] { state_grad_kernel<E, KD, VB, true><<<state_grid, kThreads, state_smem, stream>>>(p); });
-    const dim3 grid(static_cast<unsigned>((KD * p.V + 255) / 256), static_cast<unsigned>(p.H),
+    const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
                     static_cast<unsigned>(p.num_sequences));
     timed_launch(stream, "gla backward chain segments",
                  [&] { chain_segment_grads_kernel<<<grid, 256, 0, stream>>>(p); });
@@ -570,17 +581,19 @@ void launch_backward(GlaParams p) {
                [&] { state_grad_kernel<E, KD, VB, false><<<state_grid, kThreads, state_smem, stream>>>(p); });
 
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
-  const dim3 grad_grid(static_cast<unsigned>(p.max_chunks), static_cast<unsigned>(p.H),
+  const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));
   allow_shared(gradient_kernel<E, KD>, grad_smem, "gla backward shared memory");
   timed_launch(stream, "gla backward", [&] { gradient_kernel<E, KD><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  if (p.key_blocks > 1) sum_key_blocks<E>(p, p.dv, stream);
 
   if (owned) check(cudaFreeAsync(scratch, stream), "gla backward workspace");
 }
 
+// K = 256: the K = 128 kernels over two key blocks (forward.cuh KeyBlock).
 template <class E>
 void backward_for_shape(const GlaParams& p) {
-  if (p.K == 128) {
+  if (p.K >= 128) {
     if (p.V % 128 == 0) launch_backward<E, 128, 128>(p);
     else launch_backward<E, 128, 64>(p);
   } else {

@@ -300,11 +300,44 @@ struct StateTile {
   }
 };
 
+// Two adjacent outputs at `offset`: into the float partial when there is one, else rounded
+// to E into `out`.
+template <class E>
+__device__ __forceinline__ void store_pair(E* out, float* partial, int64_t offset, float a, float b) {
+  if (partial) *reinterpret_cast<float2*>(partial + offset) = make_float2(a, b);
+  else *reinterpret_cast<uint32_t*>(out + offset) = pack2<E>(a, b);
+}
+
+// K = 256 runs as two key blocks of 128 channels (GlaParams::key_blocks): a state row, its
+// decay and the key-side gradients belong to one key channel, so each block walks its
+// channels alone; only o (and dv in the backward) sum over all channels, and those go to
+// float partials that a last kernel adds. blockIdx.x = key block · value blocks + value block.
+struct KeyBlock {
+  int64_t key0, vb0;  // first key channel, first value column
+  int64_t kb;         // key block
+  template <int KD, int VB>
+  __device__ static KeyBlock of_block(const GlaParams& p) {
+    const int64_t value_blocks = p.V / VB, kb = blockIdx.x / value_blocks;
+    return {kb * KD, (blockIdx.x % value_blocks) * VB, kb};
+  }
+  // Offset of this block's rows in a [.., K, V] state of pair `pair` (n·H + h, or a slot).
+  __device__ int64_t state(const GlaParams& p, int64_t pair) const { return (pair * p.K + key0) * p.V + vb0; }
+  // This key block's float partial of o (or dv) at token row `t` of span `seq`, head h: layout
+  // [key_blocks, partial_rows, H, V]; nullptr without key blocks.
+  __device__ float* partial(const GlaParams& p, int64_t batch, int64_t t, int64_t h, int64_t col) const {
+    if (!p.partial) return nullptr;
+    return p.partial + ((kb * p.partial_rows + batch * p.T + t) * p.H + h) * p.V + col;
+  }
+};
+
 // o for rows 16·(w % 4) and half the value block, w / 4: (q_start·S_0 + A·v)·scale.
 // S: Smem, or any layout with q_start, state and scores members and Smem's pitches.
+// partial_row0 (key blocks, see KeyBlock): when not null, this key block's share of o goes
+// there in float (stride `stride_time` too), and o_row0 is not written.
 template <class S, class E = typename S::Element>
 __device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, int lane, E* o_row0,
-                                             int64_t stride_time, int valid, float scale) {
+                                             int64_t stride_time, int valid, float scale,
+                                             float* partial_row0 = nullptr) {
   constexpr int KD = S::kKeys, VB = S::kValues, PK = S::PK, PV = S::PV, PA = S::PA;
   constexpr int NT = VB / 16;  // 8-column tiles per warp
   const int rb = warp % 4, n0 = (warp / 4) * (VB / 2);
@@ -335,12 +368,9 @@ __device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, i
   const int r = 16 * rb + lane / 4, c = n0 + 2 * (lane % 4);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    if (r < valid)
-      *reinterpret_cast<uint32_t*>(o_row0 + r * stride_time + c + 8 * nt) =
-          pack2<E>(scale * acc[nt][0], scale * acc[nt][1]);
+    if (r < valid) store_pair(o_row0, partial_row0, r * stride_time + c + 8 * nt, scale * acc[nt][0], scale * acc[nt][1]);
     if (r + 8 < valid)
-      *reinterpret_cast<uint32_t*>(o_row0 + (r + 8) * stride_time + c + 8 * nt) =
-          pack2<E>(scale * acc[nt][2], scale * acc[nt][3]);
+      store_pair(o_row0, partial_row0, (r + 8) * stride_time + c + 8 * nt, scale * acc[nt][2], scale * acc[nt][3]);
   }
 }
 
@@ -419,22 +449,24 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
   auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int vb0 = blockIdx.x * VB;
+  const KeyBlock kb = KeyBlock::of_block<KD, VB>(p);
+  const int64_t vb0 = kb.vb0, key0 = kb.key0;
   const BlockPlan plan(p);
   const int64_t h = plan.h;
-  float* const segment_state = p.workspace ? p.workspace + plan.state_slot * KD * p.V + vb0 : nullptr;
+  float* const segment_state = p.workspace ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
   float* const segment_decay =
-      p.workspace ? p.workspace + p.num_sequences * p.H * p.segments * KD * p.V + plan.state_slot * KD : nullptr;
+      p.workspace ? p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V + plan.state_slot * p.K + key0
+                  : nullptr;
   StateTile<E, KD, VB> S(warp, lane);
   if (plan.first_chunk >= plan.end_chunk) {  // a segment past a short sequence's end
     if constexpr (kEnds) {
       S.load(nullptr, p.V);
       S.store(segment_state, p.V);
-      if (blockIdx.x == 0 && tid < KD) segment_decay[tid] = 1.0f;
+      if (vb0 == 0 && tid < KD) segment_decay[tid] = 1.0f;
     }
     return;
   }
-  auto row0 = [&](const GlaTokens& x, int64_t t, int col) {
+  auto row0 = [&](const GlaTokens& x, int64_t t, int64_t col) {
     return static_cast<E*>(x.data) + plan.seq.batch * x.stride_batch + (plan.seq.start + t) * x.stride_time +
            h * x.stride_head + col;
   };
@@ -445,19 +477,19 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
   auto g_tile = [&](int stage) { return kOutput || stage == 0 ? s.g : s.q_start; };
   // The decays of a chunk are read first and released first: two groups of copies.
   auto issue_decay_loads = [&](int64_t chunk, int stage) {
-    load_chunk<KD, PK>(g_tile(stage), row0(p.g, chunk * kChunk, 0), p.g.stride_time, plan.valid(chunk), tid);
+    load_chunk<KD, PK>(g_tile(stage), row0(p.g, chunk * kChunk, key0), p.g.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
   auto issue_token_loads = [&](int64_t chunk, int stage) {
     const int64_t t = chunk * kChunk;
-    if constexpr (kOutput) load_chunk<KD, PK>(s.q, row0(p.q, t, 0), p.q.stride_time, plan.valid(chunk), tid);
-    load_chunk<KD, PK>(k_tile(stage), row0(p.k, t, 0), p.k.stride_time, plan.valid(chunk), tid);
+    if constexpr (kOutput) load_chunk<KD, PK>(s.q, row0(p.q, t, key0), p.q.stride_time, plan.valid(chunk), tid);
+    load_chunk<KD, PK>(k_tile(stage), row0(p.k, t, key0), p.k.stride_time, plan.valid(chunk), tid);
     load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
 
   for (int i = tid; i < kChunk * Smem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
-  const int64_t state_offset = (plan.n * p.H + h) * KD * p.V + vb0;
+  const int64_t state_offset = kb.state(p, plan.n * p.H + h);
   if constexpr (kEnds) S.load(nullptr, p.V);
   else S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
   float total_decay = 1.0f;  // threads < KD: e^{Σ g} of channel tid over the segment
@@ -493,15 +525,17 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       pair_scores(s, warp, lane);
       __syncthreads();
       phases.mark(kGlaPhasePairs);
-      chunk_output(s, s.v[stage], warp, lane, row0(p.o, chunk * kChunk, vb0), p.o.stride_time, plan.valid(chunk),
-                   p.scale);
+      const int64_t t = chunk * kChunk;
+      float* const partial = kb.partial(p, plan.seq.batch, plan.seq.start + t, h, vb0);
+      chunk_output(s, s.v[stage], warp, lane, row0(p.o, t, vb0), partial ? p.H * p.V : p.o.stride_time,
+                   plan.valid(chunk), p.scale, partial);
       phases.mark(kGlaPhaseOutput);
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
     }
     if constexpr (kPass == Pass::chunk_states) {
       const int64_t slot = (plan.n * p.H + h) * p.max_chunks + chunk;
-      S.store_rounded(static_cast<E*>(p.chunk_states) + slot * KD * p.V + vb0, p.V);
+      S.store_rounded(static_cast<E*>(p.chunk_states) + kb.state(p, slot), p.V);
     }
     S.advance(s.k_end, s.decay_all, s.v[stage], lane);
     phases.mark(kGlaPhaseAdvance);
@@ -511,7 +545,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);
   } else if constexpr (kEnds) {
     S.store(segment_state, p.V);
-    if (blockIdx.x == 0 && tid < KD) segment_decay[tid] = total_decay;
+    if (vb0 == 0 && tid < KD) segment_decay[tid] = total_decay;
   }
 }
 

@@ -27,6 +27,38 @@ static __global__ void chain_segments_kernel(const GlaParams p) {
   }
 }
 
+// The key blocks' float partials of o or dv (p.partial) summed and rounded to E into `out`;
+// a thread per two adjacent columns.
+template <class E>
+__global__ void sum_key_blocks_kernel(const GlaParams p, const GlaTokens out) {
+  const int64_t block_elements = p.partial_rows * p.H * p.V;
+  for (int64_t e = 2 * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x); e < block_elements;
+       e += 2 * static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    float2 sum = make_float2(0.0f, 0.0f);
+    for (int64_t kb = 0; kb < p.key_blocks; ++kb) {
+      const float2 x = *reinterpret_cast<const float2*>(p.partial + kb * block_elements + e);
+      sum.x += x.x, sum.y += x.y;
+    }
+    const int64_t col = e % p.V, h = e / p.V % p.H, row = e / (p.V * p.H), b = row / p.T, t = row % p.T;
+    *reinterpret_cast<uint32_t*>(static_cast<E*>(out.data) + b * out.stride_batch + t * out.stride_time +
+                                 h * out.stride_head + col) = pack2<E>(sum.x, sum.y);
+  }
+}
+
+// Bytes of the key blocks' partials (zero without key blocks).
+inline size_t partial_bytes(const GlaParams& p) {
+  const int64_t rows = p.cu_seqlens ? p.T : p.num_sequences * p.T;
+  return p.key_blocks > 1 ? static_cast<size_t>(p.key_blocks * rows * p.H * p.V) * sizeof(float) : 0;
+}
+
+// Points p.partial at `at` (partial_bytes(p) bytes) and zeroes it: tokens outside every
+// sequence (cu_seqlens ending before T) then sum to zero.
+inline void use_partial(GlaParams& p, void* at, cudaStream_t stream) {
+  p.partial_rows = p.cu_seqlens ? p.T : p.num_sequences * p.T;
+  p.partial = static_cast<float*>(at);
+  check(cudaMemsetAsync(at, 0, partial_bytes(p), stream), "gla key-block partials");
+}
+
 // Launches through `launch`, checks the launch, and brackets it with the profiling events
 // (profile.hpp; nothing while profiling is off).
 template <class Launch>
@@ -55,13 +87,26 @@ inline void plan_segments(GlaParams& p, int64_t value_blocks) {
   p.segments = (p.max_chunks + p.segment_chunks - 1) / p.segment_chunks;
 }
 
+// Blocks across V: value blocks times key blocks (blockIdx.x, forward.cuh KeyBlock).
+template <int VB>
+unsigned column_blocks(const GlaParams& p) {
+  return static_cast<unsigned>(p.V / VB * p.key_blocks);
+}
+
+template <class E>
+void sum_key_blocks(const GlaParams& p, const GlaTokens& out, cudaStream_t stream) {
+  const int64_t threads = p.partial_rows * p.H * p.V / 2;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, 8 * multiprocessors()));
+  timed_launch(stream, "gla sum key blocks", [&] { sum_key_blocks_kernel<E><<<blocks, 256, 0, stream>>>(p, out); });
+}
+
 template <class E, int KD, int VB, Pass kPass>
 void launch_pass(GlaParams p, cudaStream_t stream) {
   const size_t smem = sizeof(Smem<E, KD, VB>);
   auto kernel = forward_kernel<E, KD, VB, kPass>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla forward shared memory");
-  const dim3 grid(static_cast<unsigned>(p.V / VB), static_cast<unsigned>(p.H),
+  const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
   p.phase_cycles = profile_counters();
   timed_launch(stream,
@@ -71,10 +116,11 @@ void launch_pass(GlaParams p, cudaStream_t stream) {
                [&] { kernel<<<grid, kThreads, smem, stream>>>(p); });
 }
 
-// The outputs pass by the walk selected (params.hpp, gla_forward_walk).
+// The outputs pass by the walk selected (params.hpp, gla_forward_walk); key blocks take the
+// serial walk (the pipelined one writes no partials).
 template <class E, int KD, int VB>
 void launch_outputs(GlaParams p, cudaStream_t stream) {
-  if (gla_forward_walk() == GlaForwardWalk::serial) return launch_pass<E, KD, VB, Pass::outputs>(p, stream);
+  if (gla_forward_walk() == GlaForwardWalk::serial || p.key_blocks > 1) return launch_pass<E, KD, VB, Pass::outputs>(p, stream);
   const size_t smem = sizeof(PipelinedSmem<E, KD, VB>);
   auto kernel = pipelined_forward_kernel<E, KD, VB>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
@@ -95,7 +141,7 @@ inline size_t segment_table_floats(const GlaParams& p) {
 template <class E, int KD, int VB>
 void segment_entering_states(const GlaParams& p, cudaStream_t stream) {
   launch_pass<E, KD, VB, Pass::segment_ends>(p, stream);
-  const dim3 grid(static_cast<unsigned>((KD * p.V + 255) / 256), static_cast<unsigned>(p.H),
+  const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences));
   timed_launch(stream, "gla chain segments", [&] { chain_segments_kernel<<<grid, 256, 0, stream>>>(p); });
 }
@@ -103,26 +149,27 @@ void segment_entering_states(const GlaParams& p, cudaStream_t stream) {
 template <class E, int KD, int VB>
 void launch_forward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  plan_segments(p, p.V / VB);
-  if (p.segments == 1) {
-    p.workspace = nullptr;
-    launch_outputs<E, KD, VB>(p, stream);
-    return;
-  }
-  // The segment tables live only for these three launches: a stream-ordered allocation
-  // from the device's pool (the public API has no workspace argument for them yet).
+  p.key_blocks = p.K / KD;
+  plan_segments(p, column_blocks<VB>(p));
+  // The segment tables and the key blocks' partials live only for these launches: a
+  // stream-ordered allocation from the device's pool (the public API has no workspace
+  // argument for them yet).
+  const size_t table_bytes = segment_table_floats(p) * sizeof(float), bytes = table_bytes + partial_bytes(p);
   void* workspace = nullptr;
-  check(cudaMallocAsync(&workspace, segment_table_floats(p) * sizeof(float), stream), "gla forward workspace");
-  p.workspace = static_cast<float*>(workspace);
-  segment_entering_states<E, KD, VB>(p, stream);
+  if (bytes) check(cudaMallocAsync(&workspace, bytes, stream), "gla forward workspace");
+  p.workspace = p.segments > 1 ? static_cast<float*>(workspace) : nullptr;
+  if (p.key_blocks > 1) use_partial(p, static_cast<unsigned char*>(workspace) + table_bytes, stream);
+  if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
   launch_outputs<E, KD, VB>(p, stream);
-  check(cudaFreeAsync(workspace, stream), "gla forward workspace");
+  if (p.key_blocks > 1) sum_key_blocks<E>(p, p.o, stream);
+  if (workspace) check(cudaFreeAsync(workspace, stream), "gla forward workspace");
 }
 
 // The value block: 128 columns when V allows (the state then takes 64 registers a thread).
+// K = 256: the K = 128 kernels over two key blocks.
 template <class E>
 void forward_for_shape(const GlaParams& p) {
-  if (p.K == 128) {
+  if (p.K >= 128) {
     if (p.V % 128 == 0) launch_forward<E, 128, 128>(p);
     else launch_forward<E, 128, 64>(p);
   } else {

@@ -35,6 +35,11 @@ struct GlaParams {
   // [N, H, segments, K] decays (floats).
   int64_t segments = 1, segment_chunks = 0;
   float* workspace = nullptr;
+  // Set by the launcher. K = 256 runs as key_blocks = 2 blocks of 128 key channels each
+  // (forward.cuh, KeyBlock); their shares of o (forward) and dv (backward) go to `partial`,
+  // float [key_blocks, partial_rows, H, V] with partial_rows = B·T, and are summed after.
+  int64_t key_blocks = 1, partial_rows = 0;
+  float* partial = nullptr;
   // Set by the launchers while profiling (profile.hpp): device counters [kGlaPhaseCount]
   // the chunk walks add their phase cycles to; nullptr otherwise.
   unsigned long long* phase_cycles = nullptr;
@@ -58,8 +63,11 @@ enum class GlaDtype { bf16, f16 };
 // Tokens per chunk: the state is carried from chunk to chunk.
 inline constexpr int64_t kGlaChunk = 64;
 
-// Head dimensions the CUDA kernels cover: K in {64, 128}, V a multiple of 64.
-inline constexpr bool gla_cuda_supports(int64_t K, int64_t V) { return (K == 64 || K == 128) && V % 64 == 0; }
+// Head dimensions the CUDA kernels cover: K in {64, 128, 256} (256 as two key blocks of
+// 128), V a multiple of 64.
+inline constexpr bool gla_cuda_supports(int64_t K, int64_t V) {
+  return (K == 64 || K == 128 || K == 256) && V % 64 == 0;
+}
 
 // Which kernel computes the forward's outputs: the serial walk (forward.cuh: 8 warps do every
 // phase of a chunk step in turn) or the pipelined one (forward_pipelined.cuh: 8 warps prepare
