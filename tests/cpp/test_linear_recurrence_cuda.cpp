@@ -262,16 +262,21 @@ TEST(LinearRecurrenceCudaPlan, CyclicReductionNeedsNoMoreWorkspaceThanTheScan) {
           }
 }
 
-TEST(LinearRecurrenceCudaPlan, AutomaticMethodFollowsTheBlockCount) {
-  // n ≤ 64 and m ≤ 8: the chunked method on tensor cores up to 16 groups.
+TEST(LinearRecurrenceCudaPlan, AutomaticMethodFollowsTheMeasuredTable) {
+  // n ≤ 64, m ≤ 8: the chunked method on tensor cores, until the sequential walk (flat
+  // in G) wins at 64 groups of n = 64.
   EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 64, 1), chunked);
   EXPECT_EQ(linear_recurrence_cuda_method(1, 4096, 64, 1), chunked);
-  EXPECT_EQ(linear_recurrence_cuda_method(32, 4096, 64, 1), seq);
-  // Otherwise the block count decides.
-  EXPECT_EQ(linear_recurrence_cuda_method(2, 4096, 64, 64), seq);  // 2 groups × 8 column slices
+  EXPECT_EQ(linear_recurrence_cuda_method(64, 4096, 64, 1), seq);
+  EXPECT_EQ(linear_recurrence_cuda_method(64, 4096, 32, 1), chunked);
+  EXPECT_EQ(linear_recurrence_cuda_method(1, 100, 64, 1), chunked);  // short: the nearest grid point's
+  // Without tensor cores (n = 128 or m > 8): cyclic reduction at one group, sequential at many.
+  EXPECT_EQ(linear_recurrence_cuda_method(2, 4096, 64, 64), cr);
+  EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 64, 64), seq);
   EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 128, 1), seq);
-  EXPECT_EQ(linear_recurrence_cuda_method(1, 4096, 128, 1), chunked);
-  EXPECT_EQ(linear_recurrence_cuda_method(1, 100, 64, 1), seq);  // too short to split
+  EXPECT_EQ(linear_recurrence_cuda_method(1, 4096, 128, 1), cr);
+  EXPECT_EQ(linear_recurrence_cuda_method(1, 8192, 128, 1), chunked);  // long: chunked summaries win
+  EXPECT_EQ(linear_recurrence_cuda_method(24, 1024, 40, 1), chunked);  // n 40 pads to 64, G 24 reads as 16
 }
 
 // The chunked method on tensor cores keeps only chunk summaries: far less scratch than

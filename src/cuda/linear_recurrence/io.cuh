@@ -83,6 +83,25 @@ struct GradParams {
 
 inline constexpr int kGradCols = 32;
 
+// Four consecutive outputs in one store (16 bytes of f32, 8 of bf16) where the address
+// allows it: the gradient kernel's dA tiles are rows of 4, and scalar stores at a stride
+// of 4 elements spend four store instructions on every sector (version 4, NOTES.md).
+__device__ __forceinline__ void store_row4(float* dst, const float (&x)[4], bool vector) {
+  if (vector) *reinterpret_cast<float4*>(dst) = make_float4(x[0], x[1], x[2], x[3]);
+  else
+    for (int c = 0; c < 4; ++c) dst[c] = x[c];
+}
+__device__ __forceinline__ void store_row4(__nv_bfloat16* dst, const float (&x)[4], bool vector) {
+  const __nv_bfloat162 lo = __floats2bfloat162_rn(x[0], x[1]), hi = __floats2bfloat162_rn(x[2], x[3]);
+  if (vector) {
+    uint2 both;
+    both.x = *reinterpret_cast<const unsigned*>(&lo), both.y = *reinterpret_cast<const unsigned*>(&hi);
+    *reinterpret_cast<uint2*>(dst) = both;
+  } else {
+    dst[0] = lo.x, dst[1] = lo.y, dst[2] = hi.x, dst[3] = hi.y;
+  }
+}
+
 template <class T>
 __global__ void __launch_bounds__(kThreads) grad_kernel(const GradParams<T> p) {
   extern __shared__ __align__(16) float grad_smem[];
@@ -125,15 +144,15 @@ __global__ void __launch_bounds__(kThreads) grad_kernel(const GradParams<T> p) {
       }
     }
     T* dA = p.dA + (g * p.T_len + t) * nn;
+    // n is a multiple of 8, so every row of 4 is as aligned as dA itself.
+    const bool vector = reinterpret_cast<uintptr_t>(p.dA) % (4 * sizeof(T)) == 0;
 #pragma unroll
     for (int k = 0; k < kTilesPerThread; ++k) {
       const int tile = tid + k * kThreads;
       if (tile >= tiles) break;
       const int i0 = (tile / (p.n / 4)) * 4, j0 = (tile % (p.n / 4)) * 4;
 #pragma unroll
-      for (int r = 0; r < 4; ++r)
-#pragma unroll
-        for (int cc = 0; cc < 4; ++cc) dA[(i0 + r) * p.n + j0 + cc] = from_float<T>(acc[k][r][cc]);
+      for (int r = 0; r < 4; ++r) store_row4(dA + (i0 + r) * p.n + j0, acc[k][r], vector);
     }
   }
 }

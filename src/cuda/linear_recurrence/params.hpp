@@ -85,18 +85,48 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
   return 0;
 }
 
-// The method "automatic" runs on a CUDA device (NOTES.md has the measurements behind it).
-// The sequential method reads every transition once but walks T dependent steps, one
-// block per group (× slice of 8 state columns): its time hardly depends on G until the
-// blocks fill the GPU. The chunked method on tensor cores spreads each sequence over
-// many SMs and reads the transitions twice, so its time grows with G: it is predicted to
-// win up to about 16 groups (NOTES.md, version 3). Without tensor cores (n > 64 or more
-// than 8 columns) the chunked method wins only when few blocks would run.
+// The method "automatic" runs on a CUDA device: the fastest forward measured on the H100
+// over the grid (n 32/64/128, T 1024–8192, G 1/16/64, m 1/64, f32 and bf16;
+// `python -m seqmix.bench.gpu.linear_recurrence sweep`, NOTES.md version 4). The winner
+// was the same in f32 and bf16 at every measured point, so the table has no dtype. Why
+// each wins: the sequential method reads A once but walks T steps, one block per group
+// (× 8 state columns), so its time is flat in G until the blocks fill the chip; the
+// chunked method spreads a sequence over the chip (tensor cores for n ≤ 64, m ≤ 8) and
+// its time grows with G; cyclic reduction composes n×n maps in O(T) products and wins
+// at one group where the chunked method has no tensor cores (n = 128 or m > 8).
+struct MeasuredChoice {
+  int64_t n;  // padded state size: 32, 64 or 128
+  bool wide;  // more than 8 state columns (the grid's m = 64; m = 1 stands for m ≤ 8)
+  RecurrenceMethod one_group, one_group_long, sixteen_groups, sixty_four_groups;  // long: T > 4096
+};
+inline constexpr MeasuredChoice kMeasuredChoices[] = {
+    {32, false, RecurrenceMethod::chunked, RecurrenceMethod::chunked, RecurrenceMethod::chunked,
+     RecurrenceMethod::chunked},
+    {64, false, RecurrenceMethod::chunked, RecurrenceMethod::chunked, RecurrenceMethod::chunked,
+     RecurrenceMethod::sequential},
+    {128, false, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::chunked, RecurrenceMethod::sequential,
+     RecurrenceMethod::sequential},
+    {32, true, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::sequential,
+     RecurrenceMethod::sequential},
+    {64, true, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::sequential,
+     RecurrenceMethod::sequential},
+    {128, true, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::chunked, RecurrenceMethod::sequential,
+     RecurrenceMethod::sequential},
+};
+
+// Shapes between grid points take the nearest one (G and T on a log scale: G up to 4
+// reads as 1, up to 32 as 16; T above 4096 as 8192). Crossovers inside those intervals
+// are not measured: at n = 64, m = 1 the chunked time grows about linearly in G
+// (1.29 ms at G = 16, 4.9 at 64, f32) against a flat 1.9–2.0 ms sequential walk, a
+// crossover near G = 24 in f32 and 40 in bf16, on either side of the boundary at 32.
 inline constexpr RecurrenceMethod choose_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m) {
-  if (T < 256) return RecurrenceMethod::sequential;
-  if (chunked_on_tensor_cores(n, m)) return G <= 16 ? RecurrenceMethod::chunked : RecurrenceMethod::sequential;
-  const int64_t blocks = G * (m == 1 ? 1 : (m + 7) / 8);
-  return blocks >= 16 ? RecurrenceMethod::sequential : RecurrenceMethod::chunked;
+  const int64_t padded = n <= 32 ? 32 : (n <= 64 ? 64 : 128);
+  for (const MeasuredChoice& c : kMeasuredChoices) {
+    if (c.n != padded || c.wide != (m > 8)) continue;
+    if (G <= 4) return T > 4096 ? c.one_group_long : c.one_group;
+    return G <= 32 ? c.sixteen_groups : c.sixty_four_groups;
+  }
+  return RecurrenceMethod::sequential;
 }
 
 template <RecurrenceDtype dtype>

@@ -9,6 +9,10 @@ tiny shapes in the tests.
 
 from __future__ import annotations
 
+import math
+import sys
+import time
+
 import torch
 
 import seqmix
@@ -75,9 +79,16 @@ NOTES = (
 )
 
 
-def recurrence_case(G, T, n, m, device="cuda", dtype=torch.float32, baselines=True, seed=0) -> Case:
-    """The recurrence on [G, T, n, m]: every seqmix method, and the PyTorch baselines."""
+def recurrence_case(G, T, n, m, device="cuda", dtype=torch.float32, baselines=True, seed=0,
+                    methods=METHODS, call_limit_ms=None) -> Case:
+    """The recurrence on [G, T, n, m]: the named seqmix methods, and the PyTorch baselines.
+
+    On a CUDA device every seqmix method is first called once on the case's inputs
+    (``probe``): its peak memory goes into the case's parameters (so into every row), and
+    a method whose single forward took longer than ``call_limit_ms`` is left out of the
+    timing with a printed reason (the suite has no time limit of its own per case)."""
     ref = slice(0, REFERENCE_GROUPS)
+    params = {"G": G, "T": T, "n": n, "m": m, "dtype": _dtype_name(dtype)}
 
     def make_inputs():
         gen = torch.Generator(device=device).manual_seed(seed)
@@ -85,7 +96,22 @@ def recurrence_case(G, T, n, m, device="cuda", dtype=torch.float32, baselines=Tr
         A = ((torch.rand((G, T, n, n), generator=gen, device=device) * 2 - 1) * scale).to(dtype)
         b = torch.randn((G, T, n, m), generator=gen, device=device).to(dtype)
         dy = torch.randn((G, T, n, m), generator=gen, device=device).to(dtype)
-        return {"leaves": [A.requires_grad_(), b.requires_grad_()], "dy": dy}
+        inputs = {"leaves": [A.requires_grad_(), b.requires_grad_()], "dy": dy}
+        if torch.device(device).type == "cuda":
+            probe(inputs)
+        return inputs
+
+    def probe(inputs):
+        # Runs when the inputs exist, before the suite times anything: the case's methods
+        # and parameters are still open to change here.
+        params["peak_mib"], params["probe_ms"] = {}, {}
+        for method in seqmix_methods:
+            peak, ms = peak_memory(lambda: method.run(inputs))
+            params["peak_mib"][method.name], params["probe_ms"][method.name] = peak / 2**20, ms
+            if call_limit_ms is not None and ms > call_limit_ms:
+                method.directions = ()
+                print(f"linear_recurrence {shape}: {method.name} skipped: one forward took {ms:.0f} ms, over the "
+                      f"{call_limit_ms:.0f} ms limit per call", file=sys.stderr)
 
     def references(inputs, name):
         A, b = (t[ref].detach().to(torch.float64).requires_grad_() for t in inputs["leaves"])
@@ -98,8 +124,11 @@ def recurrence_case(G, T, n, m, device="cuda", dtype=torch.float32, baselines=Tr
                 None if grads is None else [None if g is None else g[ref] for g in grads])
 
     work = recurrence_bytes(G, T, n, m, torch.empty((), dtype=dtype).element_size())
-    methods = [Method(f"seqmix {name}", (lambda name: lambda x: seqmix.linear_recurrence(*x["leaves"], method=name))(name),
-                      work) for name in METHODS]
+    seqmix_methods = [Method(f"seqmix {name}",
+                             (lambda name: lambda x: seqmix.linear_recurrence(*x["leaves"], method=name))(name), work)
+                      for name in methods]
+    methods = list(seqmix_methods)
+    shape = f"G{G} T{T} n{n} m{m} {_dtype_name(dtype)}"
     if baselines:
         # Forward only: the acceptance compares forwards, and the loop's backward through
         # autograd took ~6 s a repetition at G16 T4096 n64 on the H100 machine.
@@ -107,27 +136,222 @@ def recurrence_case(G, T, n, m, device="cuda", dtype=torch.float32, baselines=Tr
                            directions=("fwd",)),
                     Method("torch loop", lambda x: torch_loop(*x["leaves"]), work, baseline=True,
                            directions=("fwd",))]
-    shape = f"G{G} T{T} n{n} m{m} {_dtype_name(dtype)}"
-    return Case("linear_recurrence", "dense recurrence", shape, {"G": G, "T": T, "n": n, "m": m}, make_inputs,
+    return Case("linear_recurrence", "dense recurrence", shape, params, make_inputs,
                 methods, references, observe,
                 speedup_over=("torch Hillis–Steele", "torch loop") if baselines else (),
                 headline=("seqmix auto", "torch Hillis–Steele") if baselines else None,
                 tolerance=1e-2, notes=NOTES, plot="bandwidth")
 
 
+def peak_memory(call) -> tuple:
+    """(peak bytes allocated above what was allocated before, wall ms) of one call, with
+    its outputs (and autograd graph) alive until the peak is read."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    out = call()
+    torch.cuda.synchronize()
+    ms = (time.perf_counter() - start) * 1e3
+    peak = torch.cuda.max_memory_allocated() - before
+    del out
+    return peak, ms
+
+
+# --- the issue's grid, and what of it is worth timing ------------------------------------
+
+GRID = {"n": (32, 64, 128), "T": (1024, 2048, 4096, 8192), "G": (1, 16, 64), "m": (1, 64),
+        "dtype": (torch.float32, torch.bfloat16)}
+ANCHOR = (16, 4096, 64, 1, torch.float32)  # the acceptance point: the only one with the PyTorch baselines
+
+# Forward times measured at the anchor on the H100 (bench/results/.../linear_recurrence-quick):
+# the cost model below scales them by each method's work to skip what would take absurdly
+# long; it only decides what to time, never what "auto" picks.
+_ANCHOR_MS = {"sequential": 1.9, "chunked": 1.3, "scan": 24.5, "cyclic_reduction": 4.5}
+
+
+def predicted_forward_ms(method, G, T, n, m) -> float:
+    """A rough forward time: the anchor's, scaled by the method's work (products of
+    n×n maps: G·T·n²·(n+m), times log2 T for the scan; the sequential method's depth T
+    times its waves of blocks, its step cost growing with n²)."""
+    products = G * T * n * n * (n + m) / (16 * 4096 * 64 * 64 * 65)
+    if method == "sequential":
+        waves = math.ceil(G * math.ceil(m / 8) / 132)
+        return _ANCHOR_MS[method] * T / 4096 * waves * max(1.0, (n / 64) ** 2 / 2)
+    if method == "chunked" and n <= 64 and m <= 8:  # tensor cores: about one pass over A
+        return max(0.15, _ANCHOR_MS[method] * G * T * n * n / (16 * 4096 * 64 * 64))
+    if method == "chunked":
+        return _ANCHOR_MS["cyclic_reduction"] * products
+    if method == "scan":
+        return _ANCHOR_MS[method] * products * math.log2(T) / 12
+    return _ANCHOR_MS[method] * products
+
+
+def case_bytes(G, T, n, m, itemsize, method) -> int:
+    """Memory one case holds while a method's backward runs: A, b, dy, h, dA, db and the
+    method's float workspace."""
+    tensors = itemsize * G * T * (2 * n * n + 4 * n * m)
+    workspace = 4 * seqmix._C.linear_recurrence_workspace_size(G, T, n, m, True, method)
+    return tensors + workspace
+
+
+def _device_bytes() -> int:
+    return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 80 * 2**30
+
+
+# Full suite: a method is timed where its predicted forward is under this (each is timed
+# 50 + 5 times in each of fwd, bwd, fwd+bwd and graph replays: ~8 forwards' worth each),
+# and left out of the timing once a probe call takes over twice as long.
+FULL_PREDICTED_LIMIT_MS = 25.0
+FULL_CALL_LIMIT_MS = 60.0
+MEMORY_FRACTION = 0.8  # of the device's memory a case may use
+
+
+def grid_plan(limit_ms=FULL_PREDICTED_LIMIT_MS):
+    """[(G, T, n, m, dtype, methods timed, {method: why skipped})] over the whole grid."""
+    plan = []
+    for dtype in GRID["dtype"]:
+        itemsize = torch.empty((), dtype=dtype).element_size()
+        for n in GRID["n"]:
+            for m in GRID["m"]:
+                for G in GRID["G"]:
+                    for T in GRID["T"]:
+                        timed, skipped = [], {}
+                        for name in METHODS:
+                            resolved = "chunked" if name == "auto" else name  # auto's cost: at most the chunked one's
+                            need = case_bytes(G, T, n, m, itemsize, name)
+                            ms = predicted_forward_ms(resolved, G, T, n, m)
+                            if need > MEMORY_FRACTION * _device_bytes():
+                                skipped[name] = f"needs {need / 2**30:.0f} GiB"
+                            elif name != "auto" and ms > limit_ms:
+                                skipped[name] = f"predicted {ms:.0f} ms a forward"
+                            else:
+                                timed.append(name)
+                        plan.append((G, T, n, m, dtype, tuple(timed), skipped))
+    return plan
+
+
+def expected_full_seconds(plan=None) -> float:
+    """The full suite's predicted duration for this op: every timed method ~8 forwards'
+    worth × 55 calls, plus each case's float64 reference (a Python loop of T steps at
+    about 0.1 ms a step, forward and backward) and its inputs."""
+    total = 0.0
+    for G, T, n, m, dtype, timed, _ in plan or grid_plan():
+        total += sum(440 * predicted_forward_ms("chunked" if k == "auto" else k, G, T, n, m) for k in timed) / 1e3
+        total += 0.1e-3 * T + 1.0
+    return total
+
+
 def cases(quick: bool = False) -> list:
-    """The dense-recurrence cases of the GPU suite (the acceptance shape with the PyTorch
-    baselines; the rest of the grid against each other)."""
+    """The dense-recurrence cases of the GPU suite. Quick: the acceptance point with the
+    PyTorch baselines, the same at one group and in bf16. Full: the issue's whole grid
+    (144 points), the PyTorch baselines at the acceptance point only; a method whose
+    memory or predicted time would be absurd at a point is skipped there, with the reason
+    printed."""
     if quick:
         return [recurrence_case(16, 4096, 64, 1),
                 recurrence_case(1, 4096, 64, 1, baselines=False),
                 recurrence_case(16, 4096, 64, 1, dtype=torch.bfloat16, baselines=False)]
-    grid = [recurrence_case(16, 4096, 64, 1)]
-    for dtype in (torch.float32, torch.bfloat16):
-        for G in (1, 16, 64):
-            for n in (32, 64, 128):
-                for m in (1, 64):
-                    for T in (1024, 4096):
-                        if (G, T, n, m, dtype) != (16, 4096, 64, 1, torch.float32) and G * T * n * n * (n + m) <= 2**34:
-                            grid.append(recurrence_case(G, T, n, m, dtype=dtype, baselines=False))
+    grid = []
+    for G, T, n, m, dtype, timed, skipped in grid_plan():
+        shape = f"G{G} T{T} n{n} m{m} {_dtype_name(dtype)}"
+        for name, why in skipped.items():
+            print(f"linear_recurrence {shape}: seqmix {name} skipped: {why}", file=sys.stderr)
+        if not timed:
+            continue
+        grid.append(recurrence_case(G, T, n, m, dtype=dtype, baselines=(G, T, n, m, dtype) == ANCHOR, methods=timed,
+                                    call_limit_ms=FULL_CALL_LIMIT_MS))
     return grid
+
+
+# --- a forward sweep of the grid and a per-phase profile (python -m ...) -----------------
+
+def sweep(points, limit_ms=FULL_PREDICTED_LIMIT_MS, reps=5, stream=sys.stdout) -> None:
+    """For each point of ``grid_plan``: every timed method's forward (median of ``reps``
+    CUDA-event timings, L2 flushed) and peak memory; the backward of the fastest
+    forward and of the sequential method. One JSON line per point on ``stream`` (what
+    the "auto" table in params.hpp is read from)."""
+    import json
+
+    from .timing import CudaTimer, flush_bytes
+
+    timer = CudaTimer(torch, flush_bytes(torch))
+    small = torch.randn((1, 16, 8, 8), device="cuda")
+    for name in METHODS:  # the first calls' context and kernel loading, outside every probe
+        seqmix.linear_recurrence(small, small[..., :1].contiguous(), method=name)
+    for G, T, n, m, dtype, timed, skipped in points:
+        A = ((torch.rand((G, T, n, n), device="cuda") * 2 - 1) * (1.2 / n**0.5)).to(dtype).requires_grad_()
+        b = torch.randn((G, T, n, m), device="cuda").to(dtype).requires_grad_()
+        dy = torch.randn_like(b)
+        out = {"G": G, "T": T, "n": n, "m": m, "dtype": _dtype_name(dtype), "skipped": skipped,
+               "fwd": {}, "bwd": {}, "peak_mib": {}}
+        for name in (k for k in timed if k != "auto"):
+            run = (lambda name: lambda: seqmix.linear_recurrence(A, b, method=name))(name)
+            peak, ms = peak_memory(run)
+            out["peak_mib"][name] = round(peak / 2**20, 1)
+            if ms > 2 * limit_ms:  # the probe says: too slow to repeat
+                out["skipped"][name] = f"one forward took {ms:.0f} ms"
+                continue
+            out["fwd"][name] = timer.median_ms(run, reps, 1)
+        best = min(out["fwd"], key=out["fwd"].get) if out["fwd"] else None
+        for name in {best, "sequential"} & set(out["fwd"]):
+            h = seqmix.linear_recurrence(A, b, method=name)
+            out["bwd"][name] = timer.median_ms(lambda: torch.autograd.backward(h, dy, retain_graph=True), reps, 1,
+                                               before=lambda: setattr(A, "grad", None) or setattr(b, "grad", None))
+            del h
+        print(json.dumps(out), file=stream, flush=True)
+        del A, b, dy
+        torch.cuda.empty_cache()
+
+
+def profile(G=16, T=4096, n=64, m=1, dtype=torch.float32, method="chunked", reps=5) -> str:
+    """Per-kernel GPU time of ``reps`` forwards and backwards (torch.profiler): where each
+    phase of a method spends its time."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile as torch_profile
+
+    A = ((torch.rand((G, T, n, n), device="cuda") * 2 - 1) * (1.2 / n**0.5)).to(dtype).requires_grad_()
+    b = torch.randn((G, T, n, m), device="cuda").to(dtype).requires_grad_()
+    dy = torch.randn_like(b)
+    for _ in range(2):
+        torch.autograd.backward(seqmix.linear_recurrence(A, b, method=method), dy)
+    torch.cuda.synchronize()
+    with torch_profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(reps):
+            h = seqmix.linear_recurrence(A, b, method=method)
+            torch.cuda.synchronize()
+            torch.autograd.backward(h, dy)
+            torch.cuda.synchronize()
+    title = f"{method} G{G} T{T} n{n} m{m} {_dtype_name(dtype)}, {reps} forwards and backwards"
+    return title + "\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60)
+
+
+def _main(argv=None) -> int:
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m seqmix.bench.gpu.linear_recurrence")
+    parser.add_argument("what", choices=("plan", "sweep", "profile"))
+    parser.add_argument("--n", type=int, nargs="*", help="limit the sweep to these state sizes")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"), help="limit the sweep to one dtype")
+    args = parser.parse_args(argv)
+    plan = grid_plan()
+    if args.n:
+        plan = [p for p in plan if p[2] in args.n]
+    if args.dtype:
+        plan = [p for p in plan if _dtype_name(p[4]) == args.dtype]
+    if args.what == "plan":
+        for G, T, n, m, dtype, timed, skipped in plan:
+            print(f"G{G} T{T} n{n} m{m} {_dtype_name(dtype)}: {', '.join(timed) or '-'}"
+                  + "".join(f"; {k} skipped ({why})" for k, why in skipped.items()))
+        print(f"full suite, this op: about {expected_full_seconds(plan) / 60:.0f} min (predicted)")
+    elif args.what == "sweep":
+        sweep([p for p in plan if p[5]])
+    else:
+        for dtype in (torch.float32, torch.bfloat16):
+            for method in ("chunked", "sequential"):
+                print(profile(dtype=dtype, method=method))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main())
