@@ -48,8 +48,8 @@ def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, im
             ``"auto"`` (the fastest measured for the shape and device: on the CPU see
             ``bench/cpu_linear_recurrence.md``; on CUDA the table of H100 forward times
             in ``src/cuda/linear_recurrence/params.hpp``: chunked for n ≤ 64, m ≤ 8 up to
-            G ≈ 32 (n = 32: always), cyclic reduction at one group otherwise,
-            sequential at many groups otherwise), ``"sequential"`` (step by step),
+            G ≈ 32 (n = 32: always); otherwise cyclic reduction at one group
+            (chunked above T = 4096 for n > 32) and sequential at many groups), ``"sequential"`` (step by step),
             ``"chunked"`` (independent chunks, then a pass over chunk summaries; on
             CUDA with n ≤ 64 and m ≤ 8 its products run on the tensor cores, fp32 as
             three tf32 products, which costs accuracy on long products: relative

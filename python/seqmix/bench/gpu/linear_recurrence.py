@@ -326,11 +326,37 @@ def profile(G=16, T=4096, n=64, m=1, dtype=torch.float32, method="chunked", reps
     return title + "\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60)
 
 
+def summary(lines, copy_gbps=3000.0) -> str:
+    """A Markdown table of ``sweep``'s JSON lines: each method's forward ms, the fastest
+    against the memory floor (fwd bytes at ``copy_gbps``), cyclic reduction over scan with
+    the peak memory of each, and the backward over the forward of the fastest method."""
+    import json
+
+    names = [k for k in METHODS if k != "auto"]
+    out = ["| point | " + " | ".join(names) + " | fastest × floor | scan / CR (MiB scan / CR) | bwd / fwd |",
+           "|---" * (len(names) + 4) + "|"]
+    for line in lines:
+        r = json.loads(line)
+        fwd, peak = r["fwd"], r["peak_mib"]
+        itemsize = 4 if r["dtype"] == "fp32" else 2
+        floor_ms = recurrence_bytes(r["G"], r["T"], r["n"], r["m"], itemsize)["fwd"] / (copy_gbps * 1e6)
+        best = min(fwd, key=fwd.get) if fwd else None
+        cells = [f"**{fwd[k]:.3f}**" if k == best else (f"{fwd[k]:.3f}" if k in fwd else "–") for k in names]
+        ratio = (f"{fwd['scan'] / fwd['cyclic_reduction']:.2f}× ({peak['scan']:.0f} / {peak['cyclic_reduction']:.0f})"
+                 if {"scan", "cyclic_reduction"} <= set(fwd) else "–")
+        back = f"{r['bwd'][best] / fwd[best]:.2f}× ({best})" if best in r["bwd"] else "–"
+        floor = f"{fwd[best] / floor_ms:.1f}×" if best else "–"
+        out.append(f"| G{r['G']} T{r['T']} n{r['n']} m{r['m']} {r['dtype']} | " + " | ".join(cells)
+                   + f" | {floor} | {ratio} | {back} |")
+    return "\n".join(out)
+
+
 def _main(argv=None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m seqmix.bench.gpu.linear_recurrence")
-    parser.add_argument("what", choices=("plan", "sweep", "profile"))
+    parser.add_argument("what", choices=("plan", "sweep", "profile", "summary"))
+    parser.add_argument("--sweep-file", help="summary: the JSON lines a sweep printed")
     parser.add_argument("--n", type=int, nargs="*", help="limit the sweep to these state sizes")
     parser.add_argument("--dtype", choices=("fp32", "bf16"), help="limit the sweep to one dtype")
     args = parser.parse_args(argv)
@@ -344,6 +370,9 @@ def _main(argv=None) -> int:
             print(f"G{G} T{T} n{n} m{m} {_dtype_name(dtype)}: {', '.join(timed) or '-'}"
                   + "".join(f"; {k} skipped ({why})" for k, why in skipped.items()))
         print(f"full suite, this op: about {expected_full_seconds(plan) / 60:.0f} min (predicted)")
+    elif args.what == "summary":
+        with open(args.sweep_file) as f:
+            print(summary(f))
     elif args.what == "sweep":
         sweep([p for p in plan if p[5]])
     else:
