@@ -1,7 +1,9 @@
 // The CUDA dense linear recurrence against the float64 oracle, every method and dtype.
 // Cases named Small* are the ones the GPU check runs under compute-sanitizer. With
 // SEQMIX_LINREC_TIMING=1 the LinearRecurrenceCudaTiming test also times every method
-// on a grid of shapes (CUDA events, L2 flushed, medians) and prints a table.
+// on a grid of shapes (CUDA events, L2 flushed, medians) and prints a table;
+// SEQMIX_LINREC_TIMING_TRANSFERS=mma,wgmma times the chunked method with each
+// chunk-transfer product side by side.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -391,15 +393,16 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const Tensor tdA = view(dA, {s.G, s.T, s.n, s.n}), tdb = view(db, {s.G, s.T, s.n, s.m});
     const Tensor tfs = view(fs, {s.G, s.n, s.m});
     const double floor_ms = double((nA + 2 * nb) * e) / 3.0e12 * 1e3;
-    for (Method method : {seq, chunked, cr, scan}) {
-      if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
+    // `label` names the row: the method, and for the chunked method the chunk-transfer
+    // product when SEQMIX_LINREC_TIMING_TRANSFERS lists several ("mma,wgmma").
+    auto time_method = [&](Method method, const std::string& label) {
       LinearRecurrenceOptions o;
       o.method = method;
       const int64_t ws_fwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, false, o);
       const int64_t ws_bwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, true, o);
       const double work = double(s.G) * s.T * s.n * s.n * (s.n + s.m);  // a parallel method's n³ work
-      if (method == scan && work * std::log2(double(s.T)) > 2e12) continue;  // seconds per call
-      if (method != seq && (ws_bwd * 4.0 + 2.0 * nA * e) > 60e9) continue;
+      if (method == scan && work * std::log2(double(s.T)) > 2e12) return;  // seconds per call
+      if (method != seq && (ws_bwd * 4.0 + 2.0 * nA * e) > 60e9) return;
       DeviceWorkspace wf(ws_fwd), wb(ws_bwd);
       const double fwd = median_ms([&] { linear_recurrence_forward({tA, tb}, {th, tfs, wf.view()}, o); }, 5, flush,
                                    flush_bytes);
@@ -408,10 +411,27 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
           flush_bytes);
       cuda_ok(cudaGetLastError());
       std::printf("| %lld | %lld | %lld | %lld | %s | %s | %.4f | %.4f | %.2f | %.4f | %.2f | %.0f |\n",
-                  (long long)s.G, (long long)s.T, (long long)s.n, (long long)s.m, dtype_name(s.dtype),
-                  linear_recurrence_method_name(method), fwd, bwd, bwd / fwd, floor_ms, fwd / floor_ms,
-                  ws_bwd * 4.0 / 1e6);
+                  (long long)s.G, (long long)s.T, (long long)s.n, (long long)s.m, dtype_name(s.dtype), label.c_str(),
+                  fwd, bwd, bwd / fwd, floor_ms, fwd / floor_ms, ws_bwd * 4.0 / 1e6);
       std::fflush(stdout);
+    };
+    for (Method method : {seq, chunked, cr, scan}) {
+      if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
+      const std::string name = linear_recurrence_method_name(method);
+      const char* transfers = std::getenv("SEQMIX_LINREC_TIMING_TRANSFERS");
+      if (method != chunked || !transfers) {
+        time_method(method, name);
+        continue;
+      }
+      std::string list = transfers;
+      for (size_t at = 0; at < list.size();) {  // the switch is read at every call (chunked_tensor.cuh)
+        const size_t end = std::min(list.find(',', at), list.size());
+        const std::string product = list.substr(at, end - at);
+        setenv("SEQMIX_LINREC_CHUNK_TRANSFER", product.c_str(), 1);
+        time_method(method, name + "[" + product + "]");
+        at = end + 1;
+      }
+      unsetenv("SEQMIX_LINREC_CHUNK_TRANSFER");
     }
     for (void* p : {A, b, h, dh, dA, db, fs}) cudaFree(p);
   }

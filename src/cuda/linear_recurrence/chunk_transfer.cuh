@@ -18,6 +18,13 @@
 // N/16 times. Measured (NOTES.md, version 4): bf16 2% faster forward, 5% backward; f32
 // 25% slower (the busier warp's 240 mma instead of 216, three per tile), so f32 keeps
 // the first layout.
+// wgmma (kWgmma, N = 64, sm_90a): the block is one warpgroup, and each step's product is
+// N/8 k-slices of wgmma m64n72k8 tf32, A (hi and lo) from registers in the same fragment
+// layout as above, [P | v] as the B operand from shared memory. tf32 B must be K-major, so
+// [P | v] is kept transposed (column j of [P | v] is a row of k values) in 128-byte swizzled
+// atoms; the accumulators have the mma.sync layout, so everything but the product and P's
+// addresses is shared with the mma.sync path. Same products in the same k order: same
+// accuracy. The mma.sync path stays selectable (chunked_tensor.cuh, ChunkTransferProduct).
 // A_s (and b_s) stream through a ring of kStages shared-memory stages by cp.async.
 // blockIdx.z picks one of up to two chains (the backward summarizes its forward and
 // reverse-time chains in one launch).
@@ -25,6 +32,16 @@
 
 #include "cuda/linear_recurrence/common.cuh"
 #include "cuda/linear_recurrence/sequential.cuh"
+
+#if defined(SEQMIX_HAS_CUTLASS)
+// wgmma descriptors, fences and calls (the attention kernels' helpers), and CuTe's n = 72
+// instruction shapes (its "extended" set, which needs the base header first).
+#include "cuda/attention/sm90.cuh"
+#include "cuda/common/proxy.cuh"
+// (after sm90.cuh)
+#include <cute/arch/mma_sm90_gmma_ext.hpp>
+#define SEQMIX_LINREC_WGMMA_TRANSFER 1
+#endif
 
 namespace seqmix::cuda::linrec {
 
@@ -39,9 +56,10 @@ struct ChunkTransferParams {
   int n = 0, m = 0;
 };
 
-template <class T, int N, bool kTransposed>
+template <class T, int N, bool kTransposed, bool kWgmma = false>
 struct ChunkTransferConfig {
   static_assert(N == 32 || N == 64, "padded state sizes 32 and 64 (128 would not fit shared memory)");
+  static_assert(!kWgmma || N == 64, "wgmma's 64 rows: N = 64 only");
   static constexpr int kWarps = N / 16;
   static constexpr int kThreads = 32 * kWarps;
   static_assert(kWarps == 2 * (N / 32), "16 rows a warp, or two warps (column halves) per 32 rows");
@@ -59,8 +77,22 @@ struct ChunkTransferConfig {
   static constexpr int kPiecesPerRow = N * int(sizeof(T)) / 16;
   static constexpr int kPieceElems = 16 / int(sizeof(T));
   static constexpr int kPiecesPerThread = N * kPiecesPerRow / kThreads;
+  // wgmma's swizzled atoms need 1024-byte alignment: room to round the base up.
+  static constexpr int kAlignSlack = kWgmma ? 1024 : 0;
   static constexpr int smem_bytes() {
-    return kStages * kStageElems * int(sizeof(T)) + 2 * N * kStrideP * int(sizeof(float));
+    return kStages * kStageElems * int(sizeof(T)) + 2 * N * kStrideP * int(sizeof(float)) + kAlignSlack;
+  }
+  static_assert(!kWgmma || kStages * kStageElems * int(sizeof(T)) % 1024 == 0, "P's atoms 1024-byte aligned");
+  // Where element (k, col) of [P | v] lives (floats from the start of P_hi or P_lo).
+  // mma.sync: row-major, stride N+8. wgmma: K-major, column col a row of N k values in
+  // halves of 32 (128 bytes, one swizzle-atom row); rows col and col+8·j are 1024·j bytes
+  // apart, the second K half follows the first (kCols rows of 128 bytes); within a row the
+  // 16-byte unit (k % 32) / 4 is XOR-ed with col % 8 (the hardware's 128-byte swizzle). The
+  // accumulator stores (8 consecutive k, 4 columns 2 apart) then hit 32 distinct banks.
+  static constexpr int kKHalfFloats = kCols * 32;
+  __device__ static int p_index(int k, int col) {
+    if constexpr (!kWgmma) return k * kStrideP + col;
+    else return (k / 32) * kKHalfFloats + col * 32 + ((((k % 32) / 4) ^ (col % 8)) * 4) + k % 4;
   }
   static_assert(kStageA * int(sizeof(T)) % 16 == 0 && kStrideA * int(sizeof(T)) % 16 == 0, "16-byte rows");
   static_assert(N * kPiecesPerRow % kThreads == 0, "copies spread evenly");
@@ -81,21 +113,31 @@ __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-template <class T, int N, bool kTransposed>
+#if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
+// acc (+)= A_part · [P | v]_part for one k-slice of 8: wgmma m64n72k8, A from registers.
+__device__ __forceinline__ void wgmma_tf32_n72(const unsigned (&a)[4], const float* b_slice, float* acc) {
+  using Op = cute::SM90::GMMA::MMA_64x72x8_F32TF32TF32_RS_TN<>;
+  attn::gmma_rs_impl<Op>(a, attn::smem_descriptor(b_slice, 16), acc, std::make_integer_sequence<int, 36>{});
+}
+#endif
+
+template <class T, int N, bool kTransposed, bool kWgmma>
 __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& p, const SeqChain& c,
                                                      float* maps_out, float* offsets_out) {
-  using Cfg = ChunkTransferConfig<T, N, kTransposed>;
+  using Cfg = ChunkTransferConfig<T, N, kTransposed, kWgmma>;
   constexpr int S = Cfg::kStages, NT = Cfg::kTiles, LDP = Cfg::kStrideP, LDA = Cfg::kStrideA;
   constexpr bool kExactA = sizeof(T) == 2;  // bf16 is exact in tf32
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  T* stages = reinterpret_cast<T*>(smem_raw);                                               // [S][A | b]
-  float* P_hi = reinterpret_cast<float*>(smem_raw + S * Cfg::kStageElems * int(sizeof(T)));  // [N][N+8]
-  float* P_lo = P_hi + N * LDP;                                                               // [N][N+8]
+  unsigned char* smem = smem_raw;
+  if constexpr (kWgmma) smem += (1024 - static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024;
+  T* stages = reinterpret_cast<T*>(smem);                                               // [S][A | b]
+  float* P_hi = reinterpret_cast<float*>(smem + S * Cfg::kStageElems * int(sizeof(T)));  // [P | v], p_index
+  float* P_lo = P_hi + N * LDP;
 
   const int64_t g = blockIdx.y, s_begin = blockIdx.x * p.chunk;
   const int64_t len = min(p.chunk, c.steps - s_begin);
   const int n = p.n, m = p.m, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  constexpr bool kSplitColumns = sizeof(T) == 2;
+  constexpr bool kSplitColumns = sizeof(T) == 2 && !kWgmma;
   constexpr int RT = kSplitColumns ? 2 : 1;                 // row tiles per warp
   constexpr int kHalf = kSplitColumns ? (NT + 1) / 2 : NT;  // column tiles of the first (or only) half
   const int gid = lane / 4, tig = lane % 4, r0 = kSplitColumns ? 32 * (warp / 2) : 16 * warp;
@@ -129,15 +171,31 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
 
 #pragma unroll
   for (int d = 0; d < S - 1; ++d) issue(d, d);
-  for (int e = tid; e < N * LDP; e += Cfg::kThreads) {  // [P | v] = [I | 0]
-    P_hi[e] = (e / LDP == e % LDP) ? 1.f : 0.f;
-    P_lo[e] = 0.f;
+  for (int e = tid; e < N * Cfg::kCols; e += Cfg::kThreads) {  // [P | v] = [I | 0]
+    const int k = e / Cfg::kCols, col = e % Cfg::kCols;
+    P_hi[Cfg::p_index(k, col)] = k == col ? 1.f : 0.f;
+    P_lo[Cfg::p_index(k, col)] = 0.f;
   }
+
+  // Rows row0 + gid (+8) × columns k0 + tig (+4) of A_s (of A_sᵀ when transposed), the
+  // m16n8k8 tf32 A fragment (also wgmma's, per warp), split into tf32 hi and lo.
+  auto load_a = [&](const T* stage, int row0, int k0, unsigned (&hi)[4], unsigned (&lo)[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int row = row0 + gid + 8 * (k % 2), col = k0 + tig + 4 * (k / 2);
+      const float a = to_float(kTransposed ? stage[col * LDA + row] : stage[row * LDA + col]);
+      hi[k] = to_tf32(a);
+      lo[k] = kExactA ? 0u : to_tf32(a - __uint_as_float(hi[k]));
+    }
+  };
 
   float acc[RT][kHalf][4];
   for (int64_t i = 0; i < len; ++i) {
     issue(i + S - 1, static_cast<int>((i + S - 1) % S));
     copy_async_wait<S - 1>();
+#if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
+    if constexpr (kWgmma) fence_async_shared();  // [P | v] stored by this thread, read by wgmma
+#endif
     __syncthreads();  // step i landed for everyone; [P | v] of step i-1 written
     const T* stage = stages + (i % S) * Cfg::kStageElems;
     const T* b_s = stage + Cfg::kStageA;
@@ -155,21 +213,13 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
           else if (identity) x = row == col ? 1.f : 0.f;
           acc[rt][t][k] = x;
         }
-    if (!identity) {
+    if (identity) {
+    } else if constexpr (!kWgmma) {
 #pragma unroll
       for (int k0 = 0; k0 < N; k0 += 8) {
-        // Per row tile rt (rows R = r0 + 16·rt): A[R+gid][k0+tig], [R+gid+8][k0+tig],
-        // [R+gid][k0+tig+4], [R+gid+8][k0+tig+4], split into tf32 hi and lo.
         unsigned a_hi[RT][4], a_lo[RT][4];
 #pragma unroll
-        for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int row = r0 + 16 * rt + gid + 8 * (k % 2), col = k0 + tig + 4 * (k / 2);
-            const float a = to_float(kTransposed ? stage[col * LDA + row] : stage[row * LDA + col]);
-            a_hi[rt][k] = to_tf32(a);
-            a_lo[rt][k] = kExactA ? 0u : to_tf32(a - __uint_as_float(a_hi[rt][k]));
-          }
+        for (int rt = 0; rt < RT; ++rt) load_a(stage, r0 + 16 * rt, k0, a_hi[rt], a_lo[rt]);
 #pragma unroll
         for (int t = 0; t < kHalf; ++t) {
           if (t >= t_count) break;
@@ -184,6 +234,29 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
           }
         }
       }
+    } else {
+#if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
+      // Every k-slice's A fragment first: wgmma reads its registers until the wait.
+      constexpr int KS = N / 8;
+      unsigned a_hi[KS][4], a_lo[KS][4];
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) load_a(stage, r0, 8 * ks, a_hi[ks], a_lo[ks]);
+      float* d = &acc[0][0][0];
+      attn::wgmma_fence();  // the accumulators and A registers written above, before the async reads
+#pragma unroll
+      for (int ks = 0; ks < KS; ++ks) {
+        // k-slice ks: its K half, then 8 floats (32 bytes) further along the atom rows.
+        const int at = (ks / 4) * Cfg::kKHalfFloats + (ks % 4) * 8;
+        wgmma_tf32_n72(a_hi[ks], P_lo + at, d);
+        if constexpr (!kExactA) wgmma_tf32_n72(a_lo[ks], P_hi + at, d);
+        wgmma_tf32_n72(a_hi[ks], P_hi + at, d);
+      }
+      attn::wgmma_commit();
+      attn::wgmma_wait<0>();
+      attn::fence_registers(reinterpret_cast<float(&)[4 * NT]>(acc[0]));
+      attn::fence_registers(a_hi);
+      if constexpr (!kExactA) attn::fence_registers(a_lo);
+#endif
     }
     __syncthreads();  // every read of [P | v] and of this stage is done
     if (i + 1 < len) {  // the new [P | v], split
@@ -196,8 +269,8 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
           for (int k = 0; k < 4; ++k) {
             const int row = r0 + 16 * rt + gid + 8 * (k / 2), col = 8 * (t0 + t) + 2 * tig + (k % 2);
             const float x = acc[rt][t][k], hi = __uint_as_float(to_tf32(x));
-            P_hi[row * LDP + col] = hi;
-            P_lo[row * LDP + col] = __uint_as_float(to_tf32(x - hi));
+            P_hi[Cfg::p_index(row, col)] = hi;
+            P_lo[Cfg::p_index(row, col)] = __uint_as_float(to_tf32(x - hi));
           }
         }
     }
@@ -225,19 +298,20 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
     }
 }
 
-template <class T, int N>
+template <class T, int N, bool kWgmma>
 __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false>::kThreads)
     chunk_transfer_kernel(const ChunkTransferParams p) {
   static_assert(ChunkTransferConfig<T, N, false>::kThreads == ChunkTransferConfig<T, N, true>::kThreads);
   const int z = blockIdx.z;
   const SeqChain c = p.chains[z];  // a copy: registers, not indexed parameter loads
-  if (c.transposed) chunk_transfer_block<T, N, true>(p, c, p.maps[z], p.offsets[z]);
-  else chunk_transfer_block<T, N, false>(p, c, p.maps[z], p.offsets[z]);
+  if (c.transposed) chunk_transfer_block<T, N, true, kWgmma>(p, c, p.maps[z], p.offsets[z]);
+  else chunk_transfer_block<T, N, false, kWgmma>(p, c, p.maps[z], p.offsets[z]);
 }
 
-template <class T, int N>
+template <class T, int N, bool kWgmma>
 inline constexpr int chunk_transfer_smem_bytes() {
-  const int a = ChunkTransferConfig<T, N, false>::smem_bytes(), b = ChunkTransferConfig<T, N, true>::smem_bytes();
+  const int a = ChunkTransferConfig<T, N, false, kWgmma>::smem_bytes();
+  const int b = ChunkTransferConfig<T, N, true, kWgmma>::smem_bytes();
   return a > b ? a : b;
 }
 

@@ -10,6 +10,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/chunk_transfer.cuh"
@@ -17,10 +19,28 @@
 
 namespace seqmix::cuda::linrec {
 
-template <class T, int N>
+// Which instructions form the chunk summaries' products (N = 64; N = 32 always takes
+// mma.sync: wgmma's tiles have 64 rows). The environment variable
+// SEQMIX_LINREC_CHUNK_TRANSFER=wgmma|mma overrides the default; it is read at every call
+// so that tests and timings can compare both in one process.
+enum class ChunkTransferProduct { mma_sync, wgmma };
+inline constexpr ChunkTransferProduct kDefaultChunkTransferProduct = ChunkTransferProduct::mma_sync;
+
+inline ChunkTransferProduct chunk_transfer_product() {
+#if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
+  const char* value = std::getenv("SEQMIX_LINREC_CHUNK_TRANSFER");
+  if (value && std::strcmp(value, "wgmma") == 0) return ChunkTransferProduct::wgmma;
+  if (value && std::strcmp(value, "mma") == 0) return ChunkTransferProduct::mma_sync;
+  return kDefaultChunkTransferProduct;
+#else
+  return ChunkTransferProduct::mma_sync;  // built without the CUTLASS headers
+#endif
+}
+
+template <class T, int N, bool kWgmma>
 void launch_chunk_transfer(const ChunkTransferParams& p, int64_t G, int64_t blocks, int chains, cudaStream_t stream) {
-  const auto kernel = chunk_transfer_kernel<T, N>;
-  const int smem = chunk_transfer_smem_bytes<T, N>();
+  const auto kernel = chunk_transfer_kernel<T, N, kWgmma>;
+  const int smem = chunk_transfer_smem_bytes<T, N, kWgmma>();
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (chunk transfer)");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(G), static_cast<unsigned>(chains));
@@ -61,8 +81,12 @@ void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G,
     }
     t.chunk = L, t.chunks = chunks;
     t.n = static_cast<int>(n), t.m = static_cast<int>(m);
-    if (n <= 32) launch_chunk_transfer<T, 32>(t, G, chunks - 1, count, stream);
-    else launch_chunk_transfer<T, 64>(t, G, chunks - 1, count, stream);
+    if (n <= 32) launch_chunk_transfer<T, 32, false>(t, G, chunks - 1, count, stream);
+#if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
+    else if (chunk_transfer_product() == ChunkTransferProduct::wgmma)
+      launch_chunk_transfer<T, 64, true>(t, G, chunks - 1, count, stream);
+#endif
+    else launch_chunk_transfer<T, 64, false>(t, G, chunks - 1, count, stream);
     s.n = n, s.m = m;
     launch_sequential<float>(s, G, stream_ptr);
   }
