@@ -3,7 +3,8 @@
 // SEQMIX_LINREC_TIMING=1 the LinearRecurrenceCudaTiming test also times every method
 // on a grid of shapes (CUDA events, L2 flushed, medians) and prints a table;
 // SEQMIX_LINREC_TIMING_TRANSFERS=mma,wgmma times the chunked method with each
-// chunk-transfer product side by side.
+// chunk-transfer product side by side. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the
+// default) picks the chunk-transfer product for every other test.
 #include <cuda_runtime.h>
 
 #include <algorithm>

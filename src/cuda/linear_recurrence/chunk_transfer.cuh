@@ -24,7 +24,8 @@
 // [P | v] is kept transposed (column j of [P | v] is a row of k values) in 128-byte swizzled
 // atoms; the accumulators have the mma.sync layout, so everything but the product and P's
 // addresses is shared with the mma.sync path. Same products in the same k order: same
-// accuracy. The mma.sync path stays selectable (chunked_tensor.cuh, ChunkTransferProduct).
+// accuracy. The default since measured faster (NOTES.md, version 5); mma.sync stays
+// selectable (chunked_tensor.cuh, ChunkTransferProduct).
 // A_s (and b_s) stream through a ring of kStages shared-memory stages by cp.async.
 // blockIdx.z picks one of up to two chains (the backward summarizes its forward and
 // reverse-time chains in one launch).

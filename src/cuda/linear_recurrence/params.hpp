@@ -52,9 +52,10 @@ inline constexpr int64_t default_chunk_size(int64_t G, int64_t T) {
 }
 
 // The chunked method runs on tensor cores (chunk_transfer.cuh: each chunk's transfer
-// matrix by mma.sync, a pass over chunk summaries, then every chunk re-walked from its
-// true start state) for padded state sizes up to 64 and at most 8 state columns; other
-// shapes, or all of them with this switch off, take the float-copy composition path.
+// matrix by wgmma (N = 64) or mma.sync (N = 32), a pass over chunk summaries, then every
+// chunk re-walked from its true start state) for padded state sizes up to 64 and at most
+// 8 state columns; other shapes, or all of them with this switch off, take the
+// float-copy composition path.
 inline constexpr bool kChunkedOnTensorCores = true;
 inline constexpr bool chunked_on_tensor_cores(int64_t n, int64_t m) {
   return kChunkedOnTensorCores && n <= 64 && m <= 8;
