@@ -70,6 +70,13 @@ struct ForwardWalk {
   ~ForwardWalk() { cuda::gla_set_forward_walk(before); }
 };
 
+// Selects how the serial walk forms A's diagonal sub-chunks for one test, and restores it.
+struct ForwardDiagonal {
+  cuda::GlaForwardDiagonal before = cuda::gla_forward_diagonal();
+  explicit ForwardDiagonal(cuda::GlaForwardDiagonal diagonal) { cuda::gla_set_forward_diagonal(diagonal); }
+  ~ForwardDiagonal() { cuda::gla_set_forward_diagonal(before); }
+};
+
 // The forward (output and final state) against the oracle, by the walk selected.
 void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
@@ -90,6 +97,15 @@ void forward_matches_oracle(const GpuGlaCase& c) {
 TEST_P(GlaCuda, ForwardMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ForwardWalk walk(cuda::GlaForwardWalk::serial);
+  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::cuda_cores);
+  forward_matches_oracle(GetParam());
+}
+
+// The serial walk with the diagonal sub-chunks' quad pairs on the tensor cores.
+TEST_P(GlaCuda, ForwardTensorDiagonalMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardWalk walk(cuda::GlaForwardWalk::serial);
+  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
   forward_matches_oracle(GetParam());
 }
 

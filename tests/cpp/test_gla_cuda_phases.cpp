@@ -1,4 +1,5 @@
-// Where the GLA CUDA time goes: each launch of a forward (by each walk, with its median
+// Where the GLA CUDA time goes: each launch of a forward (by each walk, and the serial walk
+// with either diagonal, with its median
 // time over 20 runs) and of a backward timed with events, and the forward walk's chunk step
 // split into its phases (SM cycles), at the benchmark shapes (H 16, K = V = 128, bf16).
 // Printed; run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were
@@ -33,7 +34,7 @@ void print_phases(const GlaProfile& profile) {
   if (steps == 0) return;
   const char* names[] = {"load wait + barrier",
                          "walkers (decayed operands)",
-                         "diagonal sub-chunks (CUDA cores)",
+                         "diagonal sub-chunks",
                          "sub-chunk pairs (mma)",
                          "output q_start·S + A·v (warp 0)",
                          "state advance (warp 0)",
@@ -96,24 +97,34 @@ void profile_shape(int64_t B, int64_t T) {
   std::printf("gla B%lld T%lld H%lld K%lld V%lld bf16, per launch:\n", static_cast<long long>(B),
               static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(K),
               static_cast<long long>(V));
-  const cuda::GlaForwardWalk before = cuda::gla_forward_walk();
+  const cuda::GlaForwardWalk walk_before = cuda::gla_forward_walk();
+  const cuda::GlaForwardDiagonal diagonal_before = cuda::gla_forward_diagonal();
   GlaProfile fwd;
-  std::vector<double> serial_out;  // the two walks agree at this size too
-  for (const auto walk : {cuda::GlaForwardWalk::serial, cuda::GlaForwardWalk::pipelined}) {
-    cuda::gla_set_forward_walk(walk);
-    const char* name = walk == cuda::GlaForwardWalk::serial ? "serial" : "pipelined";
+  std::vector<double> serial_out;  // the forwards agree at this size too
+  struct Forward {
+    const char* name;
+    cuda::GlaForwardWalk walk;
+    cuda::GlaForwardDiagonal diagonal;
+  };
+  for (const Forward f : {Forward{"serial", cuda::GlaForwardWalk::serial, cuda::GlaForwardDiagonal::cuda_cores},
+                          Forward{"serial, tensor-core diagonal", cuda::GlaForwardWalk::serial,
+                                  cuda::GlaForwardDiagonal::tensor_cores},
+                          Forward{"pipelined", cuda::GlaForwardWalk::pipelined, cuda::GlaForwardDiagonal::cuda_cores}}) {
+    cuda::gla_set_forward_walk(f.walk);
+    cuda::gla_set_forward_diagonal(f.diagonal);
     for (int i = 0; i < 3; ++i) forward();
-    std::printf("  forward, %s walk: median %.4f ms\n", name, median_ms(forward));
+    std::printf("  forward, %s walk: median %.4f ms\n", f.name, median_ms(forward));
     cuda::gla_profile_start();
     forward();
     fwd = cuda::gla_profile_stop();
-    print_launches(name, fwd);
+    print_launches(f.name, fwd);
     print_phases(fwd);
     EXPECT_GT(fwd.phase_cycles[cuda::kGlaPhaseSteps], 0u);
-    if (walk == cuda::GlaForwardWalk::serial) serial_out = d_o.values(o);
-    else EXPECT_LT(rel_err(d_o.values(o), serial_out), tolerance(DType::bf16)) << "pipelined against serial";
+    if (serial_out.empty()) serial_out = d_o.values(o);
+    else EXPECT_LT(rel_err(d_o.values(o), serial_out), tolerance(DType::bf16)) << f.name << " against serial";
   }
-  cuda::gla_set_forward_walk(before);
+  cuda::gla_set_forward_walk(walk_before);
+  cuda::gla_set_forward_diagonal(diagonal_before);
   cuda::gla_profile_start();
   backward();
   const GlaProfile bwd = cuda::gla_profile_stop();

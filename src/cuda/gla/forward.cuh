@@ -7,7 +7,10 @@
 // A is built from 16-token sub-chunks as in src/cpu/gla_chunk.cpp: a pair of sub-chunks
 // J < I factors through the first token i0 of I, e^{b_i − b_j} = e^{b_i − b_{i0}}·e^{b_{i0} − b_j},
 // both exponents ≤ 0, so the block is one tensor-core product; a sub-chunk against itself
-// is summed exactly on the CUDA cores with running products of e^{g}.
+// is summed exactly on the CUDA cores with running products of e^{g} (diagonal_scores), or
+// (the outputs pass's default, params.hpp GlaForwardDiagonal) factored the same way one
+// level down through 4-token quads on the tensor cores, only the pairs inside a quad on the
+// CUDA cores (quad_*).
 // The next chunk's inputs stream into shared memory (cp.async) while this one multiplies.
 #pragma once
 
@@ -40,7 +43,29 @@ struct Smem {
   E state[KD * PV];           // S_0 of this chunk, as the product's operand
   E scores[kChunk * PA];      // A, zero above the diagonal
   float decay_all[KD];        // e^{b_last}
+
+  // The tensor-core diagonal (quad_* below) needs no e^{g} tile: its bytes hold the key
+  // operands of the quad pairs instead (quad_key_row).
+  __device__ E* quad_keys() { return reinterpret_cast<E*>(decay); }
+  __device__ const E* quad_keys() const { return reinterpret_cast<const E*>(decay); }
 };
+
+// The tensor-core diagonal cuts each 16-token sub-chunk into four 4-token quads. A pair of
+// quads P < Q of one sub-chunk factors through the first token p of Q,
+// e^{b_i − b_j} = e^{b_i − b_p}·e^{b_p − b_j}, both exponents ≤ 0, so the whole pair block is
+// one product (q ⊙ e^{b − b_p})·(k ⊙ e^{b_p − b})ᵀ, as the sub-chunk pairs factor through
+// their sub-chunk's first token. The walkers write the query side over the raw q (each
+// row's own quad start) and the key side for every target quad Q of sub-chunk I — keys
+// jj < 4Q of I, 24 rows a sub-chunk — into rows of the e^{g} tile (Q = 3, Q = 1) and over
+// the raw k (Q = 2): the pairs inside a quad are summed from the raw q, k, g before that.
+template <int kQuad, class S>
+__device__ __forceinline__ auto quad_key_row(S& s, int I, int jj) {
+  constexpr int PK = S::PK;
+  static_assert(kQuad >= 1 && kQuad <= 3, "target quads 1..3");
+  if constexpr (kQuad == 2) return s.k + (kSub * I + jj) * PK;
+  else if constexpr (kQuad == 3) return s.quad_keys() + (kSub * I + jj) * PK;
+  else return s.quad_keys() + (kSub * I + 12 + jj) * PK;
+}
 
 struct Span {
   int64_t batch, start, length;
@@ -74,19 +99,21 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
 // forward (q_sub, q_start, e^{g}, e^{b_last}), role 1 backward (k_end, k_pair); both take
 // e^{g} from g and multiply, so each factor is a product of values ≤ 1.
 // kOutput false (the state passes): only what the state needs, k_end and e^{b_last}.
+// kQuads (the outputs pass with the tensor-core diagonal): no e^{g} tile; instead the
+// quads' operands (quad_key_row), the query side in place over q.
 // S: any shared layout with these members and pitches (Smem, the backward's, or the
 // pipelined walk's StageView, whose q_start and k_end are q and k themselves).
 // Each 16-token sub-chunk's g, q or k are read into registers before any of its products
 // is stored: the stores may alias the loads as far as the compiler can tell (StageView's
 // pointers; in place there), and loads left behind stores would wait one by one.
-template <bool kOutput, class S>
+template <bool kOutput, class S, bool kQuads = false>
 __device__ __forceinline__ void decay_operands(S& s, int tid) {
   using E = typename S::Element;
   constexpr int KD = S::kKeys, PK = S::PK;
   if (tid >= 2 * KD) return;
   const int c = tid % KD;
   if (tid < KD) {
-    float from_start = 1.0f, from_sub = 1.0f;
+    float from_start = 1.0f, from_sub = 1.0f, from_quad = 1.0f;
 #pragma unroll 1
     for (int t0 = 0; t0 < kChunk; t0 += kSub) {
       float e[kSub], q[kSub];
@@ -101,16 +128,22 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
         const int at = (t0 + tt) * PK + c;
         from_start *= e[tt];
         if constexpr (kOutput) {
-          s.decay[at] = __float2half_rn(e[tt]);
           from_sub = tt == 0 ? 1.0f : from_sub * e[tt];
           s.q_sub[at] = from_float<E>(q[tt] * from_sub);
           s.q_start[at] = from_float<E>(q[tt] * from_start);
+          if constexpr (kQuads) {  // q_i ⊙ e^{b_i − b_p}, p the first token of i's quad
+            from_quad = tt % 4 == 0 ? 1.0f : from_quad * e[tt];
+            s.q[at] = from_float<E>(q[tt] * from_quad);
+          } else {
+            s.decay[at] = __float2half_rn(e[tt]);
+          }
         }
       }
     }
     s.decay_all[c] = from_start;
   } else {
     float to_end = 1.0f, to_sub[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // to_sub[I]: Π_{s=j+1..i0(I)} e^{g_s}
+    float to_quad[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // within the sub-chunk: Π_{s=j+1..4Q} e^{g_s}
 #pragma unroll
     for (int sub = 3; sub >= 0; --sub) {
       float e[kSub], k[kSub];
@@ -132,6 +165,18 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
             to_sub[I] *= e[tt];
           }
           if (tt == 0 && sub >= 1) to_sub[sub] = e[tt];
+        }
+        if constexpr (kOutput && kQuads) {
+#pragma unroll
+          for (int Q = 1; Q < 4; ++Q) {
+            if (4 * Q <= tt) continue;
+            const E x = from_float<E>(k[tt] * to_quad[Q]);
+            if (Q == 1) quad_key_row<1>(s, sub, tt)[c] = x;
+            else if (Q == 2) quad_key_row<2>(s, sub, tt)[c] = x;
+            else quad_key_row<3>(s, sub, tt)[c] = x;
+            to_quad[Q] *= e[tt];
+          }
+          if (tt % 4 == 0 && tt > 0) to_quad[tt / 4] = e[tt];
         }
       }
     }
@@ -209,6 +254,86 @@ __device__ __forceinline__ void store_diagonal(S& s, const DiagonalSums& sums, i
 template <class S>
 __device__ __forceinline__ void diagonal_scores(S& s, int warp, int lane) {
   store_diagonal(s, diagonal_sums(s, warp, lane), warp, lane);
+}
+
+// The pairs inside each 4-token quad (the tensor-core diagonal's CUDA-core part), exactly,
+// from the raw q, k and g: 16 threads a quad (a half warp), each over KD/16 channels, ten
+// sums (i, j ≤ i) with the weight e^{b_i − b_j} a running product of e^{g} from j = i down,
+// then combined across the half warp. Entries above the diagonal stay as set (zero).
+template <class S>
+__device__ __forceinline__ void quad_inner_scores(S& s, int tid) {
+  using E = typename S::Element;
+  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA, kPerThread = KD / 16;
+  static_assert(kPerThread % 4 == 0, "four channels a load");
+  const int t0 = 4 * (tid / 16), slice = tid % 16;
+  float acc[10] = {};  // pair (i, j), j ≤ i: index i(i + 1)/2 + j
+#pragma unroll
+  for (int part = 0; part < kPerThread; part += 4) {
+    const int c = slice * kPerThread + part;
+    float4 q[4], k[4], e[4];
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      q[r] = load4(s.q + (t0 + r) * PK + c);
+      k[r] = load4(s.k + (t0 + r) * PK + c);
+      if (r == 0) continue;  // e^{g} of the quad's first token weighs no pair inside it
+      const float4 g = load4(s.g + (t0 + r) * PK + c);
+      e[r] = make_float4(__expf(g.x), __expf(g.y), __expf(g.z), __expf(g.w));
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      float4 u = q[i];
+#pragma unroll
+      for (int j = i; j >= 0; --j) {
+        acc[i * (i + 1) / 2 + j] += u.x * k[j].x + u.y * k[j].y + u.z * k[j].z + u.w * k[j].w;
+        if (j > 0) u.x *= e[j].x, u.y *= e[j].y, u.z *= e[j].z, u.w *= e[j].w;
+      }
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < 10; ++n)
+#pragma unroll
+    for (int offset = 1; offset < 16; offset *= 2) acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], offset);
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j <= i; ++j)
+      if (slice == i * (i + 1) / 2 + j) s.scores[(t0 + i) * PA + t0 + j] = from_float<E>(acc[i * (i + 1) / 2 + j]);
+}
+
+// The pairs of different quads of each sub-chunk on the tensor cores (see quad_key_row).
+// For target quad Q, the 16 rows are quad Q of the four sub-chunks (row r: token
+// 16·(r/4) + 4Q + r%4) and the columns the key operands of all four (column n: key n % 4Q
+// of sub-chunk n / 4Q), so only the 4 × 4Q block of each sub-chunk against itself is kept;
+// ldmatrix gathers the rows by address. Q = 1, 2, 3 take 1, 2, 3 column blocks of 16:
+// warps 0..5 one each.
+template <class S>
+__device__ __forceinline__ void quad_pair_scores(S& s, int warp, int lane) {
+  using E = typename S::Element;
+  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA;
+  if (warp >= 6) return;
+  const int Q = warp < 1 ? 1 : warp < 3 ? 2 : 3, n0 = kSub * (warp - (Q - 1) * Q / 2), width = 4 * Q;
+  const int ra = (lane % 8) + 8 * ((lane / 8) % 2);  // the A row this lane addresses
+  const E* a_row = s.q + (kSub * (ra / 4) + width + ra % 4) * PK + 8 * (lane / 16);
+  const int nb = n0 + (lane % 8) + 8 * (lane / 16);  // the B column (key row) it addresses
+  const E* b_row = (Q == 1   ? quad_key_row<1>(s, nb / width, nb % width)
+                    : Q == 2 ? quad_key_row<2>(s, nb / width, nb % width)
+                             : quad_key_row<3>(s, nb / width, nb % width)) +
+                   8 * ((lane / 8) % 2);
+  float acc[2][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < KD / 16; ++kk) {
+    uint32_t a[4], b[4];
+    ldmatrix_x4(a, a_row + 16 * kk);
+    ldmatrix_x4(b, b_row + 16 * kk);
+    mma_pair<E>(acc[0], acc[1], a, b);
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) {
+      const int r = lane / 4 + 8 * (x / 2), n = n0 + 8 * nt + 2 * (lane % 4) + x % 2, I = r / 4;
+      if (n / width == I) s.scores[(kSub * I + width + r % 4) * PA + kSub * I + n % width] = from_float<E>(acc[nt][x]);
+    }
 }
 
 // The six sub-chunk pairs J < I of A: warps 0..5, one 16×16 tensor-core block each,
@@ -442,9 +567,11 @@ enum class Pass { segment_ends, outputs, chunk_states };
 
 // One block walks the chunks of one segment of one sequence (the whole sequence when not
 // split) for one head and value block.
-template <class E, int KD, int VB, Pass kPass>
+// kQuads (outputs pass only): the tensor-core diagonal (quad_*) instead of diagonal_scores.
+template <class E, int KD, int VB, Pass kPass, bool kQuads = false>
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
+  static_assert(kOutput || !kQuads, "the state passes form no diagonal");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
@@ -503,8 +630,13 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
     phases.mark(kGlaPhaseLoadWait);
+    if constexpr (kQuads) {
+      quad_inner_scores(s, tid);
+      __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
+      phases.mark(kGlaPhaseDiagonal);
+    }
     if constexpr (kOutput) {
-      decay_operands<true>(s, tid);
+      decay_operands<true, Smem<E, KD, VB>, kQuads>(s, tid);
       S.store_operand(s.state);
     } else {
       if (more) {  // into the stage the last step read
@@ -518,7 +650,8 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     phases.mark(kGlaPhaseDecays);
     if constexpr (kOutput) {
       if (more) issue_decay_loads(chunk + 1, 0);
-      diagonal_scores(s, warp, lane);
+      if constexpr (kQuads) quad_pair_scores(s, warp, lane);
+      else diagonal_scores(s, warp, lane);
       __syncthreads();  // q, k are free: the next chunk's tokens stream in behind the products
       phases.mark(kGlaPhaseDiagonal);
       if (more) issue_token_loads(chunk + 1, stage ^ 1);

@@ -100,27 +100,33 @@ void sum_key_blocks(const GlaParams& p, const GlaTokens& out, cudaStream_t strea
   timed_launch(stream, "gla sum key blocks", [&] { sum_key_blocks_kernel<E><<<blocks, 256, 0, stream>>>(p, out); });
 }
 
-template <class E, int KD, int VB, Pass kPass>
+template <class E, int KD, int VB, Pass kPass, bool kQuads = false>
 void launch_pass(GlaParams p, cudaStream_t stream) {
   const size_t smem = sizeof(Smem<E, KD, VB>);
-  auto kernel = forward_kernel<E, KD, VB, kPass>;
+  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla forward shared memory");
   const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
   p.phase_cycles = profile_counters();
   timed_launch(stream,
-               kPass == Pass::outputs        ? "gla forward"
+               kQuads                        ? "gla forward (tensor-core diagonal)"
+               : kPass == Pass::outputs      ? "gla forward"
                : kPass == Pass::segment_ends ? "gla forward segment states"
                                              : "gla chunk states",
                [&] { kernel<<<grid, kThreads, smem, stream>>>(p); });
 }
 
 // The outputs pass by the walk selected (params.hpp, gla_forward_walk); key blocks take the
-// serial walk (the pipelined one writes no partials).
+// serial walk (the pipelined one writes no partials). The serial walk forms A's diagonal
+// sub-chunks as gla_forward_diagonal says.
 template <class E, int KD, int VB>
 void launch_outputs(GlaParams p, cudaStream_t stream) {
-  if (gla_forward_walk() == GlaForwardWalk::serial || p.key_blocks > 1) return launch_pass<E, KD, VB, Pass::outputs>(p, stream);
+  if (gla_forward_walk() == GlaForwardWalk::serial || p.key_blocks > 1) {
+    if (gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores)
+      return launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
+    return launch_pass<E, KD, VB, Pass::outputs>(p, stream);
+  }
   const size_t smem = sizeof(PipelinedSmem<E, KD, VB>);
   auto kernel = pipelined_forward_kernel<E, KD, VB>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),

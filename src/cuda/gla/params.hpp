@@ -85,6 +85,23 @@ inline constexpr GlaForwardWalk kDefaultForwardWalk = GlaForwardWalk::serial;
 GlaForwardWalk gla_forward_walk();
 void gla_set_forward_walk(GlaForwardWalk walk);
 
+// How the serial walk's outputs pass forms the diagonal 16-token sub-chunks of A:
+// cuda_cores sums every token pair of a sub-chunk on the CUDA cores; tensor_cores cuts each
+// sub-chunk into 4-token quads, forms the pairs of different quads on the tensor cores
+// (factored at the later quad's first token, every factor ≤ 1) and sums only the pairs
+// inside a quad on the CUDA cores (forward.cuh, quad_*). The pipelined walk and the state
+// passes keep the CUDA-core diagonal.
+enum class GlaForwardDiagonal { cuda_cores, tensor_cores };
+// Tensor cores by default: on the H100 the serial walk's forward took 0.288 ms with them
+// against 0.499 ms with the CUDA-core diagonal (B8 T2048 H16 K=V=128 bf16; NOTES.md).
+inline constexpr GlaForwardDiagonal kDefaultForwardDiagonal = GlaForwardDiagonal::tensor_cores;
+
+// The diagonal in use: process-wide, kDefaultForwardDiagonal unless the environment variable
+// SEQMIX_GLA_FORWARD_DIAGONAL is "cuda_cores" or "tensor_cores" when first asked, or a
+// caller (the tests) set it.
+GlaForwardDiagonal gla_forward_diagonal();
+void gla_set_forward_diagonal(GlaForwardDiagonal diagonal);
+
 template <GlaDtype dtype>
 void gla_forward(const GlaParams& p);
 

@@ -1,4 +1,4 @@
-// The process-wide choice of the forward's walk (params.hpp).
+// The process-wide choices of the forward's walk and diagonal (params.hpp).
 #include <cstdlib>
 #include <cstring>
 
@@ -19,9 +19,24 @@ GlaForwardWalk& current_walk() {
   return walk;
 }
 
+GlaForwardDiagonal diagonal_from_environment() {
+  const char* value = std::getenv("SEQMIX_GLA_FORWARD_DIAGONAL");
+  if (value && std::strcmp(value, "tensor_cores") == 0) return GlaForwardDiagonal::tensor_cores;
+  if (value && std::strcmp(value, "cuda_cores") == 0) return GlaForwardDiagonal::cuda_cores;
+  return kDefaultForwardDiagonal;
+}
+
+GlaForwardDiagonal& current_diagonal() {
+  static GlaForwardDiagonal diagonal = diagonal_from_environment();
+  return diagonal;
+}
+
 }  // namespace
 
 GlaForwardWalk gla_forward_walk() { return current_walk(); }
 void gla_set_forward_walk(GlaForwardWalk walk) { current_walk() = walk; }
+
+GlaForwardDiagonal gla_forward_diagonal() { return current_diagonal(); }
+void gla_set_forward_diagonal(GlaForwardDiagonal diagonal) { current_diagonal() = diagonal; }
 
 }  // namespace seqmix::cuda
