@@ -270,6 +270,10 @@ TEST_P(OutputChainCuda, ForwardAndBackwardMatchOracle) {
 INSTANTIATE_TEST_SUITE_P(Cases, OutputChainCuda,
                          ::testing::Values(OutputCase{"Small_T1_H2_Dv64", {1, 2, 64}, 96},
                                            OutputCase{"Small_T1000_H3_Dv40", {1000, 3, 40}, 64},
+                                           // Dv not a multiple of 8: the norm-gate kernel's 2-byte path.
+                                           OutputCase{"Small_T100_H2_Dv12", {100, 2, 12}, 64},
+                                           // Dv over 256: two 16-byte vectors a lane, the second partly idle.
+                                           OutputCase{"Small_T64_H2_Dv264", {64, 2, 264}, 64},
                                            OutputCase{"Small_B2_T500_H2_Dv128", {2, 500, 2, 128}, 200},
                                            OutputCase{"T4000_H4_Dv128", {4000, 4, 128}, 512}),
                          [](const auto& info) { return std::string(info.param.name); });

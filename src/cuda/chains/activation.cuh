@@ -41,16 +41,37 @@ CUTLASS_HOST_DEVICE float activation_derivative(float z, int code) {
   }
 }
 
-// Lifts a scalar functor to the epilogue's fragments (cutlass::Array), element by element.
-template <class Scalar>
+// Lifts a scalar functor to the epilogue's fragments (cutlass::Array), element by element,
+// after one look at the fragment's codes: a fragment none of whose columns has an
+// activation (every fragment but those of a layer's narrow gate segments) takes `Plain`,
+// one multiply. Evaluating the switch over expf/log1pf for every element, identity columns
+// included, made the GEMM 2.7–3.3× slower than without the tree (NOTES.md, "Diagnosis").
+template <class Scalar, class Plain>
 struct Elementwise {
-  template <class T, int N, class... Rest>
-  CUTLASS_HOST_DEVICE cutlass::Array<T, N> operator()(cutlass::Array<T, N> const& first,
-                                                     Rest const&... rest) const {
-    cutlass::Array<T, N> out;
+  template <int N, class... Rest>
+  CUTLASS_HOST_DEVICE cutlass::Array<float, N> operator()(cutlass::Array<float, N> const& first,
+                                                         Rest const&... rest) const {
+    // The code is the second-to-last input of both nodes: (z, code, scale), (dy, z, code, scale).
+    cutlass::Array<float, N> const& code = nth<sizeof...(Rest) - 1>(first, rest...);
+    bool any_activation = false;
     CUTLASS_PRAGMA_UNROLL
-    for (int i = 0; i < N; ++i) out[i] = Scalar{}(first[i], rest[i]...);
+    for (int i = 0; i < N; ++i) any_activation |= code[i] != 0.f;
+    cutlass::Array<float, N> out;
+    if (any_activation) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) out[i] = Scalar{}(first[i], rest[i]...);
+    } else {
+      CUTLASS_PRAGMA_UNROLL
+      for (int i = 0; i < N; ++i) out[i] = Plain{}(first[i], rest[i]...);
+    }
     return out;
+  }
+
+ private:
+  template <int I, class First, class... Rest>
+  CUTLASS_HOST_DEVICE static auto const& nth(First const& first, Rest const&... rest) {
+    if constexpr (I == 0) return first;
+    else return nth<I - 1>(rest...);
   }
 };
 
@@ -60,17 +81,23 @@ struct ActivateScalar {
     return activate(z, static_cast<int>(code)) * scale;
   }
 };
+struct ActivateIdentity {
+  CUTLASS_HOST_DEVICE float operator()(float z, float, float scale) const { return z * scale; }
+};
 // Backward node: (dy, z, code, scale) -> dy·activate'(z, code)·scale.
 struct DerivativeScalar {
   CUTLASS_HOST_DEVICE float operator()(float dy, float z, float code, float scale) const {
     return dy * activation_derivative(z, static_cast<int>(code)) * scale;
   }
 };
+struct DerivativeIdentity {
+  CUTLASS_HOST_DEVICE float operator()(float dy, float, float, float scale) const { return dy * scale; }
+};
 
 // Sm90Compute takes a template of one type parameter.
 template <class>
-struct SegmentActivation : Elementwise<ActivateScalar> {};
+struct SegmentActivation : Elementwise<ActivateScalar, ActivateIdentity> {};
 template <class>
-struct SegmentDerivative : Elementwise<DerivativeScalar> {};
+struct SegmentDerivative : Elementwise<DerivativeScalar, DerivativeIdentity> {};
 
 }  // namespace seqmix::cuda::proj

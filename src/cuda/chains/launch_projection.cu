@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <optional>
 
 #include "cuda/chains/params.hpp"
@@ -21,6 +22,7 @@ struct SegmentTable {
   const void* gradient[kMaxSegments];
   int64_t gradient_stride[kMaxSegments];
   bool gradient_f32[kMaxSegments];
+  bool vector[kMaxSegments];  // bf16, offset, stride and base at 8-element (16-byte) multiples
 };
 
 // The segment holding column c, searching forward from segment s (segments tile the
@@ -51,6 +53,15 @@ __global__ void gather_gradients(SegmentTable t, int64_t tokens, int64_t columns
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t row = i / groups, first = (i % groups) * 8;
     int s = segment_from(t, 0, first);
+    // The whole group inside one bf16 segment at a 16-byte aligned address (segment widths
+    // and gradient strides multiples of 8, as in every layer of issue 6): one 16-byte copy.
+    // The element loop below left the gather at about a third of the copy rate.
+    const int64_t vector_at = row * t.gradient_stride[s] + first - t.offset[s];
+    if (t.vector[s] && first + 8 <= (s + 1 < t.count ? t.offset[s + 1] : columns)) {
+      *reinterpret_cast<uint4*>(dz + row * ld + first) =
+          *reinterpret_cast<const uint4*>(static_cast<const bf16*>(t.gradient[s]) + vector_at);
+      continue;
+    }
     alignas(16) bf16 v[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
@@ -130,7 +141,8 @@ namespace seqmix::cuda {
 
 void projection_chain_forward(const ProjectionChainProblem& p, const std::vector<OutputRun>& runs) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  // Nothing to apply: the bare GEMM with null vectors (identity, no bias), nothing filled.
+  // Nothing to apply (identity, no bias): the plain GEMM for bf16 runs, no tree, nothing
+  // filled; an f32 run takes the activation GEMM with null vectors (its only f32 output).
   const bool plain = !p.bias && !chains::has_activation(p);
   std::optional<chains::ColumnVectors> vectors;
   if (!plain) vectors.emplace(p, stream);
@@ -138,6 +150,7 @@ void projection_chain_forward(const ProjectionChainProblem& p, const std::vector
     const Rows weight{chains::element(p.weight, run.first, 0), p.weight.stride};
     const ColumnEpilogue columns = plain ? ColumnEpilogue{} : vectors->from(run.first);
     if (run.f32) activation_gemm_bf16_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
+    else if (plain) gemm_nt_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, p.stream);
     else activation_gemm_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
   }
 }
@@ -152,6 +165,8 @@ void projection_chain_backward(const ProjectionChainProblem& p, const Projection
     table.gradient[s] = g.d_outputs[s].data;
     table.gradient_stride[s] = g.d_outputs[s].stride;
     table.gradient_f32[s] = g.d_outputs[s].f32;
+    table.vector[s] = !g.d_outputs[s].f32 && table.offset[s] % 8 == 0 && g.d_outputs[s].stride % 8 == 0 &&
+                      reinterpret_cast<uintptr_t>(g.d_outputs[s].data) % 16 == 0;
   }
   chains::gather_gradients<<<chains::grid_for(p.tokens * (ld / 8), 256), 256, 0, stream>>>(table, p.tokens, p.columns,
                                                                                          ld, dz.get());

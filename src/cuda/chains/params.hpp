@@ -38,6 +38,8 @@ void activation_gemm_bf16_f32out(int64_t M, int64_t N, int64_t K, Rows x, Rows w
 // dz [M, N] = dy ⊙ act'(x·weightᵀ + bias)·scale; dy may be dz itself (in place).
 void derivative_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows dy, MutableRows dz,
                           ColumnEpilogue columns, void* stream);
+// out [M, N] = a·bᵀ with a [M, K], b [N, K] (both K-major: x and a weight in nn.Linear form).
+void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream);
 // out [M, N] = a·b with a [M, K], b [K, N].
 void gemm_nn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream);
 // out [M, N] = aᵀ·b with a stored [K, M], b [K, N].

@@ -1,5 +1,7 @@
-// The gradient GEMMs of both chains: D = A·B with no fusion (alpha 1, no source), in the
-// two operand layouts the backward needs (see gemm_sm90.cuh for the layout names):
+// The chains' GEMMs with no fusion: D = A·B (alpha 1, no source), in the three operand
+// layouts they need (see gemm_sm90.cuh for the layout names):
+//   nt: out [M, N] = a [M, K]·bᵀ, b [N, K]   a projection with no activation and no bias,
+//                                            the output chain's y = u·W_outᵀ
 //   nn: out [M, N] = a [M, K]·b [K, N]      dx = dz·W,  du = dy·W_out
 //   tn: out [M, N] = aᵀ·b, a stored [K, M]   dW = dzᵀ·x, dW_out = dyᵀ·u
 #pragma once
@@ -12,9 +14,9 @@ namespace seqmix::cuda::plain {
 template <class Element>
 using Identity = cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>;
 
-template <class Element, class LayoutA>
+template <class Element, class LayoutA, class LayoutB = cutlass::layout::RowMajor>
 void gemm(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream, const char* what) {
-  using G = gemm::Sm90Gemm<Element, LayoutA, cutlass::layout::RowMajor, void, Identity<Element>>;
+  using G = gemm::Sm90Gemm<Element, LayoutA, LayoutB, void, Identity<Element>>;
   typename G::FusionArguments identity;
   identity.alpha = 1.f;
   identity.beta = 0.f;

@@ -1,0 +1,248 @@
+// Where the projection chain's forward time goes, at issue 6's shapes (d = 2048; GLA:
+// W_total 6160, all identity; Gated DeltaNet: W_total 12320, the last 32 columns softplus
+// and sigmoid; tokens 2048, 8192, 32768; bf16): the bare CUTLASS GEMMs with a plain
+// epilogue against the activation GEMM (null vectors and the layer's vectors) and the
+// whole chain call, all on the same operands in one process; and the output chain's parts.
+// Printed as a table; run with --gtest_filter='*ChainsCudaTiming*'. Asserts only that every
+// time was measured and the outputs are finite: the numbers are for NOTES.md.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <random>
+
+#include "cuda/chains/params.hpp"
+#include "cuda_util.hpp"
+#include "seqmix/chains.hpp"
+
+namespace seqmix::test {
+namespace {
+
+// A device buffer of `count` bf16 values drawn from U(-scale, scale): a random host block
+// copied over and over (generating hundreds of millions of values on the host would take
+// longer than the whole measurement). Never zeros: they run faster than real data.
+struct DeviceBf16 {
+  __nv_bfloat16* ptr = nullptr;
+  int64_t count = 0;
+  DeviceBf16(int64_t n, float scale) : count(n) {
+    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(__nv_bfloat16)));
+    const int64_t block = std::min<int64_t>(n, int64_t(1) << 22);
+    std::vector<__nv_bfloat16> host(block);
+    std::mt19937 rng(static_cast<unsigned>(n));
+    std::uniform_real_distribution<float> dist(-scale, scale);
+    for (auto& v : host) v = __float2bfloat16(dist(rng));
+    for (int64_t at = 0; at < n; at += block)
+      cuda_ok(cudaMemcpy(ptr + at, host.data(), std::min(block, n - at) * sizeof(__nv_bfloat16),
+                         cudaMemcpyHostToDevice));
+  }
+  ~DeviceBf16() { cudaFree(ptr); }
+  DeviceBf16(const DeviceBf16&) = delete;
+  DeviceBf16& operator=(const DeviceBf16&) = delete;
+  Tensor view(std::vector<int64_t> shape) const {
+    return Tensor::contiguous(ptr, DType::bf16, std::move(shape), Device::cuda(0));
+  }
+  // Every value finite (a sample of the first rows is enough to catch an unwritten buffer).
+  bool finite_prefix(int64_t n) const {
+    std::vector<__nv_bfloat16> host(std::min(n, count));
+    if (cudaMemcpy(host.data(), ptr, host.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost) != cudaSuccess)
+      return false;
+    return std::all_of(host.begin(), host.end(), [](auto v) { return std::isfinite(__bfloat162float(v)); });
+  }
+  void poison() { cuda_ok(cudaMemset(ptr, 0xff, count * sizeof(__nv_bfloat16))); }  // bf16 NaN
+};
+
+// Median of CUDA-event times of `run` (3 warm-up calls, 10 timed), the L2 cache flushed
+// (256 MiB written) before each timed call, outside the timed region.
+float median_ms(const std::function<void()>& run) {
+  static void* flush = nullptr;
+  constexpr size_t kFlush = size_t(256) << 20;
+  if (!flush) cuda_ok(cudaMalloc(&flush, kFlush));
+  cudaEvent_t start, stop;
+  cudaEventCreate(&start);
+  cudaEventCreate(&stop);
+  for (int i = 0; i < 3; ++i) run();
+  std::vector<float> times;
+  for (int i = 0; i < 10; ++i) {
+    cudaMemsetAsync(flush, i, kFlush);
+    cudaEventRecord(start);
+    run();
+    cudaEventRecord(stop);
+    cudaEventSynchronize(stop);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, start, stop);
+    times.push_back(ms);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
+  std::sort(times.begin(), times.end());
+  return times[times.size() / 2];
+}
+
+struct Layer {
+  const char* name;
+  std::vector<ProjectionSegment> segments;
+  int64_t width() const {
+    int64_t n = 0;
+    for (const auto& s : segments) n += s.width;
+    return n;
+  }
+};
+
+const Layer kGla{"gla", {{1024, Activation::identity, 1.0}, {1024, Activation::identity, 1.0},
+                         {2048, Activation::identity, 1.0}, {2048, Activation::identity, 1.0},
+                         {16, Activation::identity, 1.0}}};
+const Layer kGatedDeltaNet{"gated_deltanet", {{2048, Activation::identity, 1.0}, {2048, Activation::identity, 1.0},
+                                              {4096, Activation::identity, 1.0}, {4096, Activation::identity, 1.0},
+                                              {16, Activation::softplus, 1.0}, {16, Activation::sigmoid, 1.0}}};
+constexpr int64_t kD = 2048;
+
+void print_row(const char* layer, int64_t tokens, const char* what, double flop, float ms, float reference_ms) {
+  std::printf("  %-15s %6lld  %-44s %8.4f ms  %6.1f TFLOP/s  %5.2fx the plain GEMM's time\n", layer,
+              static_cast<long long>(tokens), what, ms, flop / (ms * 1e-3) / 1e12, ms / reference_ms);
+}
+
+// The per-column vectors of `layer` (bias 0, code, scale), on the device.
+struct ColumnVectors {
+  float* data = nullptr;
+  explicit ColumnVectors(const Layer& layer) {
+    const int64_t n = layer.width();
+    std::vector<float> host(3 * n, 0.f);
+    int64_t c = 0;
+    for (const auto& s : layer.segments)
+      for (int64_t j = 0; j < s.width; ++j, ++c) {
+        host[n + c] = static_cast<float>(static_cast<int>(s.activation));
+        host[2 * n + c] = s.activation == Activation::logsigmoid ? static_cast<float>(1.0 / s.tau) : 1.f;
+      }
+    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&data), host.size() * sizeof(float)));
+    cuda_ok(cudaMemcpy(data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  ~ColumnVectors() { cudaFree(data); }
+  ColumnVectors(const ColumnVectors&) = delete;
+  ColumnVectors& operator=(const ColumnVectors&) = delete;
+};
+
+void time_projection(const Layer& layer, int64_t tokens) {
+  const int64_t W = layer.width();
+  const double flop = 2.0 * tokens * W * kD;
+  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), weight_kn(kD * W, 0.03f), out(tokens * W, 0.f);
+  const ColumnVectors vectors(layer);
+  const cuda::ColumnEpilogue with_vectors{vectors.data, vectors.data + W, vectors.data + 2 * W};
+  using namespace seqmix::cuda;
+  const Rows xr{x.ptr, kD}, wr{weight.ptr, kD};
+  const MutableRows outr{out.ptr, W};
+
+  const float plain_nn = median_ms([&] { gemm_nn_bf16(tokens, W, kD, xr, Rows{weight_kn.ptr, W}, outr, nullptr); });
+  const float plain = median_ms([&] { gemm_nt_bf16(tokens, W, kD, xr, wr, outr, nullptr); });
+  print_row(layer.name, tokens, "plain GEMM x·Wᵀ (K-major B, no EVT)", flop, plain, plain);
+  print_row(layer.name, tokens, "plain GEMM x·B (N-major B)", flop, plain_nn, plain);
+  const float null_vectors = median_ms([&] { activation_gemm_bf16(tokens, W, kD, xr, wr, outr, {}, nullptr); });
+  print_row(layer.name, tokens, "activation GEMM, null vectors", flop, null_vectors, plain);
+  const float layer_vectors =
+      median_ms([&] { activation_gemm_bf16(tokens, W, kD, xr, wr, outr, with_vectors, nullptr); });
+  print_row(layer.name, tokens, "activation GEMM, the layer's vectors", flop, layer_vectors, plain);
+
+  // The whole chain through the public API: segments as column views of one buffer.
+  out.poison();
+  std::vector<Tensor> outputs;
+  int64_t first = 0;
+  for (const auto& s : layer.segments) {
+    Tensor v = out.view({tokens, W});
+    v.data = out.ptr + first;
+    v.shape = {tokens, s.width};
+    outputs.push_back(v);
+    first += s.width;
+  }
+  const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
+  const float chain =
+      median_ms([&] { projection_chain_forward(xt, wt, std::nullopt, layer.segments, outputs); });
+  print_row(layer.name, tokens, "projection_chain_forward (public API)", flop, chain, plain);
+  EXPECT_TRUE(out.finite_prefix(64 * W));
+}
+
+// The projection backward's parts: the two gradient GEMMs alone, then the whole call
+// (gather, derivative GEMM over the activation columns, the two GEMMs).
+void time_projection_backward(const Layer& layer, int64_t tokens) {
+  const int64_t W = layer.width();
+  const double flop = 2.0 * tokens * W * kD;  // one of the two gradient GEMMs
+  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), dy(tokens * W, 1.f), dz(tokens * W, 1.f);
+  DeviceBf16 dx(tokens * kD, 0.f), dweight(W * kD, 0.f);
+  using namespace seqmix::cuda;
+  const float nn = median_ms([&] {
+    gemm_nn_bf16(tokens, kD, W, Rows{dz.ptr, W}, Rows{weight.ptr, kD}, MutableRows{dx.ptr, kD}, nullptr);
+  });
+  print_row(layer.name, tokens, "bwd: dx = dz·W (nn)", flop, nn, nn);
+  const float tn = median_ms([&] {
+    gemm_tn_bf16(W, kD, tokens, Rows{dz.ptr, W}, Rows{x.ptr, kD}, MutableRows{dweight.ptr, kD}, nullptr);
+  });
+  print_row(layer.name, tokens, "bwd: dW = dzᵀ·x (tn)", flop, tn, nn);
+  std::vector<Tensor> d_outputs;
+  int64_t first = 0;
+  for (const auto& s : layer.segments) {
+    Tensor v = dy.view({tokens, W});
+    v.data = dy.ptr + first;
+    v.shape = {tokens, s.width};
+    d_outputs.push_back(v);
+    first += s.width;
+  }
+  const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
+  const ProjectionChainGrads grads{dx.view({tokens, kD}), dweight.view({W, kD}), std::nullopt};
+  const float chain =
+      median_ms([&] { projection_chain_backward(xt, wt, std::nullopt, layer.segments, d_outputs, grads); });
+  print_row(layer.name, tokens, "projection_chain_backward (2 GEMMs' FLOP)", 2 * flop, chain, nn + tn);
+  EXPECT_TRUE(dx.finite_prefix(64 * kD));
+}
+
+void time_output(const char* name, int64_t heads, int64_t dv, int64_t tokens) {
+  const int64_t width = heads * dv;
+  const double flop = 2.0 * tokens * width * kD;
+  DeviceBf16 o(tokens * width, 1.f), g(tokens * width, 1.f), norm_weight(dv, 1.f), out_weight(kD * width, 0.03f),
+      out_weight_kn(width * kD, 0.03f), y(tokens * kD, 0.f);
+  using namespace seqmix::cuda;
+  const float plain_nn = median_ms([&] {
+    gemm_nn_bf16(tokens, kD, width, Rows{o.ptr, width}, Rows{out_weight_kn.ptr, kD}, MutableRows{y.ptr, kD}, nullptr);
+  });
+  const float plain = median_ms([&] {
+    gemm_nt_bf16(tokens, kD, width, Rows{o.ptr, width}, Rows{out_weight.ptr, width}, MutableRows{y.ptr, kD}, nullptr);
+  });
+  print_row(name, tokens, "output: plain GEMM u·W_outᵀ", flop, plain, plain);
+  print_row(name, tokens, "output: plain GEMM u·B (N-major B)", flop, plain_nn, plain);
+  const float null_vectors = median_ms([&] {
+    activation_gemm_bf16(tokens, kD, width, Rows{o.ptr, width}, Rows{out_weight.ptr, width}, MutableRows{y.ptr, kD},
+                         {}, nullptr);
+  });
+  print_row(name, tokens, "output: activation GEMM, null vectors", flop, null_vectors, plain);
+  y.poison();
+  const OutputChainInputs in{o.view({tokens, heads, dv}), g.view({tokens, heads, dv}), norm_weight.view({dv}),
+                             out_weight.view({kD, width})};
+  const Tensor yt = y.view({tokens, kD});
+  const float chain = median_ms([&] { output_chain_forward(in, yt); });
+  print_row(name, tokens, "output_chain_forward (public API)", flop, chain, plain);
+  EXPECT_TRUE(y.finite_prefix(64 * kD));
+}
+
+TEST(ChainsCudaTiming, ProjectionForward) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const Layer* layer : {&kGla, &kGatedDeltaNet})
+    for (int64_t tokens : {2048, 8192, 32768}) time_projection(*layer, tokens);
+}
+
+TEST(ChainsCudaTiming, ProjectionBackward) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const Layer* layer : {&kGla, &kGatedDeltaNet})
+    for (int64_t tokens : {2048, 8192, 32768}) time_projection_backward(*layer, tokens);
+}
+
+TEST(ChainsCudaTiming, OutputForward) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (int64_t tokens : {2048, 8192, 32768}) {
+    time_output("gla", 4, 512, tokens);
+    time_output("gated_deltanet", 16, 256, tokens);
+  }
+}
+
+}  // namespace
+}  // namespace seqmix::test
