@@ -1,8 +1,22 @@
 // The CUDA attention forward against the float64 oracle (the CPU reference on the same
-// stored inputs), outputs poisoned first. Cases named Small* are the ones the GPU check
-// runs under compute-sanitizer.
+// stored inputs), outputs poisoned first, under both forward schedules. Cases named Small*
+// are the ones the GPU check runs under compute-sanitizer. The backward likewise. Last, a
+// timing of both forward schedules side by side at the D = 128 shapes.
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <tuple>
+
+#include "cuda/attention/params.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/attention.hpp"
+
+namespace seqmix::cuda {
+// Test names and messages say which schedule ran.
+void PrintTo(AttentionForwardSchedule schedule, std::ostream* os) {
+  *os << (schedule == AttentionForwardSchedule::pingpong ? "pingpong" : "standard");
+}
+}  // namespace seqmix::cuda
 
 namespace seqmix::test {
 namespace {
@@ -61,11 +75,25 @@ double lse_error(const std::vector<double>& got, const std::vector<double>& want
   return g.empty() ? 0.0 : rel_err(g, w);
 }
 
-class AttentionCuda : public ::testing::TestWithParam<GpuAttnCase> {};
+using cuda::AttentionForwardSchedule;
+
+const char* schedule_name(AttentionForwardSchedule schedule) {
+  return schedule == AttentionForwardSchedule::pingpong ? "pingpong" : "standard";
+}
+
+// Runs the forward under `schedule` while in scope, then puts the process's choice back.
+struct ForwardSchedule {
+  AttentionForwardSchedule before = cuda::attention_forward_schedule();
+  explicit ForwardSchedule(AttentionForwardSchedule schedule) { cuda::attention_set_forward_schedule(schedule); }
+  ~ForwardSchedule() { cuda::attention_set_forward_schedule(before); }
+};
+
+class AttentionCuda : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule>> {};
 
 TEST_P(AttentionCuda, ForwardMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const GpuAttnCase c = GetParam();
+  const GpuAttnCase c = std::get<0>(GetParam());
+  const ForwardSchedule schedule(std::get<1>(GetParam()));
   const int64_t width = c.D + c.pad;
   Operand q(rows_shape(c, c.Sq, c.cu_q, c.Hq, width), c.D, c.dtype, false);
   Operand k(rows_shape(c, c.Sk, c.cu_k, c.Hkv, width), c.D, c.dtype, false);
@@ -124,8 +152,11 @@ TEST_P(AttentionCuda, ForwardMatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCuda,
-    ::testing::Values(
+    ::testing::Combine(::testing::Values(
         GpuAttnCase{"Small_bf16_d128_S100", 2, 100, 100, 2, 2, 128, DType::bf16, false, {}, {}},
+        // Key blocks of 128 and 176: five and four, so both K/V stages are reused.
+        GpuAttnCase{"Small_bf16_d128_Sq64_Sk600", 1, 64, 600, 1, 1, 128, DType::bf16, false, {}, {}},
+        GpuAttnCase{"Small_f16_d128_causal_Sq130_Sk700", 1, 130, 700, 2, 1, 128, DType::f16, true, {}, {}},
         GpuAttnCase{"Small_f16_d128_causal_gqa4_Sq77_Sk200", 2, 77, 200, 8, 2, 128, DType::f16, true, {}, {}},
         GpuAttnCase{"Small_bf16_d128_causal_Sq150_Sk60", 1, 150, 60, 2, 1, 128, DType::bf16, true, {}, {}},
         GpuAttnCase{"Small_bf16_d128_S1", 3, 1, 1, 2, 2, 128, DType::bf16, true, {}, {}},
@@ -144,7 +175,10 @@ INSTANTIATE_TEST_SUITE_P(
         GpuAttnCase{"bf16_d256_S513_causal_strided", 1, 513, 513, 2, 1, 256, DType::bf16, true, {}, {}, 64},
         GpuAttnCase{"bf16_d128_varlen_long", 1, 0, 0, 4, 1, 128, DType::bf16, true, {0, 1000, 1001, 1700},
                     {0, 900, 1200, 2000}}),
-    [](const auto& info) { return std::string(info.param.name); });
+                       ::testing::Values(AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
+    });
 
 // Backward: dq, dk, dv of the CUDA kernels against the oracle's backward, from the same
 // inputs, out and lse (the oracle's own, stored in the dtype), with a d_lse; then a second
@@ -280,6 +314,125 @@ INSTANTIATE_TEST_SUITE_P(
         GpuAttnCase{"bf16_d128_varlen_long_causal", 1, 0, 0, 4, 1, 128, DType::bf16, true, {0, 1000, 1001, 1700},
                     {0, 900, 1200, 2000}}),
     [](const auto& info) { return std::string(info.param.name); });
+
+// Forward TFLOP/s of both schedules side by side (bf16, D = 128, H = 16, B·S = 16384,
+// S = 2048 and 16384, causal and not): CUDA events around each launch, L2 flushed before
+// it, the schedules alternating run by run, median of kRuns. FLOPs 4·B·H·S²·D, half for
+// causal. Asserts that both schedules give the same out and lse (the oracle is out of reach
+// at these sizes; the cases above compare each schedule with it).
+struct DeviceBuffer {
+  void* ptr = nullptr;
+  explicit DeviceBuffer(size_t bytes) { cuda_ok(cudaMalloc(&ptr, bytes)); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() { cudaFree(ptr); }
+};
+
+// Fills `bytes` of device memory with one block of random values in [-2, 2), repeated.
+void fill_random(void* dst, size_t bytes, DType dtype) {
+  const HostTensor block = uniform({int64_t{1} << 20}, dtype, -2, 2);
+  for (size_t at = 0; at < bytes; at += block.storage.size())
+    cuda_ok(cudaMemcpy(static_cast<char*>(dst) + at, block.storage.data(), std::min(block.storage.size(), bytes - at),
+                       cudaMemcpyHostToDevice));
+}
+
+double bf16_value(uint16_t bits) {
+  const uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float x;
+  std::memcpy(&x, &word, sizeof x);
+  return x;
+}
+
+// ‖a − b‖ / ‖b‖ over bf16 words; infinity when an element is not finite.
+double relative_difference_bf16(const std::vector<uint16_t>& a, const std::vector<uint16_t>& b) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double x = bf16_value(a[i]), y = bf16_value(b[i]);
+    if (!std::isfinite(x) || !std::isfinite(y)) return INFINITY;
+    diff += (x - y) * (x - y);
+    norm += y * y;
+  }
+  return std::sqrt(diff / norm);
+}
+
+TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int64_t kTokens = 16384, H = 16, D = 128;
+  constexpr int kWarmup = 3, kRuns = 25;
+  const size_t operand_bytes = static_cast<size_t>(kTokens * H * D) * 2;
+  DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes),
+      lse(static_cast<size_t>(kTokens * H) * sizeof(float)), flush(size_t{512} << 20);
+  fill_random(q.ptr, operand_bytes, DType::bf16);
+  fill_random(k.ptr, operand_bytes, DType::bf16);
+  fill_random(v.ptr, operand_bytes, DType::bf16);
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start));
+  cuda_ok(cudaEventCreate(&stop));
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0));
+  const AttentionForwardSchedule schedules[] = {AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong};
+
+  std::printf("attention forward on %s, bf16 D=%lld H=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
+              prop.name, static_cast<long long>(D), static_cast<long long>(H), static_cast<long long>(kTokens), kRuns);
+  std::printf("%8s %7s %10s %10s %18s\n", "S", "causal", "standard", "pingpong", "pingpong/standard");
+  for (int64_t S : {int64_t{2048}, int64_t{16384}}) {
+    for (bool causal : {false, true}) {
+      const int64_t B = kTokens / S;
+      const Device gpu = Device::cuda(0);
+      const AttentionInputs in{Tensor::contiguous(q.ptr, DType::bf16, {B, S, H, D}, gpu),
+                               Tensor::contiguous(k.ptr, DType::bf16, {B, S, H, D}, gpu),
+                               Tensor::contiguous(v.ptr, DType::bf16, {B, S, H, D}, gpu)};
+      const AttentionOutputs outputs{Tensor::contiguous(out.ptr, DType::bf16, {B, S, H, D}, gpu),
+                                     Tensor::contiguous(lse.ptr, DType::f32, {B, H, S}, gpu)};
+      AttentionOptions options;
+      options.causal = causal;
+
+      std::vector<float> times[2];
+      for (int run = 0; run < kWarmup + kRuns; ++run) {
+        for (int which = 0; which < 2; ++which) {
+          const ForwardSchedule schedule(schedules[which]);
+          cuda_ok(cudaMemsetAsync(flush.ptr, run, size_t{512} << 20));
+          cuda_ok(cudaEventRecord(start));
+          attention_forward(in, outputs, options);
+          cuda_ok(cudaEventRecord(stop));
+          cuda_ok(cudaEventSynchronize(stop));
+          float ms = 0;
+          cuda_ok(cudaEventElapsedTime(&ms, start, stop));
+          if (run >= kWarmup) times[which].push_back(ms);
+        }
+      }
+      const double flops = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
+      double tflops[2];
+      for (int which = 0; which < 2; ++which) {
+        std::sort(times[which].begin(), times[which].end());
+        tflops[which] = flops / (times[which][kRuns / 2] * 1e-3) / 1e12;
+      }
+      std::printf("%8lld %7s %10.1f %10.1f %18.3f\n", static_cast<long long>(S), causal ? "yes" : "no", tflops[0],
+                  tflops[1], tflops[1] / tflops[0]);
+
+      // The same result from both schedules.
+      std::vector<uint16_t> got_out[2];
+      std::vector<float> got_lse[2];
+      for (int which = 0; which < 2; ++which) {
+        const ForwardSchedule schedule(schedules[which]);
+        cuda_ok(cudaMemset(out.ptr, 0xFF, operand_bytes));  // NaN words
+        attention_forward(in, outputs, options);
+        got_out[which].resize(operand_bytes / 2);
+        got_lse[which].resize(static_cast<size_t>(kTokens * H));
+        cuda_ok(cudaMemcpy(got_out[which].data(), out.ptr, operand_bytes, cudaMemcpyDeviceToHost));
+        cuda_ok(cudaMemcpy(got_lse[which].data(), lse.ptr, got_lse[which].size() * sizeof(float),
+                           cudaMemcpyDeviceToHost));
+      }
+      EXPECT_LT(relative_difference_bf16(got_out[1], got_out[0]), tolerance(DType::bf16)) << "S " << S;
+      EXPECT_LT(rel_err(std::vector<double>(got_lse[1].begin(), got_lse[1].end()),
+                        std::vector<double>(got_lse[0].begin(), got_lse[0].end())),
+                1e-5)
+          << "S " << S;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
 
 // Bad input that only the CUDA path rejects.
 TEST(AttentionCudaErrors, RejectsWhatTheKernelsCannotTake) {

@@ -7,6 +7,11 @@
 //                16-bit in registers and O += P·V by wgmma with A from registers;
 //                S of the next block is issued before the PV product of the current one,
 //                so the softmax overlaps the tensor cores (intra-warpgroup overlap).
+// Two schedules (AttentionForwardSchedule, params.hpp): `standard` frees a K/V stage once
+// its PV product is done; `pingpong` frees K as soon as its QKᵀ product is in (the producer
+// copies the next K one iteration earlier), makes the two consumer warpgroups take turns
+// issuing their products (named barriers), so one warpgroup's softmax runs while the
+// other's products occupy the tensor cores, and at D = 128 walks key blocks of 176.
 // Key blocks run from the last to the first, so the masked ones (the sequence end, the
 // causal diagonal) come first and the rest skip the mask.
 #pragma once
@@ -18,11 +23,14 @@
 
 namespace seqmix::cuda::attn {
 
-template <class T, int D>
+template <class T, int D, AttentionForwardSchedule kSchedule>
 struct ForwardConfig {
   static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
-  static constexpr int kBlockM = 128;                  // query rows per CTA: 64 per consumer warpgroup
-  static constexpr int kBlockN = D <= 128 ? 128 : 64;  // keys per pipeline stage
+  static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
+  // Keys per pipeline stage. Pingpong at D = 128: 176 (fewer turns, barriers and O
+  // rescales per key; S, P and O then take 196 of the consumers' 240 registers).
+  static constexpr int kBlockN =
+      D == 128 && kSchedule == AttentionForwardSchedule::pingpong ? 176 : D <= 128 ? 128 : 64;
   static constexpr int kStages = 2;
   static constexpr int kChunks = D / 64;  // 128-byte swizzle atoms across the head dim
   static constexpr int kThreads = 384;
@@ -34,10 +42,21 @@ struct ForwardConfig {
   static constexpr uint32_t kKOffset = kQOffset + kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
-  static constexpr uint32_t kBarriers = 1 + 3 * kStages;  // q_full, k_full[], v_full[], kv_empty[]
+  static constexpr uint32_t kBarriers = 1 + 4 * kStages;  // q_full, k_full[], v_full[], k_empty[], v_empty[]
   static constexpr uint32_t kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 };
+
+// Named barriers of the pingpong turns (0 is __syncthreads): warpgroup w issues after
+// barrier kTurnBarrier + w completes, i.e. after the other warpgroup has issued.
+inline constexpr int kTurnBarrier = 1;
+
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
 
 // The kernel's arguments: tensor maps live in parameter space (__grid_constant__).
 struct ForwardArgs {
@@ -179,9 +198,10 @@ __device__ __forceinline__ void store_output(const AttentionParams& p, const Seq
   }
 }
 
-template <class T, int D>
+template <class T, int D, AttentionForwardSchedule kSchedule>
 __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__ ForwardArgs args) {
-  using Cfg = ForwardConfig<T, D>;
+  using Cfg = ForwardConfig<T, D, kSchedule>;
+  constexpr bool kPingpong = kSchedule == AttentionForwardSchedule::pingpong;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   const AttentionParams& p = args.p;
 
@@ -199,14 +219,17 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* k_full = q_full + 1;
   uint64_t* v_full = k_full + kStages;
-  uint64_t* kv_empty = v_full + kStages;
+  // standard: k_empty guards the whole stage (K and V); pingpong: K and V separately.
+  uint64_t* k_empty = v_full + kStages;
+  uint64_t* v_empty = k_empty + kStages;
 
   if (threadIdx.x == 0) {
     tma::barrier_init(q_full, 1);
     for (int s = 0; s < kStages; ++s) {
       tma::barrier_init(&k_full[s], 1);
       tma::barrier_init(&v_full[s], 1);
-      tma::barrier_init(&kv_empty[s], Cfg::kConsumerWarps);
+      tma::barrier_init(&k_empty[s], Cfg::kConsumerWarps);
+      tma::barrier_init(&v_empty[s], Cfg::kConsumerWarps);
     }
     tma::barrier_init_fence();
   }
@@ -229,13 +252,14 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
       for (int it = 0; it < n_blocks; ++it) {
         const int n = n_blocks - 1 - it, stage = it % kStages;
         const uint32_t phase = (it / kStages) & 1;
-        tma::wait(&kv_empty[stage], phase ^ 1);
+        tma::wait(&k_empty[stage], phase ^ 1);
         const int k_row = static_cast<int>(seq.k_start) + n * kBlockN;
         uint8_t* k_dst = k_tiles + stage * Cfg::kKVBytes;
         uint8_t* v_dst = v_tiles + stage * Cfg::kKVBytes;
         tma::arrive_expect_bytes(&k_full[stage], Cfg::kKVBytes);
         for (int c = 0; c < Cfg::kChunks; ++c)
           tma::load_box(k_dst + c * kBlockN * 128, args.k_map, 64 * c, k_row, kv_head, seq.batch, &k_full[stage]);
+        if constexpr (kPingpong) tma::wait(&v_empty[stage], phase ^ 1);
         tma::arrive_expect_bytes(&v_full[stage], Cfg::kKVBytes);
         for (int c = 0; c < Cfg::kChunks; ++c)
           tma::load_box(v_dst + c * kBlockN * 128, args.v_map, 64 * c, k_row, kv_head, seq.batch, &v_full[stage]);
@@ -287,9 +311,24 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
     else
       softmax_step<false, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
   };
-  auto release_stage = [&](int stage) {
+  auto release = [&](uint64_t* empty) {
     __syncwarp();
-    if (lane == 0) tma::arrive(&kv_empty[stage]);
+    if (lane == 0) tma::arrive(empty);
+  };
+  // After the QKᵀ product of a stage (pingpong: K is free) and after its PV product.
+  auto scores_done = [&](int stage) {
+    if constexpr (kPingpong) release(&k_empty[stage]);
+  };
+  auto output_done = [&](int stage) { release(kPingpong ? &v_empty[stage] : &k_empty[stage]); };
+  // Pingpong turns around each issue of products: n_blocks + 1 issues per warpgroup.
+  // Warpgroup 1 lets warpgroup 0 go first and does not pass the turn after its last issue,
+  // so each barrier completes exactly n_blocks + 1 times (128 waiting + 128 arriving).
+  auto take_turn = [&] {
+    if constexpr (kPingpong) named_barrier_sync(kTurnBarrier + wg, 256);
+  };
+  auto pass_turn = [&](bool last_issue) {
+    if constexpr (kPingpong)
+      if (wg == 0 || !last_issue) named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
   };
 
   if (n_blocks > 0) {
@@ -298,37 +337,47 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
     uint32_t prob[kBlockN / 16][4];
     float correction[2];
     tma::wait(&k_full[0], 0);
+    if (kPingpong && wg == 1) named_barrier_arrive(kTurnBarrier, 256);  // warpgroup 0 first
+    take_turn();
     wgmma_fence();
     issue_scores(s, 0);
+    pass_turn(false);
     wgmma_wait<0>();
     fence_registers(s);
+    scores_done(0);
     softmax(s, n_blocks - 1, correction);  // o is still zero: no rescale
     probabilities_to_operand<T, kBlockN>(s, prob);
     for (int it = 1; it < n_blocks; ++it) {
       const int stage = it % kStages, previous = (it - 1) % kStages;
       tma::wait(&k_full[stage], (it / kStages) & 1);
+      if constexpr (kPingpong) tma::wait(&v_full[previous], ((it - 1) / kStages) & 1);  // before the turn
+      take_turn();
       wgmma_fence();
       issue_scores(s, stage);
-      tma::wait(&v_full[previous], ((it - 1) / kStages) & 1);
+      if constexpr (!kPingpong) tma::wait(&v_full[previous], ((it - 1) / kStages) & 1);
       issue_output(prob, previous);
+      pass_turn(false);
       wgmma_wait<1>();  // the scores are in; the PV product may still run
       fence_registers(s);
+      scores_done(stage);
       softmax(s, n_blocks - 1 - it, correction);
       wgmma_wait<0>();
       fence_registers(o);
       fence_registers(prob);
-      release_stage(previous);
+      output_done(previous);
       rescale_output<D>(o, correction);
       probabilities_to_operand<T, kBlockN>(s, prob);
     }
     const int last = (n_blocks - 1) % kStages;
     tma::wait(&v_full[last], ((n_blocks - 1) / kStages) & 1);
+    take_turn();
     wgmma_fence();
     issue_output(prob, last);
+    pass_turn(true);
     wgmma_wait<0>();
     fence_registers(o);
     fence_registers(prob);
-    release_stage(last);
+    output_done(last);
   }
   store_output<T, D>(p, seq, head, row0, o, st, lane);
 }

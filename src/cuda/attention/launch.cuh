@@ -33,22 +33,30 @@ CUtensorMap tensor_map(const AttentionView& view, int64_t rows, int64_t heads, i
   return map;
 }
 
-template <class T, int D>
-void launch_forward(const AttentionParams& p) {
-  using Cfg = ForwardConfig<T, D>;
+template <class T, int D, AttentionForwardSchedule kSchedule>
+void launch_forward_schedule(const AttentionParams& p) {
+  using Cfg = ForwardConfig<T, D, kSchedule>;
   const int64_t batch = p.cu_seqlens_q ? 1 : p.num_sequences;
   ForwardArgs args;
   args.q_map = tensor_map<T>(p.q, p.rows_q, p.Hq, batch, D, Cfg::kBlockM);
   args.k_map = tensor_map<T>(p.k, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.v_map = tensor_map<T>(p.v, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.p = p;
-  const auto kernel = forward_kernel<T, D>;
+  const auto kernel = forward_kernel<T, D, kSchedule>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention forward)");
   const dim3 grid(static_cast<unsigned>((p.max_seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM),
                   static_cast<unsigned>(p.Hq), static_cast<unsigned>(p.num_sequences));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(args);
   check_launch("attention forward");
+}
+
+template <class T, int D>
+void launch_forward(const AttentionParams& p) {
+  if (attention_forward_schedule() == AttentionForwardSchedule::pingpong)
+    launch_forward_schedule<T, D, AttentionForwardSchedule::pingpong>(p);
+  else
+    launch_forward_schedule<T, D, AttentionForwardSchedule::standard>(p);
 }
 
 }  // namespace seqmix::cuda::attn

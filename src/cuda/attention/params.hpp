@@ -46,6 +46,18 @@ struct AttentionBackwardParams {
 
 enum class AttentionDtype { bf16, f16 };
 
+// How the forward kernel orders its work (forward.cuh). standard: the two consumer
+// warpgroups run in phase and a K/V stage is freed after its PV product. pingpong: K is
+// freed after its QKᵀ product and the warpgroups take turns on the tensor cores, one
+// warpgroup's softmax beside the other's products.
+enum class AttentionForwardSchedule { standard, pingpong };
+
+// The schedule attention_forward launches: SEQMIX_ATTENTION_FORWARD=standard|pingpong,
+// read once on first use (unset or any other value: standard), until set below.
+AttentionForwardSchedule attention_forward_schedule();
+// Overrides the schedule for the rest of the process (tests, timing).
+void attention_set_forward_schedule(AttentionForwardSchedule schedule);
+
 // Head dims with a compiled forward kernel.
 inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
