@@ -53,7 +53,7 @@ enum class AttentionDtype { bf16, f16 };
 enum class AttentionForwardSchedule { standard, pingpong };
 
 // The schedule attention_forward launches: SEQMIX_ATTENTION_FORWARD=standard|pingpong,
-// read once on first use (unset or any other value: standard), until set below.
+// read once on first use (unset or any other value: pingpong), until set below.
 AttentionForwardSchedule attention_forward_schedule();
 // Overrides the schedule for the rest of the process (tests, timing).
 void attention_set_forward_schedule(AttentionForwardSchedule schedule);
