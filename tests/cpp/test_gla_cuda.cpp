@@ -77,6 +77,14 @@ struct ForwardDiagonal {
   ~ForwardDiagonal() { cuda::gla_set_forward_diagonal(before); }
 };
 
+// Selects how the backward's gradient kernel forms the pairs inside each sub-chunk for one
+// test, and restores it.
+struct BackwardDiagonal {
+  cuda::GlaBackwardDiagonal before = cuda::gla_backward_diagonal();
+  explicit BackwardDiagonal(cuda::GlaBackwardDiagonal diagonal) { cuda::gla_set_backward_diagonal(diagonal); }
+  ~BackwardDiagonal() { cuda::gla_set_backward_diagonal(before); }
+};
+
 // The forward (output and final state) against the oracle, by the walk selected.
 void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
@@ -116,10 +124,9 @@ TEST_P(GlaCuda, ForwardPipelinedMatchesOracle) {
 }
 
 // Every gradient (dq, dk, dv, dg, and d initial state with an initial state) against the
-// oracle's backward; the final state's gradient is given in the cases with an initial state.
-TEST_P(GlaCuda, BackwardMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const GpuGlaCase c = GetParam();
+// oracle's backward, by the backward diagonal selected; the final state's gradient is given
+// in the cases with an initial state.
+void backward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
   const auto &key_shape = in.key_shape, &value_shape = in.value_shape, &state_shape = in.state_shape;
   HostTensor d_o = uniform(value_shape, c.dtype), dhT = uniform(state_shape, DType::f32);
@@ -152,6 +159,19 @@ TEST_P(GlaCuda, BackwardMatchesOracle) {
   EXPECT_LT(e_dv, tol) << "dv";
   EXPECT_LT(e_dg, tol) << "dg";
   EXPECT_LT(e_dh0, tol) << "d initial state";
+}
+
+TEST_P(GlaCuda, BackwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const BackwardDiagonal diagonal(cuda::GlaBackwardDiagonal::cuda_cores);
+  backward_matches_oracle(GetParam());
+}
+
+// The gradient kernel with the pairs of different 4-token quads on the tensor cores.
+TEST_P(GlaCuda, BackwardTensorDiagonalMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const BackwardDiagonal diagonal(cuda::GlaBackwardDiagonal::tensor_cores);
+  backward_matches_oracle(GetParam());
 }
 
 // Chunks are 64 tokens in 16-token sub-chunks: T = 1, 63, 300, 1000 and the varlen offsets
@@ -293,6 +313,65 @@ TEST(GlaCudaTiming, ForwardB1T32768) {
   SKIP_WITHOUT_CUDA_DEVICE();
   time_forward(1, 32768, false);
   time_forward(1, 32768, true);
+}
+
+// The backward alone by each diagonal (CUDA cores, tensor-core quads), side by side on the
+// same inputs at B 8, T 2048, H 16, K = V = 128, bf16: median of 30 event-timed runs after
+// 3 warm-up runs each. Asserts that the two paths' gradients agree within the bf16 bound.
+TEST(GlaCudaTiming, BackwardDiagonalsB8T2048) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t B = 8, T = 2048, H = 16, K = 128, V = 128;
+  HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
+             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0),
+             d_out = uniform({B, T, H, V}, DType::bf16);
+  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_do(d_out);
+  GlaOptions options;
+  options.scale = 1.0 / std::sqrt(static_cast<double>(K));
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start));
+  cuda_ok(cudaEventCreate(&stop));
+  struct Path {
+    const char* name;
+    cuda::GlaBackwardDiagonal diagonal;
+    float median_ms = 0, min_ms = 0;
+    std::vector<double> dq, dk, dv, dg;
+  };
+  Path paths[] = {{"cuda_cores", cuda::GlaBackwardDiagonal::cuda_cores},
+                  {"tensor_cores", cuda::GlaBackwardDiagonal::tensor_cores}};
+  for (Path& path : paths) {
+    const BackwardDiagonal diagonal(path.diagonal);
+    HostTensor dq = poisoned({B, T, H, K}, DType::bf16), dk = poisoned({B, T, H, K}, DType::bf16),
+               dv = poisoned({B, T, H, V}, DType::bf16), dg = poisoned({B, T, H, K}, DType::bf16);
+    DeviceTensor d_dq(dq), d_dk(dk), d_dv(dv), d_dg(dg);
+    auto run = [&] {
+      gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
+                   options);
+    };
+    for (int i = 0; i < 3; ++i) run();
+    std::vector<float> times;
+    for (int i = 0; i < 30; ++i) {
+      cuda_ok(cudaEventRecord(start));
+      run();
+      cuda_ok(cudaEventRecord(stop));
+      cuda_ok(cudaEventSynchronize(stop));
+      float ms = 0;
+      cuda_ok(cudaEventElapsedTime(&ms, start, stop));
+      times.push_back(ms);
+    }
+    std::sort(times.begin(), times.end());
+    path.median_ms = times[times.size() / 2], path.min_ms = times[0];
+    path.dq = d_dq.values(dq), path.dk = d_dk.values(dk), path.dv = d_dv.values(dv), path.dg = d_dg.values(dg);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  std::printf("gla backward B8 T2048 H16 K128 V128 bf16, median of 30 (min):\n");
+  for (const Path& path : paths) std::printf("  %-13s %.4f ms (%.4f)\n", path.name, path.median_ms, path.min_ms);
+  std::printf("  tensor_cores / cuda_cores: %.3f\n", paths[1].median_ms / paths[0].median_ms);
+  const double tol = tolerance(DType::bf16);
+  EXPECT_LT(rel_err(paths[1].dq, paths[0].dq), tol) << "dq";
+  EXPECT_LT(rel_err(paths[1].dk, paths[0].dk), tol) << "dk";
+  EXPECT_LT(rel_err(paths[1].dv, paths[0].dv), tol) << "dv";
+  EXPECT_LT(rel_err(paths[1].dg, paths[0].dg), tol) << "dg";
 }
 
 }  // namespace

@@ -13,8 +13,11 @@
 //        dk = e^{b_last − b} ⊙ (v Hᵀ) + Σ_{i≥j} dA_ij q_i e^{b_i − b_j}
 //        dg in the cancellation-free form of gla_chunked.cpp (decay_gradient).
 //     The products over V run on the tensor cores in 32-column slices of v, do, S_0, H;
-//     the decay-weighted sums over token pairs run on the CUDA cores, one thread per key
-//     channel and side (dq or dk), with running products of e^{g} ≤ 1 (nothing overflows).
+//     so do the token pairs of different 16-token sub-chunks, and (with the tensor-core
+//     diagonal, params.hpp GlaBackwardDiagonal) those of different 4-token quads inside one;
+//     the pairs left (inside a sub-chunk, or inside a quad) are summed on the CUDA cores, one
+//     thread per key channel and side (dq or dk), with running products of e^{g} ≤ 1
+//     (nothing overflows).
 #pragma once
 
 #include "cuda/gla/launch.cuh"
@@ -194,6 +197,23 @@ struct GradSmem {
                 "tile(0) fits in the operands the value loop releases");
   static_assert(3 * kChunk * PF * sizeof(float) <= sizeof(E) * ((4 * kChunk + kPairRows) * PK + kChunk * PA),
                 "the float tiles fit in the operands they replace");
+
+  // The tensor-core diagonal. While A is formed, the forward's quad pairs keep their key
+  // operands in the e^{g} tile's bytes (forward.cuh quad_key_row). After the value loop, the
+  // quad operands of dq and dk (kQuadRows rows each, quad_operand_row) sit in the bytes of
+  // g, q_start, k_end and scores, which nothing reads any more: dq's where tile(0) goes (it is
+  // written after they are read), dk's where tile(1) goes (likewise); the quad factors
+  // (quad_gradient_operands) in the e^{g} tile's bytes, free again after the value loop.
+  static constexpr int kQuadRows = 96;  // 24 a sub-chunk: 4 + 8 + 12
+  __device__ E* quad_keys() { return reinterpret_cast<E*>(decay); }
+  __device__ const E* quad_keys() const { return reinterpret_cast<const E*>(decay); }
+  __device__ E* dq_quad_keys() { return g; }
+  __device__ E* dk_quad_queries() { return reinterpret_cast<E*>(tile(1)); }
+  __device__ float* quad_factors() { return reinterpret_cast<float*>(decay); }
+  static_assert(kQuadRows * PK * sizeof(E) <= kChunk * PF * sizeof(float), "dq's quad keys end before tile(1)");
+  static_assert(kChunk * PF * sizeof(float) + kQuadRows * PK * sizeof(E) <= sizeof(E) * (3 * kChunk * PK + kChunk * PA),
+                "dk's quad queries end before q_sub");
+  static_assert(32 * KD * sizeof(float) <= sizeof(decay), "the quad factors fit in the e^{g} tile");
 };
 
 // Thread c < KD: the sub-chunk factors of channel c from e^{g} (products of values ≤ 1).
@@ -227,10 +247,152 @@ __device__ __forceinline__ void sub_chunk_factors(Sm& s, int c) {
     }
 }
 
+// ---- The tensor-core diagonal of the gradients (quads, as forward.cuh quad_*) ----
+// Inside sub-chunk I, the pairs of different 4-token quads factor through a quad boundary,
+// every factor a product of e^{g} ≤ 1:
+//   dq_i, i in quad Q (first token p = 4Q):  Σ_{j<p} dA_ij k_j e^{b_i − b_j}
+//        = e^{b_i − b_p} ⊙ Σ_{j<p} dA_ij (k_j ⊙ e^{b_p − b_j})          (keys per target Q)
+//   dk_j, j in quad P (last token r = 4P + 3): Σ_{i>r} dA_ij q_i e^{b_i − b_j}
+//        = e^{b_r − b_j} ⊙ Σ_{i>r} dA_ij (q_i ⊙ e^{b_i − b_r})          (queries per target P)
+// The token walks multiply by e^{b_i − b_p}, e^{b_r − b_j} (running products from the quad's
+// edge), so the sub-chunk-level parts they already carry are moved to the quad's edge
+// first: times e^{b_p − b_{i0}} (dq; i0 the sub-chunk's first token) and e^{b_end − b_r}
+// (dk; end its last).
+
+// Row of the quad operand of sub-chunk I whose target has `width` quads of partners (dq:
+// target Q, width Q, partners the keys j < 4Q; dk: target P, width 3 − P, partners the
+// queries i > 4P + 3), for partner `index` < 4·width: 24 rows a sub-chunk.
+__host__ __device__ constexpr int quad_operand_row(int I, int width, int index) {
+  return 24 * I + 2 * width * (width - 1) + index;
+}
+
+// Threads (channel c, role) < 2·KD, once e^{g} is in u.eg and the raw q and k are in their
+// tiles: the quad operands above and the factors moving the sub-chunk-level parts to the
+// quad edges, quad_factors()[(4I + Q)·KD + c] = e^{b_{4Q} − b_{i0}} and
+// [(16 + 4I + P)·KD + c] = e^{b_end − b_{4P+3}}. Role 0 walks each sub-chunk forwards (dk's
+// queries), role 1 backwards (dq's keys).
+template <class Sm>
+__device__ __forceinline__ void quad_gradient_operands(Sm& s, int tid) {
+  using E = typename Sm::Element;
+  constexpr int KD = Sm::kKeys, PK = Sm::PK;
+  if (tid >= 2 * KD) return;
+  const int c = tid % KD;
+  float* const to_quad_start = s.quad_factors();
+  float* const from_quad_end = to_quad_start + 16 * KD;
+  auto eg = [&](int t) { return s.u.eg[t * KD + c]; };
+  if (tid < KD) {
+    E* const queries = s.dk_quad_queries();
+#pragma unroll 1
+    for (int I = 0; I < 4; ++I) {
+      float from_first = 1.0f;                    // e^{b_t − b_{i0}}
+      float from_end[3] = {0.0f, 0.0f, 0.0f};     // e^{b_t − b_{4P+3}} for t > 4P + 3
+#pragma unroll
+      for (int tt = 0; tt < kSub; ++tt) {
+        const int t = kSub * I + tt;
+        const float e = eg(t), q = to_float(s.q[t * PK + c]);
+        if (tt > 0) from_first *= e;
+        if (tt % 4 == 0) to_quad_start[(4 * I + tt / 4) * KD + c] = from_first;
+#pragma unroll
+        for (int P = 0; P < 3; ++P) {
+          if (tt < 4 * P + 4) continue;
+          from_end[P] = tt == 4 * P + 4 ? e : from_end[P] * e;
+          const int width = 3 - P;
+          queries[quad_operand_row(I, width, tt - kSub + 4 * width) * PK + c] = from_float<E>(q * from_end[P]);
+        }
+      }
+    }
+  } else {
+    E* const keys = s.dq_quad_keys();
+#pragma unroll 1
+    for (int I = 0; I < 4; ++I) {
+      float to_last = 1.0f;                          // e^{b_end − b_t}
+      float to_quad[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // e^{b_{4Q} − b_t} for t < 4Q
+#pragma unroll
+      for (int tt = kSub - 1; tt >= 0; --tt) {
+        const int t = kSub * I + tt;
+        if (tt % 4 == 3) from_quad_end[(4 * I + tt / 4) * KD + c] = to_last;
+        const float k = to_float(s.k[t * PK + c]);
+#pragma unroll
+        for (int Q = 1; Q < 4; ++Q) {
+          if (tt >= 4 * Q) continue;
+          to_quad[Q] = tt == 4 * Q - 1 ? eg(kSub * I + 4 * Q) : to_quad[Q] * eg(t + 1);
+          keys[quad_operand_row(I, Q, tt) * PK + c] = from_float<E>(k * to_quad[Q]);
+        }
+        to_last *= eg(t);
+      }
+    }
+  }
+}
+
+// The quad of the 16 rows (columns) each register of a lane's A fragment holds (mma.cuh:
+// a0 row g cols 2t.., a1 row g + 8, a2 cols 2t + 8.., a3 both).
+__device__ __forceinline__ int fragment_row_quad(int reg, int lane) { return lane / 16 + 2 * (reg % 2); }
+__device__ __forceinline__ int fragment_col_quad(int reg, int lane) { return (lane % 4) / 2 + 2 * (reg / 2); }
+
+// acc (16 rows × 8·NT columns from n0) += a·B, where this lane gives the address of the B
+// row it loads for ldmatrix (k row (lane % 8) + 8·((lane / 8) % 2), as load_b): B's rows
+// gathered from anywhere.
+template <int NT, class E>
+__device__ __forceinline__ void mma_gathered_rows(float (&acc)[NT][4], const uint32_t (&a)[4], const E* b_row,
+                                                  int n0, int lane) {
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    uint32_t b[4];
+    ldmatrix_x4_trans(b, b_row + n0 + 16 * np + 8 * (lane / 16));
+    mma_pair<E>(acc[2 * np], acc[2 * np + 1], a, b);
+  }
+}
+
+// The k row of B this lane addresses in ldmatrix (see mma_gathered_rows).
+__device__ __forceinline__ int gathered_row(int lane) { return lane % 8 + 8 * ((lane / 8) % 2); }
+
+// dq of sub-chunk I, columns from n0: += the pairs of different quads, (dA masked to rows of
+// quad Q and columns before it) · (the keys of target Q), Q = 1..3; rows of one target only.
+template <class Sm, int NT>
+__device__ __forceinline__ void quad_gradient_dq(Sm& s, float (&acc)[NT][4], int I, int n0, int lane) {
+  using E = typename Sm::Element;
+  constexpr int PA = Sm::PA, PK = Sm::PK;
+  uint32_t full[4];
+  load_a(full, s.dA_operand, PA, kSub * I, kSub * I, lane);
+  const int jj = gathered_row(lane);
+#pragma unroll
+  for (int Q = 1; Q < 4; ++Q) {
+    uint32_t a[4];
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg)
+      a[reg] = fragment_row_quad(reg, lane) == Q && fragment_col_quad(reg, lane) < Q ? full[reg] : 0u;
+    // Rows past the partners are weighted by zeros: any finite row does.
+    mma_gathered_rows(acc, a, s.dq_quad_keys() + quad_operand_row(I, Q, jj < 4 * Q ? jj : 0) * PK, n0, lane);
+  }
+}
+
+// dk of sub-chunk I (rows j), columns from n0: += (dAᵀ masked to rows of quad P and columns
+// after it) · (the queries of target P), P = 0..2.
+template <class Sm, int NT>
+__device__ __forceinline__ void quad_gradient_dk(Sm& s, float (&acc)[NT][4], int I, int n0, int lane) {
+  using E = typename Sm::Element;
+  constexpr int PA = Sm::PA, PK = Sm::PK;
+  uint32_t full[4];
+  load_a_transposed(full, s.dA_operand, PA, kSub * I, kSub * I, lane);
+  const int ii = gathered_row(lane);
+#pragma unroll
+  for (int P = 0; P < 3; ++P) {
+    uint32_t a[4];
+#pragma unroll
+    for (int reg = 0; reg < 4; ++reg)
+      a[reg] = fragment_row_quad(reg, lane) == P && fragment_col_quad(reg, lane) > P ? full[reg] : 0u;
+    const int first = 4 * P + 4, width = 3 - P;
+    mma_gathered_rows(acc, a,
+                      s.dk_quad_queries() + quad_operand_row(I, width, (ii >= first ? ii : first) - first) * PK,
+                      n0, lane);
+  }
+}
+
 // Token pairs in different 16-token sub-chunks go through the tensor cores, factored
-// through the sub-chunk boundaries as the forward's scores are; only the pairs within a
-// sub-chunk are left to the CUDA cores.
-template <class E, int KD>
+// through the sub-chunk boundaries as the forward's scores are; the pairs within a
+// sub-chunk are left to the CUDA cores, or with kQuads only those within a 4-token quad
+// (the rest through the quad boundaries above).
+template <class E, int KD, bool kQuads>
 __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
   using Sm = GradSmem<E, KD>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -284,12 +446,22 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   issue_slice(0, 0);  // lands while A is formed
   copy_async_wait_pending<1>();
   __syncthreads();
-  decay_operands<true>(s, tid);
+  if constexpr (kQuads) {
+    quad_inner_scores(s, tid);
+    __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
+  }
+  decay_operands<true, Sm, kQuads>(s, tid);
   __syncthreads();
-  diagonal_scores(s, warp, lane);
+  if constexpr (kQuads) quad_pair_scores(s, warp, lane);
+  else diagonal_scores(s, warp, lane);
   pair_scores(s, warp, lane);
   copy_async_wait_all();
   __syncthreads();
+  if constexpr (kQuads) {  // the raw q and k again (the quads' operands replaced them): they land during the value loop
+    load_chunk<KD, PK>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
+    load_chunk<KD, PK>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
+    copy_async_commit();
+  }
 
   // The products over V, slice by slice. Warp w: rows 16·(w % 4); columns by w / 4.
   const int rb = warp % 4, side = warp / 4;
@@ -369,14 +541,22 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       for (int e = 0; e < 4; ++e) f(r + 8 * (e / 2), (KD / 2) * side + 8 * nt + 2 * (lane % 4) + e % 2, nt, e);
   };
   {
-    __syncthreads();  // e^{g} is in
+    __syncthreads();  // e^{g} is in (and with kQuads the raw q, k)
     if (tid < KD) sub_chunk_factors(s, tid);
+    if constexpr (kQuads) quad_gradient_operands(s, tid);
     __syncthreads();
     // dq: e^{b_{i0}} ⊙ scale·do S_0ᵀ + Σ_{J<I} dA_IJ (k ⊙ e^{b_{i0} − b})_J, for sub-chunk I = rb.
     for_each_element([&](int, int c, int nt, int e) { dq_state[nt][e] *= p.scale * s.start_of_sub[rb * KD + c]; });
     if (rb > 0)
       mma_block<false, false>(dq_state, s.dA_operand, PA, s.k_pair + pair_row0(rb) * PK, PK, 16 * rb,
                               (KD / 2) * side, 0, 16 * rb, lane);
+    if constexpr (kQuads) {  // moved to the first token of the row's quad, plus the pairs of earlier quads
+      for_each_element([&](int i, int c, int nt, int e) {
+        dq_state[nt][e] *= s.quad_factors()[(4 * rb + (i % kSub) / 4) * KD + c];
+      });
+      quad_gradient_dq(s, dq_state, rb, (KD / 2) * side, lane);
+      __syncthreads();  // dq's quad keys are read: tile(0) takes their place
+    }
     for_each_element([&](int i, int c, int nt, int e) { q_side[i * PF + c] = dq_state[nt][e]; });
     // dk, sub-chunk J = rb: e^{b_last − b_r} ⊙ v Hᵀ, and Σ_{I>J} e^{b_{i0(I)} − b_r} ⊙ dA_IJᵀ (q ⊙ e^{b − b_{i0}})_I.
     for_each_element([&](int, int c, int nt, int e) { dk_state[nt][e] *= s.end_from_sub[rb * KD + c]; });
@@ -388,7 +568,15 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       const float* const factor = s.across + (I * (I - 1) / 2 + rb) * KD;
       for_each_element([&](int, int c, int nt, int e) { later[nt][e] += factor[c] * part[nt][e]; });
     }
-    __syncthreads();  // q_sub and k_pair are read: tiles 1 and 2 take their place
+    if constexpr (kQuads) {  // moved to the last token of the row's quad, plus the pairs of later quads
+      for_each_element([&](int i, int c, int nt, int e) {
+        const float to_end = s.quad_factors()[(16 + 4 * rb + (i % kSub) / 4) * KD + c];
+        dk_state[nt][e] *= to_end;
+        later[nt][e] *= to_end;
+      });
+      quad_gradient_dk(s, later, rb, (KD / 2) * side, lane);
+    }
+    __syncthreads();  // q_sub, k_pair (and dk's quad queries) are read: tiles 1 and 2 take their place
     for_each_element([&](int i, int c, int nt, int e) {
       k_state[i * PF + c] = dk_state[nt][e];
       k_pairs[i * PF + c] = later[nt][e];
@@ -396,11 +584,13 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   }
   __syncthreads();
 
-  // The token pairs within one sub-chunk, a thread per (key channel, side). Weights
-  // e^{b_i − b_j} are running products of e^{g} from the nearer token outwards. The 15
-  // distances are unrolled with clamped indices and a zero weight past the sub-chunk, so
-  // every load is unconditional and they issue together (a loop that stopped at the
-  // sub-chunk's edge waited on each step's loads, ≈ 100 cycles a step).
+  // The token pairs within one block of kBlock tokens (a sub-chunk, or with kQuads a quad),
+  // a thread per (key channel, side). Weights e^{b_i − b_j} are running products of e^{g}
+  // from the nearer token outwards. The kBlock − 1 distances are unrolled with clamped
+  // indices and a zero weight past the block, so every load is unconditional and they issue
+  // together (a loop that stopped at the sub-chunk's edge waited on each step's loads,
+  // ≈ 100 cycles a step).
+  constexpr int kBlock = kQuads ? 4 : kSub;
   if (tid < 2 * KD) {
     const int c = tid % KD;
     auto eg = [&](int t) { return s.u.eg[t * KD + c]; };
@@ -408,11 +598,11 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     auto k_at = [&](int t) { return to_float(s.k[t * PK + c]); };
     if (tid < KD) {  // dq
       E* const dq = row0(p.dq, key0);
-      auto pair_sum = [&](int i) {  // Σ_{j<i, same sub-chunk} dA_ij k_j e^{b_i − b_j}
-        const int low = i & ~(kSub - 1), span = i - low;
+      auto pair_sum = [&](int i) {  // Σ_{j<i, same block} dA_ij k_j e^{b_i − b_j}
+        const int low = i & ~(kBlock - 1), span = i - low;
         float pairs = 0.0f, w = 1.0f;
 #pragma unroll
-        for (int d = 1; d < kSub; ++d) {  // j = i − d
+        for (int d = 1; d < kBlock; ++d) {  // j = i − d
           const int j = max(i - d, low);
           w *= d <= span ? eg(j + 1) : 0.0f;
           pairs += s.dA[i * PA + j] * k_at(j) * w;
@@ -422,7 +612,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       // Two rows a step: their sums are independent chains, and everything both read is
       // read before either stores (same sums as one row a step, checked bit for bit in a
       // host model).
-      float decay = 1.0f;  // e^{b_i − b_{i0}}
+      float decay = 1.0f;  // e^{b_i − b_{i0}}, i0 the first token of i's block
       for (int i = 0; i < valid; i += 2) {
         const int rows[2] = {i, min(i + 1, valid - 1)};  // the second: the first again past the end
         float pairs[2], side[2], diagonal[2], q_row[2];
@@ -438,7 +628,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
         for (int r = 0; r < 2; ++r) {
           const int row = i + r;
           if (row >= valid) break;
-          decay = row % kSub == 0 ? 1.0f : decay * eg(row);
+          decay = row % kBlock == 0 ? 1.0f : decay * eg(row);
           const float part = pairs[r] + side[r] * decay;
           dq[row * p.dq.stride_time + c] = from_float<E>(part + diagonal[r]);
           q_side[row * PF + c] = q_row[r] * part;
@@ -446,18 +636,18 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       }
     } else {  // dk
       E* const dk = row0(p.dk, key0);
-      auto pair_sum = [&](int j) {  // Σ_{i>j, same sub-chunk} dA_ij q_i e^{b_i − b_j}
-        const int top = min((j | (kSub - 1)) + 1, valid), span = top - 1 - j;
+      auto pair_sum = [&](int j) {  // Σ_{i>j, same block} dA_ij q_i e^{b_i − b_j}
+        const int top = min((j | (kBlock - 1)) + 1, valid), span = top - 1 - j;
         float pairs = 0.0f, w = 1.0f;
 #pragma unroll
-        for (int d = 1; d < kSub; ++d) {  // i = j + d
+        for (int d = 1; d < kBlock; ++d) {  // i = j + d
           const int i = min(j + d, top - 1);
           w *= d <= span ? eg(i) : 0.0f;
           pairs += s.dA[i * PA + j] * q_at(i) * w;
         }
         return pairs;
       };
-      float decay = 1.0f;  // e^{b_r − b_j}, r the sub-chunk's last token
+      float decay = 1.0f;  // e^{b_r − b_j}, r the last token of j's block
       for (int j = valid - 1; j >= 0; j -= 2) {
         const int rows[2] = {j, max(j - 1, 0)};  // the second: the first again past the start
         float pairs[2], later[2], state[2], diagonal[2], k_row[2];
@@ -474,7 +664,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
         for (int r = 0; r < 2; ++r) {
           const int row = j - r;
           if (row < 0) break;
-          if (row % kSub == kSub - 1) decay = 1.0f;
+          if (row % kBlock == kBlock - 1) decay = 1.0f;
           const float all_pairs = pairs[r] + later[r] * decay, carried = state[r] * decay;
           dk[row * p.dk.stride_time + c] = from_float<E>(all_pairs + carried + diagonal[r]);
           k_state[row * PF + c] = k_row[r] * carried;
@@ -583,8 +773,15 @@ void launch_backward(GlaParams p) {
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));
-  allow_shared(gradient_kernel<E, KD>, grad_smem, "gla backward shared memory");
-  timed_launch(stream, "gla backward", [&] { gradient_kernel<E, KD><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores) {
+    allow_shared(gradient_kernel<E, KD, true>, grad_smem, "gla backward shared memory");
+    timed_launch(stream, "gla backward (tensor-core diagonal)",
+                 [&] { gradient_kernel<E, KD, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  } else {
+    allow_shared(gradient_kernel<E, KD, false>, grad_smem, "gla backward shared memory");
+    timed_launch(stream, "gla backward",
+                 [&] { gradient_kernel<E, KD, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  }
   if (p.key_blocks > 1) sum_key_blocks<E>(p, p.dv, stream);
 
   if (owned) check(cudaFreeAsync(scratch, stream), "gla backward workspace");

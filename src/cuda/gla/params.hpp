@@ -102,6 +102,22 @@ inline constexpr GlaForwardDiagonal kDefaultForwardDiagonal = GlaForwardDiagonal
 GlaForwardDiagonal gla_forward_diagonal();
 void gla_set_forward_diagonal(GlaForwardDiagonal diagonal);
 
+// How the backward's gradient kernel forms the pairs inside each 16-token sub-chunk (A's
+// diagonal blocks, and the in-sub-chunk sums of dq and dk that dg is built from):
+// cuda_cores sums every such pair on the CUDA cores; tensor_cores cuts the sub-chunks into
+// 4-token quads as the forward's tensor-core diagonal does (forward.cuh quad_*; backward.cuh
+// quad_gradient_*), pairs of different quads on the tensor cores, only the pairs inside a
+// quad on the CUDA cores.
+enum class GlaBackwardDiagonal { cuda_cores, tensor_cores };
+// CUDA cores by default until the tensor-core form is measured faster on the GPU (NOTES.md).
+inline constexpr GlaBackwardDiagonal kDefaultBackwardDiagonal = GlaBackwardDiagonal::cuda_cores;
+
+// The backward's diagonal in use: process-wide, kDefaultBackwardDiagonal unless the
+// environment variable SEQMIX_GLA_BACKWARD_DIAGONAL is "cuda_cores" or "tensor_cores" when
+// first asked, or a caller (the tests) set it.
+GlaBackwardDiagonal gla_backward_diagonal();
+void gla_set_backward_diagonal(GlaBackwardDiagonal diagonal);
+
 template <GlaDtype dtype>
 void gla_forward(const GlaParams& p);
 

@@ -1,4 +1,5 @@
-// The process-wide choices of the forward's walk and diagonal (params.hpp).
+// The process-wide choices of the forward's walk and diagonal and the backward's diagonal
+// (params.hpp).
 #include <cstdlib>
 #include <cstring>
 
@@ -31,6 +32,18 @@ GlaForwardDiagonal& current_diagonal() {
   return diagonal;
 }
 
+GlaBackwardDiagonal backward_diagonal_from_environment() {
+  const char* value = std::getenv("SEQMIX_GLA_BACKWARD_DIAGONAL");
+  if (value && std::strcmp(value, "tensor_cores") == 0) return GlaBackwardDiagonal::tensor_cores;
+  if (value && std::strcmp(value, "cuda_cores") == 0) return GlaBackwardDiagonal::cuda_cores;
+  return kDefaultBackwardDiagonal;
+}
+
+GlaBackwardDiagonal& current_backward_diagonal() {
+  static GlaBackwardDiagonal diagonal = backward_diagonal_from_environment();
+  return diagonal;
+}
+
 }  // namespace
 
 GlaForwardWalk gla_forward_walk() { return current_walk(); }
@@ -38,5 +51,8 @@ void gla_set_forward_walk(GlaForwardWalk walk) { current_walk() = walk; }
 
 GlaForwardDiagonal gla_forward_diagonal() { return current_diagonal(); }
 void gla_set_forward_diagonal(GlaForwardDiagonal diagonal) { current_diagonal() = diagonal; }
+
+GlaBackwardDiagonal gla_backward_diagonal() { return current_backward_diagonal(); }
+void gla_set_backward_diagonal(GlaBackwardDiagonal diagonal) { current_backward_diagonal() = diagonal; }
 
 }  // namespace seqmix::cuda
