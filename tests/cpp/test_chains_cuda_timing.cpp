@@ -14,6 +14,7 @@
 #include <functional>
 #include <random>
 
+#include "cuda/chains/gemm_tiles.hpp"
 #include "cuda/chains/params.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/chains.hpp"
@@ -222,6 +223,101 @@ void time_output(const char* name, int64_t heads, int64_t dv, int64_t tokens) {
   const float chain = median_ms([&] { output_chain_forward(in, yt); });
   print_row(name, tokens, "output_chain_forward (public API)", flop, chain, plain);
   EXPECT_TRUE(y.finite_prefix(64 * kD));
+}
+
+// ---- the forward GEMM's CUTLASS configuration per shape (NOTES.md, "Tile choice") ----
+
+// The first rows of a bf16 device matrix [rows, width], on the host.
+std::vector<float> first_rows(const DeviceBf16& m, int64_t rows, int64_t width) {
+  std::vector<__nv_bfloat16> host(rows * width);
+  cuda_ok(cudaMemcpy(host.data(), m.ptr, host.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  std::vector<float> values(host.size());
+  for (size_t i = 0; i < host.size(); ++i) values[i] = __bfloat162float(host[i]);
+  return values;
+}
+
+double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+const char* raster_name(cuda::Raster r) {
+  return r == cuda::Raster::along_m ? "along M" : r == cuda::Raster::along_n ? "along N" : "heuristic";
+}
+
+// Every tile × raster order × swizzle of one forward GEMM (nt, or the activation GEMM with
+// `columns`) on out [M, N] = x [M, K]·weightᵀ; prints each against the default
+// configuration and the fastest, and checks each output's first rows against the default's.
+void time_tiles(const char* layer, const char* kernel, int64_t M, int64_t N, int64_t K, const DeviceBf16& x,
+                const DeviceBf16& weight, DeviceBf16& out, const cuda::ColumnEpilogue* columns) {
+  using namespace seqmix::cuda;
+  const double flop = 2.0 * M * N * K;
+  const Rows xr{x.ptr, K}, wr{weight.ptr, K};
+  const MutableRows outr{out.ptr, N};
+  auto launch = [&](GemmSchedule s) {
+    if (columns) activation_gemm_bf16_scheduled(s, M, N, K, xr, wr, outr, *columns, nullptr);
+    else gemm_nt_bf16_scheduled(s, M, N, K, xr, wr, outr, nullptr);
+  };
+  const int64_t sample = std::min<int64_t>(M, 128);
+  out.poison();
+  const float base = median_ms([&] { launch({}); });
+  const std::vector<float> want = first_rows(out, sample, N);
+  float best = base;
+  GemmSchedule best_schedule{};
+  for (int t = 0; t < kGemmTiles; ++t) {
+    const auto tile = static_cast<GemmTile>(t);
+    if (columns && !activation_tile_built(tile)) continue;
+    for (Raster raster : {Raster::along_m, Raster::along_n})
+      for (int swizzle : {1, 2, 8}) {
+        const GemmSchedule s{tile, raster, swizzle};
+        out.poison();
+        const float ms = median_ms([&] { launch(s); });
+        const double diff = relative_difference(first_rows(out, sample, N), want);
+        EXPECT_LT(diff, 1e-2) << gemm_tile_name(tile);
+        std::printf("  %-15s %6lld %5lld  %-10s %-32s %-9s swizzle %d  %8.4f ms  %6.1f TFLOP/s  %5.3fx default\n",
+                    layer, static_cast<long long>(M), static_cast<long long>(N), kernel, gemm_tile_name(tile),
+                    raster_name(raster), swizzle, ms, flop / (ms * 1e-3) / 1e12, ms / base);
+        if (ms < best) best = ms, best_schedule = s;
+      }
+  }
+  const GemmSchedule chosen = forward_schedule(M, N, K);
+  out.poison();
+  const float dispatched = median_ms([&] {
+    if (columns) activation_gemm_bf16(M, N, K, xr, wr, outr, *columns, nullptr);
+    else gemm_nt_bf16(M, N, K, xr, wr, outr, nullptr);
+  });
+  EXPECT_LT(relative_difference(first_rows(out, sample, N), want), 1e-2);
+  std::printf("  %-15s %6lld %5lld  %-10s BEST %s, %s, swizzle %d: %.4f ms (%.1f TFLOP/s), %.3fx default; "
+              "DISPATCH %s, %s, swizzle %d: %.4f ms, %.3fx default\n",
+              layer, static_cast<long long>(M), static_cast<long long>(N), kernel, gemm_tile_name(best_schedule.tile),
+              raster_name(best_schedule.raster), best_schedule.swizzle, best, flop / (best * 1e-3) / 1e12,
+              best / base, gemm_tile_name(chosen.tile), raster_name(chosen.raster), chosen.swizzle, dispatched,
+              dispatched / base);
+}
+
+// The projection chain's GEMM at issue 6's shapes (nt for GLA's all-identity chain, the
+// activation GEMM for Gated DeltaNet's gates; both for GDN) and the output chain's o_proj
+// (N = d = 2048 over K = H·Dv = 2048 at both layers).
+TEST(ChainsCudaTiming, ForwardTiles) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (int64_t tokens : {2048, 8192, 32768}) {
+    for (const Layer* layer : {&kGla, &kGatedDeltaNet}) {
+      const int64_t W = layer->width();
+      DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f);
+      time_tiles(layer->name, "nt", tokens, W, kD, x, weight, out, nullptr);
+      if (layer == &kGatedDeltaNet) {
+        const ColumnVectors vectors(*layer);
+        const cuda::ColumnEpilogue columns{vectors.data, vectors.data + W, vectors.data + 2 * W};
+        time_tiles(layer->name, "activation", tokens, W, kD, x, weight, out, &columns);
+      }
+    }
+    DeviceBf16 u(tokens * kD, 1.f), out_weight(kD * kD, 0.03f), y(tokens * kD, 0.f);
+    time_tiles("output o_proj", "nt", tokens, kD, kD, u, out_weight, y, nullptr);
+  }
 }
 
 TEST(ChainsCudaTiming, ProjectionForward) {

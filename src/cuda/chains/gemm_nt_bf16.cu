@@ -1,11 +1,10 @@
-// Explicit instantiation: out = a·bᵀ (a [M, K], b [N, K] row-major), bf16, no fusion.
+// Explicit instantiation: out = a·bᵀ (a [M, K], b [N, K] row-major), bf16, no fusion, in
+// the tile cooperative_128x256_cluster2x1 (gemm_tiles.hpp; gemm_dispatch.cu chooses).
 #include "cuda/chains/plain_gemm.cuh"
 
 namespace seqmix::cuda {
 
-void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream) {
-  plain::gemm<cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor>(M, N, K, a, b, out,
-                                                                                           stream, "chain GEMM (nt)");
-}
+template void gemm_nt_bf16_tiled<GemmTile::cooperative_128x256_cluster2x1>(
+    int64_t, int64_t, int64_t, Rows, Rows, MutableRows, GemmSchedule, void*);
 
 }  // namespace seqmix::cuda

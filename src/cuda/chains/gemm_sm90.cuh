@@ -1,7 +1,8 @@
-// The one CUTLASS 4.2 sm90 GEMM shape every chain kernel is built from: TMA loads, wgmma,
-// warp-specialized cooperative persistent schedule, 128 × 256 × 64 tiles on clusters of 2
-// (multicast of the operand the two CTAs share). Only the operand layouts and the epilogue
-// (a fusion: visitor tree or linear combination) differ between the chain's GEMMs.
+// The CUTLASS 4.2 sm90 GEMM every chain kernel is built from: TMA loads, wgmma, a
+// warp-specialized persistent schedule. The tile, schedule and cluster come from a GemmTile
+// (gemm_tiles.hpp; the default 128 × 256 × 64 cooperative on clusters of 2 along M), the
+// operand layouts and the epilogue (a fusion: visitor tree or linear combination) from the
+// chain's GEMM.
 //
 //   D [M, N] row-major = epilogue(A·B, C),  A [M, K], B [K, N], fp32 accumulation.
 //   LayoutA RowMajor: A's rows hold K (K-major); ColumnMajor: A is stored [K, M] row-major.
@@ -23,6 +24,7 @@
 #include <mutex>
 #include <string>
 
+#include "cuda/chains/gemm_tiles.hpp"
 #include "cuda/common/runtime.cuh"
 #include "seqmix/error.hpp"
 
@@ -30,26 +32,58 @@ namespace seqmix::cuda::gemm {
 
 using namespace cute;
 
-// 128 × 256 × 64 matched cuBLAS at 8192³ on the H100 (ANCHORS.md); cooperative: both
-// consumer warpgroups share each tile.
-using TileShape = Shape<_128, _256, _64>;
-using ClusterShape = Shape<_2, _1, _1>;
+// The CUTLASS types of each GemmTile.
+template <class Tile, class Cluster, bool kPingpong>
+struct TileTypes {
+  using TileShape = Tile;
+  using ClusterShape = Cluster;
+  using MainloopSchedule = cute::conditional_t<kPingpong, cutlass::gemm::KernelTmaWarpSpecializedPingpong,
+                                               cutlass::gemm::KernelTmaWarpSpecializedCooperative>;
+  using EpilogueSchedule = cute::conditional_t<kPingpong, cutlass::epilogue::TmaWarpSpecialized,
+                                               cutlass::epilogue::TmaWarpSpecializedCooperative>;
+};
+template <GemmTile>
+struct TileConfig;
+// 128 × 256 × 64 matched cuBLAS at 8192³ on the H100 (ANCHORS.md).
+template <>
+struct TileConfig<GemmTile::cooperative_128x256_cluster2x1>
+    : TileTypes<Shape<_128, _256, _64>, Shape<_2, _1, _1>, false> {};
+template <>
+struct TileConfig<GemmTile::cooperative_128x256_cluster1x2>
+    : TileTypes<Shape<_128, _256, _64>, Shape<_1, _2, _1>, false> {};
+template <>
+struct TileConfig<GemmTile::cooperative_256x128_cluster2x1>
+    : TileTypes<Shape<_256, _128, _64>, Shape<_2, _1, _1>, false> {};
+template <>
+struct TileConfig<GemmTile::cooperative_256x128_cluster1x2>
+    : TileTypes<Shape<_256, _128, _64>, Shape<_1, _2, _1>, false> {};
+template <>
+struct TileConfig<GemmTile::pingpong_128x128_cluster2x1>
+    : TileTypes<Shape<_128, _128, _64>, Shape<_2, _1, _1>, true> {};
+template <>
+struct TileConfig<GemmTile::pingpong_128x128_cluster1x1>
+    : TileTypes<Shape<_128, _128, _64>, Shape<_1, _1, _1>, true> {};
+
+constexpr GemmTile kDefaultTile = GemmTile::cooperative_128x256_cluster2x1;
 
 // Element: A and B (16-bit); ElementD: the output (Element, or float for an f32 segment).
-template <class Element, class LayoutA, class LayoutB, class ElementC, class Fusion, class ElementD = Element>
+template <GemmTile kTile, class Element, class LayoutA, class LayoutB, class ElementC, class Fusion,
+          class ElementD = Element>
 struct Sm90Gemm {
+  using TileShape = typename TileConfig<kTile>::TileShape;
+  using ClusterShape = typename TileConfig<kTile>::ClusterShape;
   static constexpr int kAlign = 16 / sizeof(Element);  // TMA: 16-byte rows and bases
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using RowMajor = cutlass::layout::RowMajor;
   using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, RowMajor, kAlign, ElementD, RowMajor,
-      kAlignD, cutlass::epilogue::TmaWarpSpecializedCooperative, Fusion>::CollectiveOp;
+      kAlignD, typename TileConfig<kTile>::EpilogueSchedule, Fusion>::CollectiveOp;
   using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element, LayoutB, kAlign, float,
       TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      cutlass::gemm::KernelTmaWarpSpecializedCooperative>::CollectiveOp;
+      typename TileConfig<kTile>::MainloopSchedule>::CollectiveOp;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       cutlass::gemm::PersistentScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
@@ -66,9 +100,11 @@ struct Sm90Gemm {
     return s;
   }
 
-  // D = epilogue(A·B, C); C may be nullptr when the fusion reads no source.
+  // D = epilogue(A·B, C); C may be nullptr when the fusion reads no source. `schedule`
+  // gives the tile scheduler's raster order and swizzle (its tile is kTile's).
   static Arguments arguments(int64_t M, int64_t N, int64_t K, const void* a, int64_t lda, const void* b, int64_t ldb,
-                             const void* c, int64_t ldc, void* d, int64_t ldd, const FusionArguments& fusion) {
+                             const void* c, int64_t ldc, void* d, int64_t ldd, const FusionArguments& fusion,
+                             GemmSchedule schedule = {}) {
     using CElement = cute::conditional_t<cute::is_void_v<ElementC>, Element, ElementC>;
     Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
                    {static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1},
@@ -77,6 +113,11 @@ struct Sm90Gemm {
                    {fusion, static_cast<const CElement*>(c), strided<typename Kernel::StrideC>(ldc),
                     static_cast<ElementD*>(d), strided<typename Kernel::StrideD>(ldd)}};
     args.hw_info = hardware();
+    using Order = cutlass::gemm::kernel::detail::RasterOrderOptions;
+    args.scheduler.raster_order = schedule.raster == Raster::along_m   ? Order::AlongM
+                                  : schedule.raster == Raster::along_n ? Order::AlongN
+                                                                       : Order::Heuristic;
+    args.scheduler.max_swizzle_size = schedule.swizzle;
     return args;
   }
 

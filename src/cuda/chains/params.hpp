@@ -18,7 +18,8 @@ struct MutableRows {
   int64_t stride = 0;
 };
 
-// ---- the GEMMs (one CUTLASS instantiation each, *_bf16.cu) ----
+// ---- the GEMMs (one CUTLASS instantiation each, *_bf16.cu; gemm_nt_bf16 and
+// activation_gemm_bf16 pick a tile per shape in gemm_dispatch.cu, see gemm_tiles.hpp) ----
 
 // Per-column f32 vectors of the activation epilogue, each [N] and 16-byte aligned; a
 // nullptr stands for all zeros (bias), identity (code: seqmix::Activation as a float) or

@@ -14,15 +14,29 @@ namespace seqmix::cuda::plain {
 template <class Element>
 using Identity = cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>;
 
-template <class Element, class LayoutA, class LayoutB = cutlass::layout::RowMajor>
-void gemm(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream, const char* what) {
-  using G = gemm::Sm90Gemm<Element, LayoutA, LayoutB, void, Identity<Element>>;
+template <class Element, class LayoutA, class LayoutB = cutlass::layout::RowMajor,
+          GemmTile kTile = gemm::kDefaultTile>
+void gemm(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream, const char* what,
+          GemmSchedule schedule = {}) {
+  using G = gemm::Sm90Gemm<kTile, Element, LayoutA, LayoutB, void, Identity<Element>>;
   typename G::FusionArguments identity;
   identity.alpha = 1.f;
   identity.beta = 0.f;
   G::run(G::arguments(M, N, K, a.data, a.stride, b.data, b.stride, nullptr, out.stride, out.data, out.stride,
-                      identity),
+                      identity, schedule),
          static_cast<cudaStream_t>(stream), what);
 }
 
 }  // namespace seqmix::cuda::plain
+
+namespace seqmix::cuda {
+
+// The forward's nt GEMM in one tile: each gemm_nt_bf16*.cu instantiates one.
+template <GemmTile kTile>
+void gemm_nt_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, GemmSchedule schedule,
+                        void* stream) {
+  plain::gemm<cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, kTile>(
+      M, N, K, a, b, out, stream, "chain GEMM (nt)", schedule);
+}
+
+}  // namespace seqmix::cuda

@@ -18,39 +18,46 @@ namespace fusion = cutlass::epilogue::fusion;
 constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
 // An f32 vector over the columns, broadcast down the rows; nullptr gives `null_default`.
-using ColumnVector = fusion::Sm90RowBroadcast<0, gemm::TileShape, float, float, Stride<_0, _1, int64_t>>;
+// The trees depend on the CTA tile (the broadcast stages a tile's columns).
+template <class TileShape>
+using ColumnVector = fusion::Sm90RowBroadcast<0, TileShape, float, float, Stride<_0, _1, int64_t>>;
+template <class TileShape>
 using PreActivation = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, float, kRound>,  // z = acc + bias
-                                      fusion::Sm90AccFetch, ColumnVector>;
+                                      fusion::Sm90AccFetch, ColumnVector<TileShape>>;
 
-template <class ElementD>
+template <class TileShape, class ElementD>
 using ActivationTree = fusion::Sm90EVT<fusion::Sm90Compute<SegmentActivation, ElementD, float, kRound>,
-                                       PreActivation, ColumnVector /* code */, ColumnVector /* scale */>;
-template <class Element>
+                                       PreActivation<TileShape>, ColumnVector<TileShape> /* code */,
+                                       ColumnVector<TileShape> /* scale */>;
+template <class TileShape, class Element>
 using DerivativeTree = fusion::Sm90EVT<fusion::Sm90Compute<SegmentDerivative, Element, float, kRound>,
-                                       fusion::Sm90SrcFetch<Element> /* dy */, PreActivation,
-                                       ColumnVector /* code */, ColumnVector /* scale */>;
+                                       fusion::Sm90SrcFetch<Element> /* dy */, PreActivation<TileShape>,
+                                       ColumnVector<TileShape> /* code */, ColumnVector<TileShape> /* scale */>;
 
-template <class Element, class ElementD>
-using ActivationGemm = gemm::Sm90Gemm<Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, void,
-                                      ActivationTree<ElementD>, ElementD>;
+template <GemmTile kTile, class Element, class ElementD>
+using ActivationGemm =
+    gemm::Sm90Gemm<kTile, Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, void,
+                   ActivationTree<typename gemm::TileConfig<kTile>::TileShape, ElementD>, ElementD>;
 template <class Element>
-using DerivativeGemm = gemm::Sm90Gemm<Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, Element,
-                                      DerivativeTree<Element>>;
+using DerivativeGemm =
+    gemm::Sm90Gemm<gemm::kDefaultTile, Element, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, Element,
+                   DerivativeTree<typename gemm::TileConfig<gemm::kDefaultTile>::TileShape, Element>>;
 
 // Each node's arguments: its children's, then its own (empty for compute nodes).
-inline auto pre_activation_arguments(const ColumnEpilogue& c) {
-  return typename PreActivation::Arguments{{}, {c.bias, 0.f, {}}, {}};
+template <class TileShape>
+auto pre_activation_arguments(const ColumnEpilogue& c) {
+  return typename PreActivation<TileShape>::Arguments{{}, {c.bias, 0.f, {}}, {}};
 }
 
 // ElementD: the segments' dtype (Element, or float for segments a consumer wants in f32).
-template <class Element, class ElementD>
+template <class Element, class ElementD, GemmTile kTile = gemm::kDefaultTile>
 void activation_gemm(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out, ColumnEpilogue c,
-                     void* stream) {
-  using G = ActivationGemm<Element, ElementD>;
+                     void* stream, GemmSchedule schedule = {}) {
+  using G = ActivationGemm<kTile, Element, ElementD>;
   const typename G::FusionArguments tree{
-      pre_activation_arguments(c), {c.code, 0.f, {}}, {c.scale, 1.f, {}}, {}};
+      pre_activation_arguments<typename G::TileShape>(c), {c.code, 0.f, {}}, {c.scale, 1.f, {}}, {}};
   G::run(G::arguments(M, N, K, x.data, x.stride, weight.data, weight.stride, nullptr, out.stride, out.data,
-                      out.stride, tree),
+                      out.stride, tree, schedule),
          static_cast<cudaStream_t>(stream), "projection chain GEMM");
 }
 
@@ -59,10 +66,23 @@ void derivative_gemm(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows 
                      ColumnEpilogue c, void* stream) {
   using G = DerivativeGemm<Element>;
   const typename G::FusionArguments tree{
-      {}, pre_activation_arguments(c), {c.code, 0.f, {}}, {c.scale, 1.f, {}}, {}};
+      {}, pre_activation_arguments<typename G::TileShape>(c), {c.code, 0.f, {}}, {c.scale, 1.f, {}}, {}};
   G::run(G::arguments(M, N, K, x.data, x.stride, weight.data, weight.stride, dy.data, dy.stride, dz.data, dz.stride,
                       tree),
          static_cast<cudaStream_t>(stream), "projection chain derivative GEMM");
 }
 
 }  // namespace seqmix::cuda::proj
+
+namespace seqmix::cuda {
+
+// The forward's bf16 activation GEMM in one tile: each projection_gemm_bf16*.cu with a
+// bf16 output instantiates one.
+template <GemmTile kTile>
+void activation_gemm_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
+                                ColumnEpilogue columns, GemmSchedule schedule, void* stream) {
+  proj::activation_gemm<cutlass::bfloat16_t, cutlass::bfloat16_t, kTile>(M, N, K, x, weight, out, columns, stream,
+                                                                         schedule);
+}
+
+}  // namespace seqmix::cuda

@@ -1,11 +1,10 @@
-// Explicit instantiation: the projection chain's forward GEMM with the activation epilogue, bf16.
+// Explicit instantiation: the projection chain's forward GEMM with the activation epilogue,
+// bf16, in the tile cooperative_128x256_cluster2x1 (gemm_tiles.hpp; gemm_dispatch.cu chooses).
 #include "cuda/chains/projection_gemm.cuh"
 
 namespace seqmix::cuda {
 
-void activation_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
-                          ColumnEpilogue columns, void* stream) {
-  proj::activation_gemm<cutlass::bfloat16_t, cutlass::bfloat16_t>(M, N, K, x, weight, out, columns, stream);
-}
+template void activation_gemm_bf16_tiled<GemmTile::cooperative_128x256_cluster2x1>(
+    int64_t, int64_t, int64_t, Rows, Rows, MutableRows, ColumnEpilogue, GemmSchedule, void*);
 
 }  // namespace seqmix::cuda

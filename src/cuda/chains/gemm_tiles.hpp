@@ -1,0 +1,58 @@
+// The CUTLASS configurations the chains' forward GEMMs can run in, and the per-shape choice
+// between them (gemm_dispatch.cu). Plain C++ (no CUDA or CUTLASS types): the timing test
+// names the candidates through it. NOTES.md ("Tile choice") has the measurements.
+#pragma once
+
+#include <cstdint>
+
+#include "cuda/chains/params.hpp"
+
+namespace seqmix::cuda {
+
+// CTA tile (M × N, K step 64), kernel schedule and cluster (M × N CTAs). Cooperative: both
+// consumer warpgroups share one tile and then run its epilogue together; pingpong: each
+// warpgroup owns a tile, so one's epilogue runs under the other's mainloop. A cluster of
+// two along M multicasts the weight tile (B) to both CTAs, along N the token tile (A).
+enum class GemmTile : int {
+  cooperative_128x256_cluster2x1,  // the default of every chain GEMM
+  cooperative_128x256_cluster1x2,
+  cooperative_256x128_cluster2x1,
+  cooperative_256x128_cluster1x2,
+  pingpong_128x128_cluster2x1,
+  pingpong_128x128_cluster1x1,
+};
+constexpr int kGemmTiles = 6;
+const char* gemm_tile_name(GemmTile tile);
+
+// The persistent tile scheduler's order: which index of the tile grid runs fastest
+// (heuristic: along M when there are more column tiles than row tiles), and the swizzle
+// (1, 2, 4 or 8 tiles of the other index visited together, for L2 reuse).
+enum class Raster : int { heuristic, along_m, along_n };
+struct GemmSchedule {
+  GemmTile tile = GemmTile::cooperative_128x256_cluster2x1;
+  Raster raster = Raster::heuristic;
+  int swizzle = 1;
+};
+
+// The schedule the forward GEMMs (gemm_nt_bf16, activation_gemm_bf16) use for a problem
+// of M rows (tokens), N columns and depth K.
+GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K);
+
+// out [M, N] = a·bᵀ (as gemm_nt_bf16) in a given schedule; every GemmTile is built.
+void gemm_nt_bf16_scheduled(GemmSchedule schedule, int64_t M, int64_t N, int64_t K, Rows a, Rows b,
+                            MutableRows out, void* stream);
+// out = act(x·weightᵀ + bias)·scale (as activation_gemm_bf16) in a given schedule; built
+// for the tiles activation_tile_built says (a seqmix::Error names the others).
+void activation_gemm_bf16_scheduled(GemmSchedule schedule, int64_t M, int64_t N, int64_t K, Rows x, Rows weight,
+                                    MutableRows out, ColumnEpilogue columns, void* stream);
+bool activation_tile_built(GemmTile tile);
+
+// One instantiation per tile, each in its own .cu (gemm_nt_bf16*.cu, projection_gemm_bf16*.cu).
+template <GemmTile kTile>
+void gemm_nt_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, GemmSchedule schedule,
+                        void* stream);
+template <GemmTile kTile>
+void activation_gemm_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
+                                ColumnEpilogue columns, GemmSchedule schedule, void* stream);
+
+}  // namespace seqmix::cuda

@@ -1,0 +1,138 @@
+// Every CUTLASS configuration the chains' forward GEMMs can run in (gemm_tiles.hpp: tile,
+// schedule, cluster, and the tile scheduler's raster order and swizzle) against the float64
+// oracle, at row counts that fill no tile (1, 1000) and a width that is no multiple of
+// 128. The per-shape dispatch picks among these; the timing test measures them. Named
+// Small* so the GPU check runs them under compute-sanitizer.
+#include <cuda_runtime.h>
+
+#include <optional>
+#include <vector>
+
+#include "cuda/chains/gemm_tiles.hpp"
+#include "cuda_util.hpp"
+#include "seqmix/chains.hpp"
+
+namespace seqmix::test {
+namespace {
+
+constexpr int64_t kWidth = 264, kDepth = 200;
+
+// The scheduler variants tried with every tile: the default, and both raster orders with
+// a swizzle (a reordering of the tiles must not change what each one computes).
+std::vector<cuda::GemmSchedule> schedules(cuda::GemmTile tile) {
+  return {{tile, cuda::Raster::heuristic, 1}, {tile, cuda::Raster::along_n, 2}, {tile, cuda::Raster::along_m, 8}};
+}
+
+// The per-column vectors of a chain (bias, activation code, scale) in one f32 device
+// buffer, as launch_projection.cu fills them.
+struct DeviceColumns {
+  float* data = nullptr;
+  DeviceColumns(const std::vector<ProjectionSegment>& segments, const std::vector<double>& bias) {
+    const int64_t n = static_cast<int64_t>(bias.size());
+    std::vector<float> host(3 * n);
+    int64_t c = 0;
+    for (const auto& s : segments)
+      for (int64_t j = 0; j < s.width; ++j, ++c) {
+        host[c] = static_cast<float>(bias[c]);
+        host[n + c] = static_cast<float>(static_cast<int>(s.activation));
+        host[2 * n + c] = s.activation == Activation::logsigmoid ? static_cast<float>(1.0 / s.tau) : 1.f;
+      }
+    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&data), host.size() * sizeof(float)));
+    cuda_ok(cudaMemcpy(data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  ~DeviceColumns() { cudaFree(data); }
+  DeviceColumns(const DeviceColumns&) = delete;
+  DeviceColumns& operator=(const DeviceColumns&) = delete;
+  cuda::ColumnEpilogue epilogue(int64_t n) const { return {data, data + n, data + 2 * n}; }
+};
+
+// act_s(x·Wᵀ + b) of `segments` in float64 through the oracle, as one [M, kWidth] tensor.
+HostTensor oracle(const HostTensor& x, const HostTensor& w, const std::optional<HostTensor>& bias,
+                  const std::vector<ProjectionSegment>& segments, int64_t M) {
+  auto f64 = [](const HostTensor& t) {
+    HostTensor copy(t.view.shape, DType::f64);
+    copy.set(t.values());
+    return copy;
+  };
+  HostTensor x64 = f64(x), w64 = f64(w), y64({M, kWidth}, DType::f64);
+  std::optional<HostTensor> b64;
+  if (bias) b64.emplace(f64(*bias));
+  std::vector<Tensor> outputs;
+  int64_t first = 0;
+  for (const auto& s : segments) {
+    Tensor v = y64.view;
+    v.data = static_cast<double*>(y64.view.data) + first;
+    v.shape = {M, s.width};
+    outputs.push_back(v);
+    first += s.width;
+  }
+  ProjectionChainOptions reference;
+  reference.impl = Impl::reference;
+  projection_chain_forward(x64, w64, b64 ? std::optional<Tensor>(b64->view) : std::nullopt, segments, outputs,
+                           reference);
+  return y64;
+}
+
+TEST(ChainsCudaTiles, SmallEveryNtTileMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<ProjectionSegment> identity = {{kWidth, Activation::identity, 1.0}};
+  for (int64_t M : {1, 1000}) {
+    HostTensor x = uniform({M, kDepth}, DType::bf16), w = uniform({kWidth, kDepth}, DType::bf16);
+    const HostTensor want = oracle(x, w, std::nullopt, identity, M);
+    DeviceTensor d_x(x), d_w(w);
+    for (int t = 0; t < cuda::kGemmTiles; ++t)
+      for (const cuda::GemmSchedule& s : schedules(static_cast<cuda::GemmTile>(t))) {
+        HostTensor y = poisoned({M, kWidth}, DType::bf16);
+        DeviceTensor d_y(y);
+        cuda::gemm_nt_bf16_scheduled(s, M, kWidth, kDepth, {d_x.ptr, kDepth}, {d_w.ptr, kDepth},
+                                     {d_y.ptr, kWidth}, nullptr);
+        EXPECT_LT(rel_err(d_y.values(y), want.values()), tolerance(DType::bf16))
+            << cuda::gemm_tile_name(s.tile) << ", raster " << static_cast<int>(s.raster) << ", swizzle "
+            << s.swizzle << ", M " << M;
+      }
+  }
+}
+
+TEST(ChainsCudaTiles, SmallEveryActivationTileMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  // Every activation, segment edges off the tile edges; weights scaled so the
+  // pre-activations span several units.
+  const std::vector<ProjectionSegment> segments = {{64, Activation::identity, 1.0},
+                                                   {48, Activation::silu, 1.0},
+                                                   {40, Activation::sigmoid, 1.0},
+                                                   {56, Activation::logsigmoid, 16.0},
+                                                   {56, Activation::softplus, 1.0}};
+  for (int64_t M : {1, 1000}) {
+    HostTensor x = uniform({M, kDepth}, DType::bf16), w = uniform({kWidth, kDepth}, DType::bf16, -0.2, 0.2);
+    std::optional<HostTensor> bias;
+    bias.emplace(uniform({kWidth}, DType::bf16));
+    const HostTensor want = oracle(x, w, bias, segments, M);
+    DeviceTensor d_x(x), d_w(w);
+    const DeviceColumns columns(segments, bias->values());
+    for (int t = 0; t < cuda::kGemmTiles; ++t) {
+      if (!cuda::activation_tile_built(static_cast<cuda::GemmTile>(t))) continue;
+      for (const cuda::GemmSchedule& s : schedules(static_cast<cuda::GemmTile>(t))) {
+        HostTensor y = poisoned({M, kWidth}, DType::bf16);
+        DeviceTensor d_y(y);
+        cuda::activation_gemm_bf16_scheduled(s, M, kWidth, kDepth, {d_x.ptr, kDepth}, {d_w.ptr, kDepth},
+                                             {d_y.ptr, kWidth}, columns.epilogue(kWidth), nullptr);
+        EXPECT_LT(rel_err(d_y.values(y), want.values()), tolerance(DType::bf16))
+            << cuda::gemm_tile_name(s.tile) << ", raster " << static_cast<int>(s.raster) << ", swizzle "
+            << s.swizzle << ", M " << M;
+      }
+    }
+  }
+}
+
+// A tile with no activation kernel is refused by name, before anything is launched.
+TEST(ChainsCudaTiles, ActivationNamesAnUnbuiltTile) {
+  for (int t = 0; t < cuda::kGemmTiles; ++t) {
+    const auto tile = static_cast<cuda::GemmTile>(t);
+    if (cuda::activation_tile_built(tile)) continue;
+    EXPECT_SEQMIX_ERROR(cuda::activation_gemm_bf16_scheduled({tile}, 8, 8, 8, {}, {}, {}, {}, nullptr),
+                        std::string("no activation kernel for ") + cuda::gemm_tile_name(tile));
+  }
+}
+
+}  // namespace
+}  // namespace seqmix::test
