@@ -1,7 +1,8 @@
 // The CUDA attention forward against the float64 oracle (the CPU reference on the same
 // stored inputs), outputs poisoned first, under both forward schedules. Cases named Small*
-// are the ones the GPU check runs under compute-sanitizer. The backward likewise. Last, a
-// timing of both forward schedules side by side at the D = 128 shapes.
+// are the ones the GPU check runs under compute-sanitizer. The backward likewise, the
+// Hopper backward under both of its schedules. Last, timings of both forward schedules and
+// of both backward schedules side by side at the D = 128 shapes.
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -15,6 +16,9 @@ namespace seqmix::cuda {
 // Test names and messages say which schedule ran.
 void PrintTo(AttentionForwardSchedule schedule, std::ostream* os) {
   *os << (schedule == AttentionForwardSchedule::pingpong ? "pingpong" : "standard");
+}
+void PrintTo(AttentionBackwardSchedule schedule, std::ostream* os) {
+  *os << (schedule == AttentionBackwardSchedule::pingpong ? "pingpong" : "standard");
 }
 }  // namespace seqmix::cuda
 
@@ -86,6 +90,19 @@ struct ForwardSchedule {
   AttentionForwardSchedule before = cuda::attention_forward_schedule();
   explicit ForwardSchedule(AttentionForwardSchedule schedule) { cuda::attention_set_forward_schedule(schedule); }
   ~ForwardSchedule() { cuda::attention_set_forward_schedule(before); }
+};
+
+using cuda::AttentionBackwardSchedule;
+
+const char* schedule_name(AttentionBackwardSchedule schedule) {
+  return schedule == AttentionBackwardSchedule::pingpong ? "pingpong" : "standard";
+}
+
+// Runs the Hopper backward under `schedule` while in scope, then puts the process's choice back.
+struct BackwardSchedule {
+  AttentionBackwardSchedule before = cuda::attention_backward_schedule();
+  explicit BackwardSchedule(AttentionBackwardSchedule schedule) { cuda::attention_set_backward_schedule(schedule); }
+  ~BackwardSchedule() { cuda::attention_set_backward_schedule(before); }
 };
 
 class AttentionCuda : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule>> {};
@@ -286,17 +303,20 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) { return std::string(info.param.name); });
 
 // The Hopper backward (deterministic = false): TMA + wgmma over key blocks of 128, query
-// blocks of 64, dq through float atomics and the pre/postprocess kernels.
-class AttentionCudaBackwardSm90 : public ::testing::TestWithParam<GpuAttnCase> {};
+// blocks of 64, the pre/postprocess kernels, under both schedules (dq through float atomics,
+// or staged in shared memory and added by bulk reduces).
+class AttentionCudaBackwardSm90
+    : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionBackwardSchedule>> {};
 
 TEST_P(AttentionCudaBackwardSm90, GradientsMatchOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  check_backward(GetParam(), false);
+  const BackwardSchedule schedule(std::get<1>(GetParam()));
+  check_backward(std::get<0>(GetParam()), false);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaBackwardSm90,
-    ::testing::Values(
+    ::testing::Combine(::testing::Values(
         GpuAttnCase{"Small_bf16_d128_S100", 2, 100, 100, 2, 2, 128, DType::bf16, false, {}, {}},
         GpuAttnCase{"Small_bf16_d64_S1_causal", 3, 1, 1, 2, 2, 64, DType::bf16, true, {}, {}},
         GpuAttnCase{"Small_f16_d64_causal_gqa4_Sq77_Sk200", 1, 77, 200, 8, 2, 64, DType::f16, true, {}, {}},
@@ -313,7 +333,10 @@ INSTANTIATE_TEST_SUITE_P(
         GpuAttnCase{"f16_d128_S513_causal", 2, 513, 513, 2, 2, 128, DType::f16, true, {}, {}},
         GpuAttnCase{"bf16_d128_varlen_long_causal", 1, 0, 0, 4, 1, 128, DType::bf16, true, {0, 1000, 1001, 1700},
                     {0, 900, 1200, 2000}}),
-    [](const auto& info) { return std::string(info.param.name); });
+                       ::testing::Values(AttentionBackwardSchedule::standard, AttentionBackwardSchedule::pingpong)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
+    });
 
 // Forward TFLOP/s of both schedules side by side (bf16, D = 128, H = 16, B·S = 16384,
 // S = 2048 and 16384, causal and not): CUDA events around each launch, L2 flushed before
@@ -428,6 +451,85 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
                         std::vector<double>(got_lse[0].begin(), got_lse[0].end())),
                 1e-5)
           << "S " << S;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+}
+
+// Backward TFLOP/s of the Hopper backward's two schedules side by side, same shapes and
+// method as above (FLOPs 2.5× the forward's). Asserts that both give the same dq, dk, dv
+// within the dtype's tolerance (dq's float sums are added in another order).
+TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int64_t kTokens = 16384, H = 16, D = 128;
+  constexpr int kWarmup = 3, kRuns = 25;
+  const size_t operand_bytes = static_cast<size_t>(kTokens * H * D) * 2;
+  DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes), dout(operand_bytes),
+      dq(operand_bytes), dk(operand_bytes), dv(operand_bytes), lse(static_cast<size_t>(kTokens * H) * sizeof(float)),
+      flush(size_t{512} << 20);
+  for (void* ptr : {q.ptr, k.ptr, v.ptr, dout.ptr}) fill_random(ptr, operand_bytes, DType::bf16);
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start));
+  cuda_ok(cudaEventCreate(&stop));
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0));
+  const AttentionBackwardSchedule schedules[] = {AttentionBackwardSchedule::standard,
+                                                 AttentionBackwardSchedule::pingpong};
+
+  std::printf("attention backward on %s, bf16 D=%lld H=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
+              prop.name, static_cast<long long>(D), static_cast<long long>(H), static_cast<long long>(kTokens), kRuns);
+  std::printf("%8s %7s %10s %10s %18s\n", "S", "causal", "standard", "pingpong", "pingpong/standard");
+  for (int64_t S : {int64_t{2048}, int64_t{16384}}) {
+    for (bool causal : {false, true}) {
+      const int64_t B = kTokens / S;
+      const Device gpu = Device::cuda(0);
+      auto rows = [&](void* ptr) { return Tensor::contiguous(ptr, DType::bf16, {B, S, H, D}, gpu); };
+      const AttentionInputs in{rows(q.ptr), rows(k.ptr), rows(v.ptr)};
+      const AttentionOutputs forward{rows(out.ptr), Tensor::contiguous(lse.ptr, DType::f32, {B, H, S}, gpu)};
+      const AttentionGrads grads{rows(dq.ptr), rows(dk.ptr), rows(dv.ptr)};
+      AttentionOptions options;
+      options.causal = causal;
+      attention_forward(in, forward, options);
+
+      std::vector<float> times[2];
+      for (int run = 0; run < kWarmup + kRuns; ++run) {
+        for (int which = 0; which < 2; ++which) {
+          const BackwardSchedule schedule(schedules[which]);
+          cuda_ok(cudaMemsetAsync(flush.ptr, run, size_t{512} << 20));
+          cuda_ok(cudaEventRecord(start));
+          attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, options);
+          cuda_ok(cudaEventRecord(stop));
+          cuda_ok(cudaEventSynchronize(stop));
+          float ms = 0;
+          cuda_ok(cudaEventElapsedTime(&ms, start, stop));
+          if (run >= kWarmup) times[which].push_back(ms);
+        }
+      }
+      const double flops = 2.5 * 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
+      double tflops[2];
+      for (int which = 0; which < 2; ++which) {
+        std::sort(times[which].begin(), times[which].end());
+        tflops[which] = flops / (times[which][kRuns / 2] * 1e-3) / 1e12;
+      }
+      std::printf("%8lld %7s %10.1f %10.1f %18.3f\n", static_cast<long long>(S), causal ? "yes" : "no", tflops[0],
+                  tflops[1], tflops[1] / tflops[0]);
+
+      // The same gradients from both schedules.
+      std::vector<uint16_t> got[2][3];
+      for (int which = 0; which < 2; ++which) {
+        const BackwardSchedule schedule(schedules[which]);
+        for (void* ptr : {dq.ptr, dk.ptr, dv.ptr}) cuda_ok(cudaMemset(ptr, 0xFF, operand_bytes));  // NaN words
+        attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, options);
+        void* ptrs[] = {dq.ptr, dk.ptr, dv.ptr};
+        for (int g = 0; g < 3; ++g) {
+          got[which][g].resize(operand_bytes / 2);
+          cuda_ok(cudaMemcpy(got[which][g].data(), ptrs[g], operand_bytes, cudaMemcpyDeviceToHost));
+        }
+      }
+      const char* names[] = {"dq", "dk", "dv"};
+      for (int g = 0; g < 3; ++g)
+        EXPECT_LT(relative_difference_bf16(got[1][g], got[0][g]), tolerance(DType::bf16)) << names[g] << " S " << S;
     }
   }
   cudaEventDestroy(start);

@@ -1,5 +1,6 @@
 // Explicit instantiation: attention backward, f16, head dim 128. The Hopper kernel of
-// backward_sm90.cuh (dQ through float atomics) unless the caller asks for determinism.
+// backward_sm90.cuh (either schedule; dQ summed in float, out of order) unless the caller
+// asks for determinism.
 #include "cuda/attention/backward_sm90.cuh"
 
 namespace seqmix::cuda {

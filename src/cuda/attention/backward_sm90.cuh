@@ -12,41 +12,20 @@
 // Three small kernels around it: preprocess (delta = rowsum(dO ⊙ O) − d_lse, lse·log2(e)),
 // postprocess (dQ = scale · workspace, to the dtype). Not deterministic: the order of the
 // dQ atomics varies; `deterministic` takes the kernels of backward.cuh instead.
+// Two schedules (AttentionBackwardSchedule, params.hpp): `standard` as above, the two
+// consumer warpgroups meeting at one barrier per query block; `pingpong` makes them take
+// turns on the tensor cores (dV, dK of block i with dQ of block i − 1 in one turn, Sᵀ, dPᵀ
+// of block i + 1 after it) and sends dQ through shared memory to bulk reduce-adds issued
+// by producer warps 2 and 3 instead of the atomics.
 #pragma once
 
 #include <cuda.h>
 
-#include "cuda/attention/backward.cuh"
-#include "cuda/attention/launch.cuh"
+#include "cuda/attention/backward_sm90_parts.cuh"
 
 namespace seqmix::cuda::attn::sm90 {
 
-// --- wgmma with both operands MN-major in shared memory (for dQ = dS·K) -----------------
-
-template <class T>
-struct GmmaMN;
-template <>
-struct GmmaMN<__nv_bfloat16> {
-  using SS = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::MN, cute::SM90::GMMA::Major::MN>;
-};
-template <>
-struct GmmaMN<__half> {
-  using SS = cute::SM90::GMMA::MMA_64x64x16_F32F16F16_SS<cute::SM90::GMMA::Major::MN, cute::SM90::GMMA::Major::MN>;
-};
-
-// d[32] (+)= A(64x16, smem, M contiguous) · B(16x64, smem, N contiguous)
-template <class T>
-__device__ __forceinline__ void gmma_ss_mn(uint64_t a, uint64_t b, float (&d)[32], bool accumulate) {
-  gmma_ss_impl<typename GmmaMN<T>::SS>(a, b, d, accumulate, std::make_integer_sequence<int, 32>{});
-}
-
-__device__ __forceinline__ void fence_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-// The two consumer warpgroups (256 threads) meet at named barrier 1.
-__device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
-
-template <class T, int D>
+template <class T, int D, AttentionBackwardSchedule kSchedule>
 struct BackwardSm90Config {
   static_assert(D == 64 || D == 128, "head dims 64 and 128");
   static constexpr int kBlockM = 64;   // query rows per pipeline stage
@@ -61,142 +40,40 @@ struct BackwardSm90Config {
   static constexpr uint32_t kKVBytes = kBlockN * D * sizeof(T);
   static constexpr uint32_t kQBytes = kBlockM * D * sizeof(T);
   static constexpr uint32_t kDsBytes = kBlockN * kBlockM * sizeof(T);  // dSᵀ: 128 key rows × 64 queries (128 B)
+  static constexpr bool kPingpong = kSchedule == AttentionBackwardSchedule::pingpong;
+  // dSᵀ buffers. pingpong: block j's dSᵀ is read by both warpgroups' dQ products one turn
+  // after it is written; with two buffers warpgroup 0 would rewrite one that warpgroup 1's
+  // dQ product still reads. Three suffice by the turn order (a protocol model of the
+  // schedule finds no conflict); four leave one block of slack, and shared memory has room.
+  static constexpr int kDsBuffers = kPingpong ? 4 : 2;
+  // pingpong: each consumer warpgroup's dQ share of a block (64 rows × 64 floats, rows of
+  // 256 bytes, what one bulk reduce-add per row reads).
+  static constexpr uint32_t kDqRowBytes = 64 * sizeof(float);
+  static constexpr uint32_t kDqStagingBytes = kPingpong ? 2 * kBlockM * kDqRowBytes : 0;
   static constexpr uint32_t kKOffset = 0;
   static constexpr uint32_t kVOffset = kKOffset + kKVBytes;
   static constexpr uint32_t kQOffset = kVOffset + kKVBytes;
   static constexpr uint32_t kDoOffset = kQOffset + kStages * kQBytes;
-  static constexpr uint32_t kDsOffset = kDoOffset + kStages * kQBytes;  // two buffers
-  static constexpr uint32_t kStatsOffset = kDsOffset + 2 * kDsBytes;    // lse2[kBlockM], delta[kBlockM] per stage
+  static constexpr uint32_t kDsOffset = kDoOffset + kStages * kQBytes;
+  static constexpr uint32_t kDqStagingOffset = kDsOffset + kDsBuffers * kDsBytes;
+  static constexpr uint32_t kStatsOffset = kDqStagingOffset + kDqStagingBytes;  // lse2[kBlockM], delta[kBlockM] per stage
   static constexpr uint32_t kBarrierOffset = kStatsOffset + kStages * 2 * kBlockM * sizeof(float);
-  // kv_full, q_full[], do_full[], stats_full[], stage_empty[]
-  static constexpr uint32_t kBarriers = 1 + 4 * kStages;
+  // kv_full, q_full[], do_full[], stats_full[], stage_empty[], dq_full[2], dq_empty[2]
+  static constexpr uint32_t kBarriers = 1 + 4 * kStages + 4;
   static constexpr uint32_t kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 };
 
 // The float workspace: dQ accumulators [batch][Hq][rows_q][D], then lse2 and delta
 // [batch][Hq][rows_q] each.
-struct Workspace {
-  float* dq;
-  float* lse2;
-  float* delta;
-};
-
-struct BackwardSm90Args {
-  CUtensorMap q_map, k_map, v_map, do_map;
-  AttentionBackwardParams bp;
-  Workspace ws;
-};
-
-__host__ __device__ inline int64_t row_index(const AttentionParams& p, int batch, int head, int64_t row) {
-  return (static_cast<int64_t>(batch) * p.Hq + head) * p.rows_q + row;
-}
-
-// Byte offset of (row, column) in a tile of 128-byte rows with the 128-byte swizzle (the
-// 16-byte chunk index XOR the row within its 8-row group), what the wgmma descriptors read.
-__device__ __forceinline__ uint32_t swizzled_offset(int row, int col_bytes) {
-  return row * 128 + ((((col_bytes >> 4) ^ (row & 7)) << 4) | (col_bytes & 15));
-}
-
-// --- preprocess and postprocess --------------------------------------------------------
-
-// One query row per D/8 threads: delta = rowsum(dO ⊙ O) − d_lse, lse2 = lse·log2(e)
-// (+inf for rows that saw no key, so their probabilities are 0); zeroes the dQ accumulators.
-template <class T, int D>
-__global__ void __launch_bounds__(256) preprocess_kernel(const AttentionBackwardParams bp, Workspace ws,
-                                                         int64_t rows) {
-  constexpr int kLanes = D / 8;
-  const AttentionParams& p = bp.fwd;
-  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
-  const int part = threadIdx.x % kLanes;
-  const bool active = item < rows;  // rows = batch · Hq · rows_q, ordered (batch, head, row)
-  const int64_t row = active ? item % p.rows_q : 0;
-  const int head = active ? static_cast<int>((item / p.rows_q) % p.Hq) : 0;
-  const int batch = active ? static_cast<int>(item / (p.rows_q * p.Hq)) : 0;
-  float sum = 0.f;
-  if (active) {
-    const T* o = static_cast<const T*>(p.out.data) + batch * p.out.stride_batch + row * p.out.stride_row +
-                 head * p.out.stride_head;
-    const T* d = static_cast<const T*>(bp.dout.data) + batch * bp.dout.stride_batch + row * bp.dout.stride_row +
-                 head * bp.dout.stride_head;
-    sum = dot_chunk<T>(*reinterpret_cast<const uint4*>(o + 8 * part), *reinterpret_cast<const uint4*>(d + 8 * part));
-    *reinterpret_cast<float4*>(ws.dq + item * D + 8 * part) = make_float4(0.f, 0.f, 0.f, 0.f);
-    *reinterpret_cast<float4*>(ws.dq + item * D + 8 * part + 4) = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-#pragma unroll
-  for (int offset = kLanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
-  if (active && part == 0) {
-    const float lse = p.lse[batch * p.lse_stride_batch + head * p.lse_stride_head + row * p.lse_stride_row];
-    float d_lse = 0.f;
-    if (bp.d_lse)
-      d_lse = bp.d_lse[batch * bp.d_lse_stride_batch + head * bp.d_lse_stride_head + row * bp.d_lse_stride_row];
-    ws.lse2[item] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
-    ws.delta[item] = sum - d_lse;
-  }
-}
-
-// dq = scale · accumulators, 8 elements per thread.
-template <class T, int D>
-__global__ void __launch_bounds__(256) postprocess_kernel(const AttentionBackwardParams bp, Workspace ws,
-                                                          int64_t rows) {
-  constexpr int kLanes = D / 8;
-  const AttentionParams& p = bp.fwd;
-  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
-  const int part = threadIdx.x % kLanes;
-  if (item >= rows) return;
-  const int64_t row = item % p.rows_q;
-  const int head = static_cast<int>((item / p.rows_q) % p.Hq);
-  const int batch = static_cast<int>(item / (p.rows_q * p.Hq));
-  const float4 a = *reinterpret_cast<const float4*>(ws.dq + item * D + 8 * part);
-  const float4 b = *reinterpret_cast<const float4*>(ws.dq + item * D + 8 * part + 4);
-  const float s = p.scale;
-  uint4 packed;
-  packed.x = pack2<T>(a.x * s, a.y * s);
-  packed.y = pack2<T>(a.z * s, a.w * s);
-  packed.z = pack2<T>(b.x * s, b.y * s);
-  packed.w = pack2<T>(b.z * s, b.w * s);
-  T* out = static_cast<T*>(bp.dq.data) + batch * bp.dq.stride_batch + row * bp.dq.stride_row +
-           head * bp.dq.stride_head;
-  *reinterpret_cast<uint4*>(out + 8 * part) = packed;
-}
 
 // --- the main kernel -------------------------------------------------------------------
 
-// Query blocks this key block meets: causal query q sees key n0 iff n0 <= q + len_k − len_q.
-struct QueryRange {
-  int begin, end;  // query blocks [begin, end)
-};
-
-template <int kBlockM>
-__device__ __forceinline__ QueryRange query_blocks(const Sequence& s, int n0, bool causal) {
-  const int first_q = causal ? max(0, n0 - (s.len_k - s.len_q)) : 0;
-  return {first_q / kBlockM, (s.len_q + kBlockM - 1) / kBlockM};
-}
-
-// Sᵀ (64 keys × 64 queries fragment) -> Pᵀ in place, dPᵀ -> dSᵀ in place. kMask: zero the
-// elements past the sequence ends or above the causal diagonal.
-template <bool kMask>
-__device__ __forceinline__ void probabilities_and_grads(float (&s)[32], float (&dp)[32], const float* lse2,
-                                                        const float* delta, float scale_log2, const Sequence& seq,
-                                                        bool causal, int m0, int key_row0, int lane) {
-#pragma unroll
-  for (int i = 0; i < 32; ++i) {
-    const int col = 8 * (i / 4) + 2 * (lane % 4) + (i & 1);  // query within the block
-    float prob = fast_exp2(s[i] * scale_log2 - lse2[col]);
-    if constexpr (kMask) {
-      const int key = key_row0 + 8 * ((i >> 1) & 1), q = m0 + col;
-      const bool visible = q < seq.len_q && key < seq.len_k && (!causal || key <= q + seq.len_k - seq.len_q);
-      if (!visible) prob = 0.f;
-    }
-    s[i] = prob;
-    dp[i] = prob * (dp[i] - delta[col]);
-  }
-}
-
-template <class T, int D>
+template <class T, int D, AttentionBackwardSchedule kSchedule>
 __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__ BackwardSm90Args args) {
-  using Cfg = BackwardSm90Config<T, D>;
+  using Cfg = BackwardSm90Config<T, D, kSchedule>;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
+  constexpr bool kPingpong = Cfg::kPingpong;
   const AttentionBackwardParams& bp = args.bp;
   const AttentionParams& p = bp.fwd;
 
@@ -208,6 +85,9 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   const QueryRange range = query_blocks<kBlockM>(seq, n0, p.causal);
   const int blocks_per_head = max(0, range.end - range.begin);
   const int iterations = group * blocks_per_head;
+  // Query block `it` of this CTA: its query head and first row.
+  auto head_of = [&](int it) { return kv_head * group + it / blocks_per_head; };
+  auto row0_of = [&](int it) { return (range.begin + it % blocks_per_head) * kBlockM; };
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -216,12 +96,15 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   uint8_t* q_tiles = smem + Cfg::kQOffset;
   uint8_t* do_tiles = smem + Cfg::kDoOffset;
   uint8_t* ds_tiles = smem + Cfg::kDsOffset;
+  uint8_t* dq_staging = smem + Cfg::kDqStagingOffset;               // [consumer warpgroup][kBlockM rows][64 floats]
   float* stats = reinterpret_cast<float*>(smem + Cfg::kStatsOffset);  // [stage][lse2 | delta][kBlockM]
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* q_full = kv_full + 1;
   uint64_t* do_full = q_full + kStages;
   uint64_t* stats_full = do_full + kStages;
   uint64_t* stage_empty = stats_full + kStages;
+  uint64_t* dq_full = stage_empty + kStages;  // pingpong: a warpgroup's dQ share is staged
+  uint64_t* dq_empty = dq_full + 2;           // pingpong: its bulk reduces have read it
 
   if (threadIdx.x == 0) {
     tma::barrier_init(kv_full, 1);
@@ -230,6 +113,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       tma::barrier_init(&do_full[s], 1);
       tma::barrier_init(&stats_full[s], 32);
       tma::barrier_init(&stage_empty[s], Cfg::kConsumerThreads);
+    }
+    for (int w = 0; w < 2; ++w) {
+      tma::barrier_init(&dq_full[w], 128);
+      tma::barrier_init(&dq_empty[w], 32);
     }
     tma::barrier_init_fence();
   }
@@ -240,6 +127,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   const int lane = threadIdx.x % 32;
 
   if (warpgroup == 0) {  // producer
+    // setmaxnreg moves registers inside the CTA's launch allocation (168 per thread at
+    // 384 threads): the consumers' increase waits for registers the producer gave back, so
+    // 24·128 + 240·256 must not exceed 168·384 (a producer at 32 hangs the consumers).
+    static_assert(24 * 128 + 240 * Cfg::kConsumerThreads <= 168 * Cfg::kThreads, "register reallocation");
     release_registers<24>();
     if (iterations == 0) return;
     if (warp_in_group == 0 && lane == 0) {
@@ -252,8 +143,8 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         tma::load_box(v_tile + c * kBlockN * 128, args.v_map, 64 * c, k_row, kv_head, seq.batch, kv_full);
       }
       for (int it = 0; it < iterations; ++it) {
-        const int head = kv_head * group + it / blocks_per_head;
-        const int q_row = static_cast<int>(seq.q_start) + (range.begin + it % blocks_per_head) * kBlockM;
+        const int head = head_of(it);
+        const int q_row = static_cast<int>(seq.q_start) + row0_of(it);
         const int stage = it % kStages;
         tma::wait(&stage_empty[stage], ((it / kStages) & 1) ^ 1);
         uint8_t* q_dst = q_tiles + stage * Cfg::kQBytes;
@@ -267,8 +158,8 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       }
     } else if (warp_in_group == 1) {  // the rows' lse2 and delta; rows past the sequence see nothing
       for (int it = 0; it < iterations; ++it) {
-        const int head = kv_head * group + it / blocks_per_head;
-        const int m0 = (range.begin + it % blocks_per_head) * kBlockM;
+        const int head = head_of(it);
+        const int m0 = row0_of(it);
         const int stage = it % kStages;
         tma::wait(&stage_empty[stage], ((it / kStages) & 1) ^ 1);
         float* lse2 = stats + stage * 2 * kBlockM;
@@ -280,13 +171,33 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         }
         tma::arrive(&stats_full[stage]);
       }
+    } else if (kPingpong && warp_in_group >= 2) {  // warp 2 + w: bulk reduce-adds of consumer warpgroup w's dQ shares
+      const int w = warp_in_group - 2;
+      const int dq_col0 = D == 128 ? 64 * w : 0;
+      const uint8_t* staged = dq_staging + w * kBlockM * Cfg::kDqRowBytes;
+      for (int it = 0; it < iterations; ++it) {
+        const int head = head_of(it);
+        const int m0 = row0_of(it);
+        tma::wait(&dq_full[w], it & 1);
+        for (int r = lane; r < kBlockM; r += 32) {
+          if (m0 + r >= seq.len_q) continue;
+          float* dst = args.ws.dq + row_index(p, seq.batch, head, seq.q_start + m0 + r) * D + dq_col0;
+          bulk_reduce_add(dst, staged + r * Cfg::kDqRowBytes, Cfg::kDqRowBytes);
+        }
+        bulk_commit();
+        bulk_wait_read();
+        tma::arrive(&dq_empty[w]);
+      }
+      bulk_wait_all();
     }
     return;
   }
 
   // consumers
   claim_registers<240>();
-  const int wg = warpgroup - 1;
+  // pingpong branches on the warpgroup (its turns): read through a shuffle so the compiler
+  // knows it is warp-uniform and keeps the wgmmas after those branches pipelined.
+  const int wg = kPingpong ? __shfl_sync(0xffffffff, warpgroup - 1, 0) : warpgroup - 1;
   const int key_row0 = n0 + wg * 64 + warp_in_group * 16 + lane / 4;  // and + 8 (key within the sequence)
   const float scale_log2 = p.scale * 1.4426950408889634f;
   float dk[D / 2], dv[D / 2];
@@ -299,17 +210,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   const int dq_key0 = D == 128 ? 0 : 64 * wg;
   const int dq_col0 = D == 128 ? 64 * wg : 0;
 
-  if (iterations > 0) tma::wait(kv_full, 0);
-  for (int it = 0; it < iterations; ++it) {
-    const int head = kv_head * group + it / blocks_per_head;
-    const int m0 = (range.begin + it % blocks_per_head) * kBlockM;
-    const int stage = it % kStages;
-    const uint32_t phase = (it / kStages) & 1;
+  // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ of the block in `stage`, one commit group each.
+  auto issue_scores = [&](int stage, uint32_t phase, float(&s)[32], float(&dp)[32]) {
     const uint8_t* q_tile = q_tiles + stage * Cfg::kQBytes;
     const uint8_t* do_tile = do_tiles + stage * Cfg::kQBytes;
-    uint8_t* ds_tile = ds_tiles + (it % 2) * Cfg::kDsBytes;
-
-    float s[32], dp[32];
     tma::wait(&q_full[stage], phase);
     wgmma_fence();
 #pragma unroll
@@ -327,23 +231,26 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
                           smem_descriptor(do_tile + chunk * kBlockM * 128 + offset, 16), dp, kk > 0);
     }
     wgmma_commit();
+  };
+
+  // Once Sᵀ and dPᵀ of block `it` are done: Pᵀ and dSᵀ as A operands, dSᵀ rows also stored
+  // in `ds_tile` (rows = keys of the block, 64 queries = 128 bytes per row) for dQ.
+  auto form_grads = [&](int it, int stage, uint32_t phase, float(&s)[32], float(&dp)[32],
+                        uint32_t(&prob)[kBlockM / 16][4], uint32_t(&grad)[kBlockM / 16][4], uint8_t* ds_tile) {
     tma::wait(&stats_full[stage], phase);
     const float* lse2 = stats + stage * 2 * kBlockM;
     wgmma_wait<0>();
     fence_registers(s);
     fence_registers(dp);
-
+    const int m0 = row0_of(it);
     const bool mask = m0 + kBlockM > seq.len_q || n0 + kBlockN > seq.len_k ||
                       (p.causal && n0 + kBlockN - 1 > m0 + seq.len_k - seq.len_q);
     if (mask)
       probabilities_and_grads<true>(s, dp, lse2, lse2 + kBlockM, scale_log2, seq, p.causal, m0, key_row0, lane);
     else
       probabilities_and_grads<false>(s, dp, lse2, lse2 + kBlockM, scale_log2, seq, p.causal, m0, key_row0, lane);
-
-    uint32_t prob[kBlockM / 16][4], grad[kBlockM / 16][4];
     probabilities_to_operand<T, kBlockM>(s, prob);
     probabilities_to_operand<T, kBlockM>(dp, grad);
-    // dSᵀ to shared memory, rows = keys of the block, 64 queries (128 bytes) per row.
     const int ds_row = wg * 64 + warp_in_group * 16 + lane / 4;
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk)
@@ -353,7 +260,12 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         *reinterpret_cast<uint32_t*>(ds_tile + swizzled_offset(row, col * 2)) = grad[kk][j];
       }
     fence_async_shared();
+  };
 
+  // dV += Pᵀ·dO and dK += dSᵀ·Q of the block in `stage` (no commit).
+  auto issue_dkdv = [&](int stage, const uint32_t(&prob)[kBlockM / 16][4], const uint32_t(&grad)[kBlockM / 16][4]) {
+    const uint8_t* q_tile = q_tiles + stage * Cfg::kQBytes;
+    const uint8_t* do_tile = do_tiles + stage * Cfg::kQBytes;
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk)
@@ -361,38 +273,127 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk)
       gmma_rs<T, D>(grad[kk], smem_descriptor(q_tile + kk * 16 * 128, kBlockM * 128), dk);
-    wgmma_commit();
+  };
 
-    consumer_barrier();  // every warp's dSᵀ rows are in shared memory
-    float dq[32];
+  // dQ (this warpgroup's 64 rows × 64 columns) = dS·K from the dSᵀ rows in `ds_tile` (no commit).
+  auto issue_dq = [&](const uint8_t* ds_tile, float(&dq)[32]) {
 #pragma unroll
     for (int kk = 0; kk < Cfg::kDqKeys / 16; ++kk) {
       const int key = dq_key0 + 16 * kk;
       gmma_ss_mn<T>(smem_descriptor(ds_tile + key * 128, kBlockN * 128),
                     smem_descriptor(k_tile + (dq_col0 / 64) * kBlockN * 128 + key * 128, kBlockN * 128), dq, kk > 0);
     }
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_registers(dv);
-    fence_registers(dk);
-    fence_registers(dq);
-    fence_registers(prob);
-    fence_registers(grad);
-    // Every consumer thread arrives: each has read the stage's lse2 and delta itself, and an
-    // arrival by one lane after __syncwarp does not order the other lanes' reads before the
-    // producer's next writes to the stage.
-    tma::arrive(&stage_empty[stage]);
+  };
 
-    // dQ rows (queries) 16·warp + lane/4 (+8), columns dq_col0 + 8c + 2·(lane % 4).
+  if constexpr (!kPingpong) {
+    if (iterations > 0) tma::wait(kv_full, 0);
+    for (int it = 0; it < iterations; ++it) {
+      const int head = head_of(it);
+      const int m0 = row0_of(it);
+      const int stage = it % kStages;
+      const uint32_t phase = (it / kStages) & 1;
+      uint8_t* ds_tile = ds_tiles + (it % 2) * Cfg::kDsBytes;
+
+      float s[32], dp[32];
+      issue_scores(stage, phase, s, dp);
+      uint32_t prob[kBlockM / 16][4], grad[kBlockM / 16][4];
+      form_grads(it, stage, phase, s, dp, prob, grad, ds_tile);
+      issue_dkdv(stage, prob, grad);
+      wgmma_commit();
+
+      consumer_barrier();  // every warp's dSᵀ rows are in shared memory
+      float dq[32];
+      issue_dq(ds_tile, dq);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(dv);
+      fence_registers(dk);
+      fence_registers(dq);
+      fence_registers(prob);
+      fence_registers(grad);
+      // Every consumer thread arrives: each has read the stage's lse2 and delta itself, and an
+      // arrival by one lane after __syncwarp does not order the other lanes' reads before the
+      // producer's next writes to the stage.
+      tma::arrive(&stage_empty[stage]);
+
+      // dQ rows (queries) 16·warp + lane/4 (+8), columns dq_col0 + 8c + 2·(lane % 4).
 #pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int q = m0 + warp_in_group * 16 + lane / 4 + 8 * r;
-      if (q >= seq.len_q) continue;
-      float* dst = args.ws.dq + row_index(p, seq.batch, head, seq.q_start + q) * D + dq_col0 + 2 * (lane % 4);
+      for (int r = 0; r < 2; ++r) {
+        const int q = m0 + warp_in_group * 16 + lane / 4 + 8 * r;
+        if (q >= seq.len_q) continue;
+        float* dst = args.ws.dq + row_index(p, seq.batch, head, seq.q_start + q) * D + dq_col0 + 2 * (lane % 4);
 #pragma unroll
-      for (int c = 0; c < 8; ++c)
-        atomicAdd(reinterpret_cast<float2*>(dst + 8 * c), make_float2(dq[4 * c + 2 * r], dq[4 * c + 2 * r + 1]));
+        for (int c = 0; c < 8; ++c)
+          atomicAdd(reinterpret_cast<float2*>(dst + 8 * c), make_float2(dq[4 * c + 2 * r], dq[4 * c + 2 * r + 1]));
+      }
     }
+  } else if (iterations > 0) {
+    // Turns: warpgroup w's turn k (k = 1 … n) issues dV, dK of block k − 1 and dQ of block
+    // k − 2; turn n + 1 the last dQ. The turns alternate 0, 1, 0, 1, …, so the other
+    // warpgroup's dSᵀ(k − 2) rows (written before its turn k − 1) are in shared memory
+    // before this warpgroup's turn k reads them; Sᵀ, dPᵀ of block k are issued after turn
+    // k's wait, outside the turns, and this warpgroup's exp/dSᵀ pass runs while the other
+    // warpgroup's products occupy the tensor cores.
+    const int turn = kBackwardTurnBarrier + wg, other_turn = kBackwardTurnBarrier + 1 - wg;
+    const int n = iterations;
+    // Stages this warpgroup's dQ share of block j for the producer's bulk reduce-adds:
+    // rows 16·warp + lane/4 (+8), columns 8c + 2·(lane % 4) of its 64.
+    float* staged = reinterpret_cast<float*>(dq_staging + wg * kBlockM * Cfg::kDqRowBytes);
+    auto stage_dq = [&](int j, const float(&dq)[32]) {
+      tma::wait(&dq_empty[wg], (j & 1) ^ 1);
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = warp_in_group * 16 + lane / 4 + 8 * r;
+#pragma unroll
+        for (int c = 0; c < 8; ++c)
+          *reinterpret_cast<float2*>(staged + row * 64 + 8 * c + 2 * (lane % 4)) =
+              make_float2(dq[4 * c + 2 * r], dq[4 * c + 2 * r + 1]);
+      }
+      fence_async_shared();  // the generic stores, before the async proxy's bulk reads
+      tma::arrive(&dq_full[wg]);
+    };
+    auto scores_and_grads = [&](int it, uint32_t(&prob)[kBlockM / 16][4], uint32_t(&grad)[kBlockM / 16][4]) {
+      float s[32], dp[32];
+      issue_scores(it % kStages, (it / kStages) & 1, s, dp);
+      form_grads(it, it % kStages, (it / kStages) & 1, s, dp, prob, grad,
+                 ds_tiles + (it % Cfg::kDsBuffers) * Cfg::kDsBytes);
+    };
+
+    tma::wait(kv_full, 0);
+    if (wg == 1) named_barrier_arrive(turn - 1, 256);  // warpgroup 0 takes the first turn
+#pragma unroll 1
+    for (int k = 0; k < n; ++k) {
+      uint32_t prob[kBlockM / 16][4], grad[kBlockM / 16][4];
+      scores_and_grads(k, prob, grad);
+      named_barrier_sync(turn, 256);  // turn k + 1: dV, dK of block k, dQ of block k − 1
+      // At k = 0 the dQ product reads dSᵀ buffer kDsBuffers − 1, not written before block
+      // kDsBuffers − 1, and its result is dropped: one product per CTA, so that no wgmma
+      // sits under a condition (ptxas would serialize them).
+      float dq[32];
+      issue_dkdv(k % kStages, prob, grad);
+      issue_dq(ds_tiles + ((k + Cfg::kDsBuffers - 1) % Cfg::kDsBuffers) * Cfg::kDsBytes, dq);
+      wgmma_commit();
+      named_barrier_arrive(other_turn, 256);
+      wgmma_wait<0>();
+      fence_registers(dv);
+      fence_registers(dk);
+      fence_registers(dq);
+      fence_registers(prob);
+      fence_registers(grad);
+      tma::arrive(&stage_empty[k % kStages]);  // Q, dO, lse2 and delta of block k all read
+      if (k > 0) stage_dq(k - 1, dq);
+    }
+    // Turn n + 1: dQ of the last block. Warpgroup 1 passes no turn after it (warpgroup 0
+    // takes none), so both turn barriers end complete.
+    named_barrier_sync(turn, 256);
+    float dq[32];
+    wgmma_fence();
+    issue_dq(ds_tiles + ((n - 1) % Cfg::kDsBuffers) * Cfg::kDsBytes, dq);
+    wgmma_commit();
+    if (wg == 0) named_barrier_arrive(other_turn, 256);
+    wgmma_wait<0>();
+    fence_registers(dq);
+    stage_dq(n - 1, dq);
   }
 
   // dK = scale · dSᵀ·Q and dV, rows below the sequence end (zeros where no query saw the key).
@@ -416,15 +417,9 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
 
 // --- launcher --------------------------------------------------------------------------
 
-// Floats of the workspace: dQ accumulators, lse2 and delta for every (batch, head, row).
-inline int64_t workspace_floats(const AttentionParams& p) {
-  const int64_t batch = p.cu_seqlens_q ? 1 : p.num_sequences;
-  return batch * p.Hq * p.rows_q * (p.D + 2);
-}
-
-template <class T, int D>
-void launch_backward(const AttentionBackwardParams& bp) {
-  using Cfg = BackwardSm90Config<T, D>;
+template <class T, int D, AttentionBackwardSchedule kSchedule>
+void launch_backward_schedule(const AttentionBackwardParams& bp) {
+  using Cfg = BackwardSm90Config<T, D, kSchedule>;
   const AttentionParams& p = bp.fwd;
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const int64_t batch = p.cu_seqlens_q ? 1 : p.num_sequences;
@@ -451,7 +446,7 @@ void launch_backward(const AttentionBackwardParams& bp) {
   args.v_map = tensor_map<T>(p.v, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.bp = bp;
   args.ws = ws;
-  const auto kernel = dkdv_dq_kernel<T, D>;
+  const auto kernel = dkdv_dq_kernel<T, D, kSchedule>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention backward sm90)");
   const dim3 grid(static_cast<unsigned>((p.max_seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN),
@@ -462,6 +457,15 @@ void launch_backward(const AttentionBackwardParams& bp) {
   postprocess_kernel<T, D><<<row_blocks, 256, 0, stream>>>(bp, ws, rows);
   check_launch("attention backward postprocess");
   check(cudaFreeAsync(scratch, stream), "cudaFreeAsync(attention dQ)");
+}
+
+// The schedule of attention_backward_schedule() (params.hpp).
+template <class T, int D>
+void launch_backward(const AttentionBackwardParams& bp) {
+  if (attention_backward_schedule() == AttentionBackwardSchedule::pingpong)
+    launch_backward_schedule<T, D, AttentionBackwardSchedule::pingpong>(bp);
+  else
+    launch_backward_schedule<T, D, AttentionBackwardSchedule::standard>(bp);
 }
 
 }  // namespace seqmix::cuda::attn::sm90

@@ -40,7 +40,7 @@ struct AttentionBackwardParams {
   const float* d_lse = nullptr;
   int64_t d_lse_stride_batch = 0, d_lse_stride_head = 0, d_lse_stride_row = 0;
   // true: the two-kernel backward of backward.cuh (no atomics, bitwise reproducible);
-  // false: the Hopper backward of backward_sm90.cuh (dQ accumulated with float atomics).
+  // false: the Hopper backward of backward_sm90.cuh (dQ summed in float, out of order).
   bool deterministic = false;
 };
 
@@ -57,6 +57,20 @@ enum class AttentionForwardSchedule { standard, pingpong };
 AttentionForwardSchedule attention_forward_schedule();
 // Overrides the schedule for the rest of the process (tests, timing).
 void attention_set_forward_schedule(AttentionForwardSchedule schedule);
+
+// How the Hopper backward kernel (backward_sm90.cuh) orders its work. standard: the two
+// consumer warpgroups meet at one barrier per query block (the dSᵀ exchange) and add dQ
+// with float atomics. pingpong: they take turns on the tensor cores, each issuing the dQ
+// product of its previous query block beside the dK/dV products of the current one, and
+// dQ leaves through shared memory as bulk reduce-adds issued by producer warps.
+enum class AttentionBackwardSchedule { standard, pingpong };
+
+// The schedule attention_backward launches (deterministic = false):
+// SEQMIX_ATTENTION_BACKWARD=standard|pingpong, read once on first use (unset or any other
+// value: standard), until set below.
+AttentionBackwardSchedule attention_backward_schedule();
+// Overrides the backward schedule for the rest of the process (tests, timing).
+void attention_set_backward_schedule(AttentionBackwardSchedule schedule);
 
 // Head dims with a compiled forward kernel.
 inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }

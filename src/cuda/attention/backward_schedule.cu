@@ -1,0 +1,28 @@
+// The process-wide choice of the Hopper backward's schedule (params.hpp).
+#include <cstdlib>
+#include <cstring>
+
+#include "cuda/attention/params.hpp"
+
+namespace seqmix::cuda {
+namespace {
+
+AttentionBackwardSchedule from_environment() {
+  const char* value = std::getenv("SEQMIX_ATTENTION_BACKWARD");
+  // Standard stays the default until pingpong is measured faster at every timed shape
+  // (AttentionCudaTiming.BackwardSchedulesSideBySide, NOTES.md).
+  if (value && std::strcmp(value, "pingpong") == 0) return AttentionBackwardSchedule::pingpong;
+  return AttentionBackwardSchedule::standard;
+}
+
+AttentionBackwardSchedule& current_schedule() {
+  static AttentionBackwardSchedule schedule = from_environment();
+  return schedule;
+}
+
+}  // namespace
+
+AttentionBackwardSchedule attention_backward_schedule() { return current_schedule(); }
+void attention_set_backward_schedule(AttentionBackwardSchedule schedule) { current_schedule() = schedule; }
+
+}  // namespace seqmix::cuda

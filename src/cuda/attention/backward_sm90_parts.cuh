@@ -1,0 +1,180 @@
+// Pieces of the Hopper attention backward (backward_sm90.cuh): the wgmma with both operands
+// MN-major (dQ = dS·K), the kernel's arguments and float workspace, the preprocess and
+// postprocess kernels, the query range of a key block, the Pᵀ/dSᵀ pass, and the bulk
+// reduce-adds and turn barriers of the pingpong schedule.
+#pragma once
+
+#include <cuda.h>
+
+#include "cuda/attention/backward.cuh"
+#include "cuda/attention/launch.cuh"
+
+namespace seqmix::cuda::attn::sm90 {
+
+// --- wgmma with both operands MN-major in shared memory (for dQ = dS·K) -----------------
+
+template <class T>
+struct GmmaMN;
+template <>
+struct GmmaMN<__nv_bfloat16> {
+  using SS = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::MN, cute::SM90::GMMA::Major::MN>;
+};
+template <>
+struct GmmaMN<__half> {
+  using SS = cute::SM90::GMMA::MMA_64x64x16_F32F16F16_SS<cute::SM90::GMMA::Major::MN, cute::SM90::GMMA::Major::MN>;
+};
+
+// d[32] (+)= A(64x16, smem, M contiguous) · B(16x64, smem, N contiguous)
+template <class T>
+__device__ __forceinline__ void gmma_ss_mn(uint64_t a, uint64_t b, float (&d)[32], bool accumulate) {
+  gmma_ss_impl<typename GmmaMN<T>::SS>(a, b, d, accumulate, std::make_integer_sequence<int, 32>{});
+}
+
+__device__ __forceinline__ void fence_async_shared() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+// The two consumer warpgroups (256 threads) meet at named barrier 1.
+__device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
+
+struct Workspace {
+  float* dq;
+  float* lse2;
+  float* delta;
+};
+
+struct BackwardSm90Args {
+  CUtensorMap q_map, k_map, v_map, do_map;
+  AttentionBackwardParams bp;
+  Workspace ws;
+};
+
+__host__ __device__ inline int64_t row_index(const AttentionParams& p, int batch, int head, int64_t row) {
+  return (static_cast<int64_t>(batch) * p.Hq + head) * p.rows_q + row;
+}
+
+// Byte offset of (row, column) in a tile of 128-byte rows with the 128-byte swizzle (the
+// 16-byte chunk index XOR the row within its 8-row group), what the wgmma descriptors read.
+__device__ __forceinline__ uint32_t swizzled_offset(int row, int col_bytes) {
+  return row * 128 + ((((col_bytes >> 4) ^ (row & 7)) << 4) | (col_bytes & 15));
+}
+
+// --- preprocess and postprocess --------------------------------------------------------
+
+// One query row per D/8 threads: delta = rowsum(dO ⊙ O) − d_lse, lse2 = lse·log2(e)
+// (+inf for rows that saw no key, so their probabilities are 0); zeroes the dQ accumulators.
+template <class T, int D>
+__global__ void __launch_bounds__(256) preprocess_kernel(const AttentionBackwardParams bp, Workspace ws,
+                                                         int64_t rows) {
+  constexpr int kLanes = D / 8;
+  const AttentionParams& p = bp.fwd;
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const int part = threadIdx.x % kLanes;
+  const bool active = item < rows;  // rows = batch · Hq · rows_q, ordered (batch, head, row)
+  const int64_t row = active ? item % p.rows_q : 0;
+  const int head = active ? static_cast<int>((item / p.rows_q) % p.Hq) : 0;
+  const int batch = active ? static_cast<int>(item / (p.rows_q * p.Hq)) : 0;
+  float sum = 0.f;
+  if (active) {
+    const T* o = static_cast<const T*>(p.out.data) + batch * p.out.stride_batch + row * p.out.stride_row +
+                 head * p.out.stride_head;
+    const T* d = static_cast<const T*>(bp.dout.data) + batch * bp.dout.stride_batch + row * bp.dout.stride_row +
+                 head * bp.dout.stride_head;
+    sum = dot_chunk<T>(*reinterpret_cast<const uint4*>(o + 8 * part), *reinterpret_cast<const uint4*>(d + 8 * part));
+    *reinterpret_cast<float4*>(ws.dq + item * D + 8 * part) = make_float4(0.f, 0.f, 0.f, 0.f);
+    *reinterpret_cast<float4*>(ws.dq + item * D + 8 * part + 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+#pragma unroll
+  for (int offset = kLanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
+  if (active && part == 0) {
+    const float lse = p.lse[batch * p.lse_stride_batch + head * p.lse_stride_head + row * p.lse_stride_row];
+    float d_lse = 0.f;
+    if (bp.d_lse)
+      d_lse = bp.d_lse[batch * bp.d_lse_stride_batch + head * bp.d_lse_stride_head + row * bp.d_lse_stride_row];
+    ws.lse2[item] = lse == -INFINITY ? INFINITY : lse * 1.4426950408889634f;
+    ws.delta[item] = sum - d_lse;
+  }
+}
+
+// dq = scale · accumulators, 8 elements per thread.
+template <class T, int D>
+__global__ void __launch_bounds__(256) postprocess_kernel(const AttentionBackwardParams bp, Workspace ws,
+                                                          int64_t rows) {
+  constexpr int kLanes = D / 8;
+  const AttentionParams& p = bp.fwd;
+  const int64_t item = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kLanes;
+  const int part = threadIdx.x % kLanes;
+  if (item >= rows) return;
+  const int64_t row = item % p.rows_q;
+  const int head = static_cast<int>((item / p.rows_q) % p.Hq);
+  const int batch = static_cast<int>(item / (p.rows_q * p.Hq));
+  const float4 a = *reinterpret_cast<const float4*>(ws.dq + item * D + 8 * part);
+  const float4 b = *reinterpret_cast<const float4*>(ws.dq + item * D + 8 * part + 4);
+  const float s = p.scale;
+  uint4 packed;
+  packed.x = pack2<T>(a.x * s, a.y * s);
+  packed.y = pack2<T>(a.z * s, a.w * s);
+  packed.z = pack2<T>(b.x * s, b.y * s);
+  packed.w = pack2<T>(b.z * s, b.w * s);
+  T* out = static_cast<T*>(bp.dq.data) + batch * bp.dq.stride_batch + row * bp.dq.stride_row +
+           head * bp.dq.stride_head;
+  *reinterpret_cast<uint4*>(out + 8 * part) = packed;
+}
+
+// Query blocks this key block meets: causal query q sees key n0 iff n0 <= q + len_k − len_q.
+struct QueryRange {
+  int begin, end;  // query blocks [begin, end)
+};
+
+template <int kBlockM>
+__device__ __forceinline__ QueryRange query_blocks(const Sequence& s, int n0, bool causal) {
+  const int first_q = causal ? max(0, n0 - (s.len_k - s.len_q)) : 0;
+  return {first_q / kBlockM, (s.len_q + kBlockM - 1) / kBlockM};
+}
+
+// Sᵀ (64 keys × 64 queries fragment) -> Pᵀ in place, dPᵀ -> dSᵀ in place. kMask: zero the
+// elements past the sequence ends or above the causal diagonal.
+template <bool kMask>
+__device__ __forceinline__ void probabilities_and_grads(float (&s)[32], float (&dp)[32], const float* lse2,
+                                                        const float* delta, float scale_log2, const Sequence& seq,
+                                                        bool causal, int m0, int key_row0, int lane) {
+#pragma unroll
+  for (int i = 0; i < 32; ++i) {
+    const int col = 8 * (i / 4) + 2 * (lane % 4) + (i & 1);  // query within the block
+    float prob = fast_exp2(s[i] * scale_log2 - lse2[col]);
+    if constexpr (kMask) {
+      const int key = key_row0 + 8 * ((i >> 1) & 1), q = m0 + col;
+      const bool visible = q < seq.len_q && key < seq.len_k && (!causal || key <= q + seq.len_k - seq.len_q);
+      if (!visible) prob = 0.f;
+    }
+    s[i] = prob;
+    dp[i] = prob * (dp[i] - delta[col]);
+  }
+}
+
+// --- dQ through shared memory and the turns (pingpong) -----------------------------------------------
+
+// Adds `bytes` floats' worth of shared memory into global memory (an async-proxy bulk
+// reduce, ordered by the bulk group of the issuing thread).
+__device__ __forceinline__ void bulk_reduce_add(float* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
+               "r"(tma::shared_address(src)), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// This thread's bulk reduces have read their shared memory (it may be rewritten).
+__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// This thread's bulk reduces are done (before the CTA exits).
+__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
+// Named barriers of the pingpong turns (0 is __syncthreads, 1 the standard schedule's dSᵀ
+// barrier): consumer warpgroup w issues after barrier kBackwardTurnBarrier + w completes,
+// i.e. after the other warpgroup has issued.
+inline constexpr int kBackwardTurnBarrier = 2;
+
+// Floats of the workspace: dQ accumulators, lse2 and delta for every (batch, head, row).
+inline int64_t workspace_floats(const AttentionParams& p) {
+  const int64_t batch = p.cu_seqlens_q ? 1 : p.num_sequences;
+  return batch * p.Hq * p.rows_q * (p.D + 2);
+}
+
+}  // namespace seqmix::cuda::attn::sm90
