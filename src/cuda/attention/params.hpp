@@ -67,7 +67,7 @@ enum class AttentionBackwardSchedule { standard, pingpong };
 
 // The schedule attention_backward launches (deterministic = false):
 // SEQMIX_ATTENTION_BACKWARD=standard|pingpong, read once on first use (unset or any other
-// value: standard), until set below.
+// value: pingpong), until set below.
 AttentionBackwardSchedule attention_backward_schedule();
 // Overrides the backward schedule for the rest of the process (tests, timing).
 void attention_set_backward_schedule(AttentionBackwardSchedule schedule);
