@@ -20,13 +20,14 @@ const char* gemm_tile_name(GemmTile tile) {
   return "unknown tile";
 }
 
-// Every shape still takes the default configuration: the candidates are built and the
-// timing test (ChainsCudaTiming.ForwardTiles) measures them all side by side, but it has
-// not yet run on the H100. The prediction it is to confirm or refute (NOTES.md, "Tile
-// choice"): cooperative 256 × 128 on clusters of 2 along M for GLA's width, where
-// 128 × 256 leaves a fourth round of 4 tiles on 132 SMs at 2048 tokens. Replace this with
-// a per-shape table of the measured winners, citing the run.
-GemmSchedule forward_schedule(int64_t /*M*/, int64_t /*N*/, int64_t /*K*/) {
+// Measured on the H100 (ChainsCudaTiming.ForwardTiles, NOTES.md "Tile choice, measured"),
+// d = 2048: up to ~3k tokens, 256 × 128 along M fills the 132 SMs in 3 rounds where
+// 128 × 256 needs a fourth, nearly empty one at GLA's width (0.78× the default's time);
+// up to 16k tokens, 256 × 128 along N with a swizzle of 2 was 0.89-0.95× at both layer
+// widths; beyond, the default was best. Differences under ~5% are within run-to-run noise.
+GemmSchedule forward_schedule(int64_t M, int64_t /*N*/, int64_t /*K*/) {
+  if (M <= 3072) return {GemmTile::cooperative_256x128_cluster2x1, Raster::along_m, 1};
+  if (M <= 16384) return {GemmTile::cooperative_256x128_cluster2x1, Raster::along_n, 2};
   return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
 }
 
