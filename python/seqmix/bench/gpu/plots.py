@@ -39,6 +39,13 @@ def _bandwidth(plt, case, rows, ceilings):
     return fig
 
 
+def _series(row):
+    """The line a row belongs to in a speedup-vs-T plot: its batch, or its layer where the
+    case has no batch (the chains)."""
+    params = row["params"]
+    return f"B = {params['B']}" if "B" in params else str(params.get("layer", ""))
+
+
 def _speedup_vs_T(plt, case, rows, ceilings):
     method, base = case["headline"]
     directions = case["directions"]
@@ -47,14 +54,14 @@ def _speedup_vs_T(plt, case, rows, ceilings):
         timings = [("speedup", "", "-")]
         if direction in GRAPH_DIRECTIONS:
             timings.append(("speedup_graph", " (graph)", "--"))
-        batches = sorted({r["params"]["B"] for r in rows if r["direction"] == direction})
+        series = sorted({_series(r) for r in rows if r["direction"] == direction})
         for key, suffix, style in timings:
             mine = [r for r in rows
                     if (r["direction"], r["method"]) == (direction, method) and base in r.get(key, {})]
-            for B in sorted({r["params"]["B"] for r in mine}):
-                points = sorted((r["params"]["T"], r[key][base]) for r in mine if r["params"]["B"] == B)
+            for name in sorted({_series(r) for r in mine}):
+                points = sorted((r["params"]["T"], r[key][base]) for r in mine if _series(r) == name)
                 ax.plot([t for t, _ in points], [s for _, s in points], marker="o", linestyle=style,
-                        color=f"C{batches.index(B)}", label=f"B = {B}{suffix}")
+                        color=f"C{series.index(name)}", label=f"{name}{suffix}")
         ax.axhline(1.0, color="k", linestyle="--", linewidth=1)
         ax.set_xscale("log", base=2)
         ax.set_xlabel("T")
