@@ -63,14 +63,7 @@ struct GlaCaseInputs {
   }
 };
 
-// Selects a forward walk for one test and restores the previous one after.
-struct ForwardWalk {
-  cuda::GlaForwardWalk before = cuda::gla_forward_walk();
-  explicit ForwardWalk(cuda::GlaForwardWalk walk) { cuda::gla_set_forward_walk(walk); }
-  ~ForwardWalk() { cuda::gla_set_forward_walk(before); }
-};
-
-// Selects how the serial walk forms A's diagonal sub-chunks for one test, and restores it.
+// Selects how the forward forms A's diagonal sub-chunks for one test, and restores it.
 struct ForwardDiagonal {
   cuda::GlaForwardDiagonal before = cuda::gla_forward_diagonal();
   explicit ForwardDiagonal(cuda::GlaForwardDiagonal diagonal) { cuda::gla_set_forward_diagonal(diagonal); }
@@ -85,7 +78,7 @@ struct BackwardDiagonal {
   ~BackwardDiagonal() { cuda::gla_set_backward_diagonal(before); }
 };
 
-// The forward (output and final state) against the oracle, by the walk selected.
+// The forward (output and final state) against the oracle, by the diagonal selected.
 void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
   const auto &value_shape = in.value_shape, &state_shape = in.state_shape;
@@ -104,22 +97,14 @@ void forward_matches_oracle(const GpuGlaCase& c) {
 
 TEST_P(GlaCuda, ForwardMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const ForwardWalk walk(cuda::GlaForwardWalk::serial);
   const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::cuda_cores);
   forward_matches_oracle(GetParam());
 }
 
-// The serial walk with the diagonal sub-chunks' quad pairs on the tensor cores.
+// The diagonal sub-chunks' quad pairs on the tensor cores.
 TEST_P(GlaCuda, ForwardTensorDiagonalMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const ForwardWalk walk(cuda::GlaForwardWalk::serial);
   const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
-  forward_matches_oracle(GetParam());
-}
-
-TEST_P(GlaCuda, ForwardPipelinedMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const ForwardWalk walk(cuda::GlaForwardWalk::pipelined);
   forward_matches_oracle(GetParam());
 }
 

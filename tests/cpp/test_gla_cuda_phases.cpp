@@ -1,7 +1,6 @@
-// Where the GLA CUDA time goes: each launch of a forward (by each walk, and the serial walk
-// with either diagonal, with its median
-// time over 20 runs) and of a backward timed with events, and the forward walk's chunk step
-// split into its phases (SM cycles), at the benchmark shapes (H 16, K = V = 128, bf16).
+// Where the GLA CUDA time goes: each launch of a forward (with either diagonal, with its
+// median time over 20 runs) and of a backward timed with events, and the forward walk's chunk
+// step split into its phases (SM cycles), at the benchmark shapes (H 16, K = V = 128, bf16).
 // Printed; run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were
 // counted and the outputs are finite.
 #include <cuda_runtime.h>
@@ -37,22 +36,14 @@ void print_phases(const GlaProfile& profile) {
                          "diagonal sub-chunks",
                          "sub-chunk pairs (mma)",
                          "output q_start·S + A·v (warp 0)",
-                         "state advance (warp 0)",
-                         "preparing warps wait for state warps",
-                         "state warps wait for operands"};
+                         "state advance (warp 0)"};
   double total = 0;
   for (int i = 0; i < cuda::kGlaPhaseSteps; ++i) total += static_cast<double>(c[i]);
-  std::printf("  walk: %llu blocks, %.0f chunk steps, %.0f cycles a step (summed over both sides when pipelined):\n",
+  std::printf("  walk: %llu blocks, %.0f chunk steps, %.0f cycles a step:\n",
               static_cast<unsigned long long>(c[cuda::kGlaPhaseBlocks]), steps, total / steps);
   for (int i = 0; i < cuda::kGlaPhaseSteps; ++i)
     std::printf("    %-36s %8.0f cycles  %5.1f%%\n", names[i], static_cast<double>(c[i]) / steps,
                 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
-  // The pipelined walk's two sides run at once: its step is the longer of the two sums.
-  const double state_side = static_cast<double>(c[cuda::kGlaPhaseOutput] + c[cuda::kGlaPhaseAdvance] +
-                                                c[cuda::kGlaPhaseStateWait]);
-  if (c[cuda::kGlaPhaseStateWait] > 0)
-    std::printf("    preparing side %.0f cycles a step, state side %.0f\n", (total - state_side) / steps,
-                state_side / steps);
 }
 
 // Median of 20 event-timed runs of `run`.
@@ -97,33 +88,27 @@ void profile_shape(int64_t B, int64_t T) {
   std::printf("gla B%lld T%lld H%lld K%lld V%lld bf16, per launch:\n", static_cast<long long>(B),
               static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(K),
               static_cast<long long>(V));
-  const cuda::GlaForwardWalk walk_before = cuda::gla_forward_walk();
   const cuda::GlaForwardDiagonal diagonal_before = cuda::gla_forward_diagonal();
   GlaProfile fwd;
-  std::vector<double> serial_out;  // the forwards agree at this size too
+  std::vector<double> cuda_core_out;  // the forwards agree at this size too
   struct Forward {
     const char* name;
-    cuda::GlaForwardWalk walk;
     cuda::GlaForwardDiagonal diagonal;
   };
-  for (const Forward f : {Forward{"serial", cuda::GlaForwardWalk::serial, cuda::GlaForwardDiagonal::cuda_cores},
-                          Forward{"serial, tensor-core diagonal", cuda::GlaForwardWalk::serial,
-                                  cuda::GlaForwardDiagonal::tensor_cores},
-                          Forward{"pipelined", cuda::GlaForwardWalk::pipelined, cuda::GlaForwardDiagonal::cuda_cores}}) {
-    cuda::gla_set_forward_walk(f.walk);
+  for (const Forward f : {Forward{"CUDA-core diagonal", cuda::GlaForwardDiagonal::cuda_cores},
+                          Forward{"tensor-core diagonal", cuda::GlaForwardDiagonal::tensor_cores}}) {
     cuda::gla_set_forward_diagonal(f.diagonal);
     for (int i = 0; i < 3; ++i) forward();
-    std::printf("  forward, %s walk: median %.4f ms\n", f.name, median_ms(forward));
+    std::printf("  forward, %s: median %.4f ms\n", f.name, median_ms(forward));
     cuda::gla_profile_start();
     forward();
     fwd = cuda::gla_profile_stop();
     print_launches(f.name, fwd);
     print_phases(fwd);
     EXPECT_GT(fwd.phase_cycles[cuda::kGlaPhaseSteps], 0u);
-    if (serial_out.empty()) serial_out = d_o.values(o);
-    else EXPECT_LT(rel_err(d_o.values(o), serial_out), tolerance(DType::bf16)) << f.name << " against serial";
+    if (cuda_core_out.empty()) cuda_core_out = d_o.values(o);
+    else EXPECT_LT(rel_err(d_o.values(o), cuda_core_out), tolerance(DType::bf16)) << f.name << " against CUDA cores";
   }
-  cuda::gla_set_forward_walk(walk_before);
   cuda::gla_set_forward_diagonal(diagonal_before);
   cuda::gla_profile_start();
   backward();

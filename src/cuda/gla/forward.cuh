@@ -101,11 +101,11 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
 // kOutput false (the state passes): only what the state needs, k_end and e^{b_last}.
 // kQuads (the outputs pass with the tensor-core diagonal): no e^{g} tile; instead the
 // quads' operands (quad_key_row), the query side in place over q.
-// S: any shared layout with these members and pitches (Smem, the backward's, or the
-// pipelined walk's StageView, whose q_start and k_end are q and k themselves).
+// S: any shared layout with these members and pitches (Smem, the backward's, or the state
+// passes' StatePassView).
 // Each 16-token sub-chunk's g, q or k are read into registers before any of its products
-// is stored: the stores may alias the loads as far as the compiler can tell (StageView's
-// pointers; in place there), and loads left behind stores would wait one by one.
+// is stored: the stores may alias the loads as far as the compiler can tell (StatePassView's
+// pointers; kQuads writes over q in place), and loads left behind stores would wait one by one.
 template <bool kOutput, class S, bool kQuads = false>
 __device__ __forceinline__ void decay_operands(S& s, int tid) {
   using E = typename S::Element;

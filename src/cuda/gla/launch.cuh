@@ -2,7 +2,6 @@
 #pragma once
 
 #include "cuda/gla/forward.cuh"
-#include "cuda/gla/forward_pipelined.cuh"
 #include "cuda/gla/profile.cuh"
 
 namespace seqmix::cuda::gla {
@@ -117,24 +116,12 @@ void launch_pass(GlaParams p, cudaStream_t stream) {
                [&] { kernel<<<grid, kThreads, smem, stream>>>(p); });
 }
 
-// The outputs pass by the walk selected (params.hpp, gla_forward_walk); key blocks take the
-// serial walk (the pipelined one writes no partials). The serial walk forms A's diagonal
-// sub-chunks as gla_forward_diagonal says.
+// The outputs pass, forming A's diagonal sub-chunks as gla_forward_diagonal says (params.hpp).
 template <class E, int KD, int VB>
 void launch_outputs(GlaParams p, cudaStream_t stream) {
-  if (gla_forward_walk() == GlaForwardWalk::serial || p.key_blocks > 1) {
-    if (gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores)
-      return launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
-    return launch_pass<E, KD, VB, Pass::outputs>(p, stream);
-  }
-  const size_t smem = sizeof(PipelinedSmem<E, KD, VB>);
-  auto kernel = pipelined_forward_kernel<E, KD, VB>;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
-        "gla forward shared memory");
-  const dim3 grid(static_cast<unsigned>(p.V / VB), static_cast<unsigned>(p.H),
-                  static_cast<unsigned>(p.num_sequences * p.segments));
-  p.phase_cycles = profile_counters();
-  timed_launch(stream, "gla forward (pipelined)", [&] { kernel<<<grid, kPipelinedThreads, smem, stream>>>(p); });
+  if (gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores)
+    return launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
+  launch_pass<E, KD, VB, Pass::outputs>(p, stream);
 }
 
 // Floats of the segment tables in p.workspace: states, then decays.

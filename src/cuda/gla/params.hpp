@@ -69,30 +69,13 @@ inline constexpr bool gla_cuda_supports(int64_t K, int64_t V) {
   return (K == 64 || K == 128 || K == 256) && V % 64 == 0;
 }
 
-// Which kernel computes the forward's outputs: the serial walk (forward.cuh: 8 warps do every
-// phase of a chunk step in turn) or the pipelined one (forward_pipelined.cuh: 8 warps prepare
-// chunk c + 1 while 8 more multiply chunk c with the state). The backward's state passes use
-// the serial walk either way.
-enum class GlaForwardWalk { serial, pipelined };
-// Serial by default: on the H100 the pipelined walk measured 0.505 ms against the serial
-// walk's 0.488 ms (B8 T2048 H16 K=V=128), and racecheck reports hazards in it not yet
-// explained (NOTES.md).
-inline constexpr GlaForwardWalk kDefaultForwardWalk = GlaForwardWalk::serial;
-
-// The walk in use: process-wide, kDefaultForwardWalk unless the environment variable
-// SEQMIX_GLA_FORWARD_WALK is "serial" or "pipelined" when first asked, or a caller (the
-// tests) set it.
-GlaForwardWalk gla_forward_walk();
-void gla_set_forward_walk(GlaForwardWalk walk);
-
-// How the serial walk's outputs pass forms the diagonal 16-token sub-chunks of A:
+// How the forward's outputs pass forms the diagonal 16-token sub-chunks of A:
 // cuda_cores sums every token pair of a sub-chunk on the CUDA cores; tensor_cores cuts each
 // sub-chunk into 4-token quads, forms the pairs of different quads on the tensor cores
 // (factored at the later quad's first token, every factor ≤ 1) and sums only the pairs
-// inside a quad on the CUDA cores (forward.cuh, quad_*). The pipelined walk and the state
-// passes keep the CUDA-core diagonal.
+// inside a quad on the CUDA cores (forward.cuh, quad_*). The state passes form no diagonal.
 enum class GlaForwardDiagonal { cuda_cores, tensor_cores };
-// Tensor cores by default: on the H100 the serial walk's forward took 0.288 ms with them
+// Tensor cores by default: on the H100 the forward took 0.288 ms with them
 // against 0.499 ms with the CUDA-core diagonal (B8 T2048 H16 K=V=128 bf16; NOTES.md).
 inline constexpr GlaForwardDiagonal kDefaultForwardDiagonal = GlaForwardDiagonal::tensor_cores;
 

@@ -19,11 +19,6 @@ enum GlaPhase : int {
   kGlaPhasePairs,     // the sub-chunk pairs of A on the tensor cores
   kGlaPhaseOutput,    // o = scale·(q_start·S + A·v), warp 0's time
   kGlaPhaseAdvance,   // S ← e^{b_last} ⊙ S + k_endᵀ v, warp 0's time
-  // The pipelined walk only (forward_pipelined.cuh): its preparing warps time the phases
-  // above up to the pairs, its state warps the output and the advance, and each side's wait
-  // for the other:
-  kGlaPhasePrepWait,   // preparing warps wait until the state warps are done with chunk c − 1
-  kGlaPhaseStateWait,  // state warps wait for chunk c's operands
   kGlaPhaseSteps,     // chunk steps counted (one per block per chunk)
   kGlaPhaseBlocks,    // blocks counted
   kGlaPhaseCount

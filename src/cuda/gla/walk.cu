@@ -1,5 +1,4 @@
-// The process-wide choices of the forward's walk and diagonal and the backward's diagonal
-// (params.hpp).
+// The process-wide choices of the forward's and the backward's diagonal (params.hpp).
 #include <cstdlib>
 #include <cstring>
 
@@ -7,18 +6,6 @@
 
 namespace seqmix::cuda {
 namespace {
-
-GlaForwardWalk from_environment() {
-  const char* value = std::getenv("SEQMIX_GLA_FORWARD_WALK");
-  if (value && std::strcmp(value, "pipelined") == 0) return GlaForwardWalk::pipelined;
-  if (value && std::strcmp(value, "serial") == 0) return GlaForwardWalk::serial;
-  return kDefaultForwardWalk;
-}
-
-GlaForwardWalk& current_walk() {
-  static GlaForwardWalk walk = from_environment();
-  return walk;
-}
 
 GlaForwardDiagonal diagonal_from_environment() {
   const char* value = std::getenv("SEQMIX_GLA_FORWARD_DIAGONAL");
@@ -45,9 +32,6 @@ GlaBackwardDiagonal& current_backward_diagonal() {
 }
 
 }  // namespace
-
-GlaForwardWalk gla_forward_walk() { return current_walk(); }
-void gla_set_forward_walk(GlaForwardWalk walk) { current_walk() = walk; }
 
 GlaForwardDiagonal gla_forward_diagonal() { return current_diagonal(); }
 void gla_set_forward_diagonal(GlaForwardDiagonal diagonal) { current_diagonal() = diagonal; }
