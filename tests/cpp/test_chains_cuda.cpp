@@ -6,6 +6,7 @@
 // touching the device.
 #include <optional>
 
+#include "cuda/chains/params.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/chains.hpp"
 
@@ -136,6 +137,92 @@ INSTANTIATE_TEST_SUITE_P(Cases, ProjectionChainCuda,
                                            ProjectionCase{"M2000_K512_bias", 2000, 512, true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
+// Narrow K (≤ 32: GLA's rank-16 gate): the forward takes the CUDA-core kernel
+// (narrow_projection.cuh) instead of the GEMM. x is a column view of a wider buffer (row
+// stride above K); the outputs are column views of one bf16 or f32 buffer. K = 16 goes
+// through the public API; K = 13 (which the core's checks refuse: d a multiple of 8) and an
+// odd x stride go to the launcher directly, to cover what the kernel itself accepts.
+struct NarrowCase {
+  const char* name;
+  int64_t M, K, x_stride;
+  bool bias, f32, through_launcher;
+};
+void PrintTo(const NarrowCase& c, std::ostream* os) { *os << c.name; }
+
+class ProjectionChainCudaNarrowK : public ::testing::TestWithParam<NarrowCase> {};
+
+TEST_P(ProjectionChainCudaNarrowK, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const NarrowCase c = GetParam();
+  const int64_t N = total_width(), x_column = c.x_stride - c.K;  // x: the last K columns of each row
+  HostTensor x_buffer = uniform({c.M, c.x_stride}, DType::bf16), weight = uniform({N, c.K}, DType::bf16, -0.5, 0.5);
+  HostTensor bias = uniform({N}, DType::bf16);
+  Tensor x_view = x_buffer.view;
+  x_view.data = static_cast<char*>(x_buffer.view.data) + x_column * 2;
+  x_view.shape = {c.M, c.K};
+  HostTensor x64({c.M, c.K}, DType::f64);
+  x64.set(core::to_dense<double>(x_view));
+  const HostTensor weight64 = as_f64(weight), bias64 = as_f64(bias);
+  std::vector<HostTensor> want;
+  std::vector<Tensor> want_views;
+  for (const auto& s : kSegments) {
+    want.emplace_back(std::vector<int64_t>{c.M, s.width}, DType::f64);
+    want_views.push_back(want.back().view);
+  }
+  ProjectionChainOptions reference;
+  reference.impl = Impl::reference;
+  projection_chain_forward(x64, weight64, maybe(c.bias, bias64.view), kSegments, want_views, reference);
+
+  const DType out_dtype = c.f32 ? DType::f32 : DType::bf16;
+  HostTensor out = poisoned({c.M, N}, out_dtype);
+  DeviceTensor d_x(x_buffer), d_weight(weight), d_bias(bias), d_out(out);
+  Tensor d_x_view = x_view;
+  d_x_view.data = static_cast<char*>(d_x.ptr) + x_column * 2;
+  d_x_view.device = Device::cuda(0);
+  if (c.through_launcher) {
+    cuda::ProjectionChainProblem p;
+    p.tokens = c.M, p.d = c.K, p.columns = N;
+    p.x = {d_x_view.data, c.x_stride};
+    p.weight = {d_weight.ptr, c.K};
+    p.bias = c.bias ? d_bias.ptr : nullptr;
+    int64_t first = 0;
+    for (const auto& s : kSegments) {
+      p.segments.push_back({first, s.width, static_cast<int>(s.activation),
+                            s.activation == Activation::logsigmoid ? static_cast<float>(1.0 / s.tau) : 1.f});
+      first += s.width;
+    }
+    cuda::projection_chain_forward(p, {cuda::OutputRun{0, N, {d_out.ptr, N}, c.f32}});
+  } else {
+    projection_chain_forward(d_x_view, d_weight, maybe(c.bias, d_bias.view), kSegments, column_views(d_out.view));
+  }
+  const std::vector<double> got = d_out.values(out);
+
+  int64_t first = 0;
+  for (size_t s = 0; s < kSegments.size(); ++s) {
+    std::vector<double> columns;
+    for (int64_t i = 0; i < c.M; ++i)
+      for (int64_t j = 0; j < kSegments[s].width; ++j) columns.push_back(got[i * N + first + j]);
+    // f32 outputs: only the operands' bf16 rounding is shared with the oracle.
+    EXPECT_LT(rel_err(columns, want[s].values()), c.f32 ? 1e-4 : tolerance(DType::bf16))
+        << "segment " << s << " (" << activation_name(kSegments[s].activation) << ")";
+    first += kSegments[s].width;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ProjectionChainCudaNarrowK,
+    ::testing::Values(NarrowCase{"Small_K16_M1_bias_bf16", 1, 16, 40, true, false, false},
+                      NarrowCase{"Small_K16_M1000_bias_bf16", 1000, 16, 40, true, false, false},
+                      NarrowCase{"Small_K16_M1000_nobias_bf16", 1000, 16, 24, false, false, false},
+                      NarrowCase{"Small_K16_M1_nobias_f32", 1, 16, 24, false, true, false},
+                      NarrowCase{"Small_K16_M1000_bias_f32", 1000, 16, 40, true, true, false},
+                      NarrowCase{"Small_K32_M1000_bias_bf16", 1000, 32, 48, true, false, false},
+                      NarrowCase{"Small_K13_M1_bias_bf16_launcher", 1, 13, 21, true, false, true},
+                      NarrowCase{"Small_K13_M1000_bias_bf16_launcher", 1000, 13, 21, true, false, true},
+                      NarrowCase{"Small_K13_M1000_nobias_f32_launcher", 1000, 13, 21, false, true, true},
+                      NarrowCase{"Small_K13_M1000_bias_f32_launcher", 1000, 13, 13, true, true, true}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 // The first three segments bf16 views of one buffer, the last two (the gates) f32 views of
 // another: two runs, the second written by the f32-output GEMM.
 TEST(ProjectionChainCuda, SmallF32GateSegmentsAreASecondRun) {
@@ -179,12 +266,15 @@ TEST(ProjectionChainCuda, SmallF32GateSegmentsAreASecondRun) {
   }
 }
 
-// Every segment identity and no bias: the forward is the bare GEMM and the backward skips
-// the derivative GEMM.
-TEST(ProjectionChainCuda, SmallIdentityChainIsThePlainGemm) {
+// Every segment identity and no bias: the forward is the bare GEMM (d = 40) or the narrow
+// kernel with null column vectors (d = 16), and the backward skips the derivative GEMM.
+class ProjectionChainCudaIdentity : public ::testing::TestWithParam<int64_t> {};
+
+TEST_P(ProjectionChainCudaIdentity, SmallIdentityChainIsThePlainGemm) {
   SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t d = GetParam();
   const std::vector<ProjectionSegment> segments = {{16, Activation::identity, 1.0}, {24, Activation::identity, 1.0}};
-  HostTensor x = uniform({37, 32}, DType::bf16), w = uniform({40, 32}, DType::bf16);
+  HostTensor x = uniform({37, d}, DType::bf16), w = uniform({40, d}, DType::bf16);
   HostTensor x64 = as_f64(x), w64 = as_f64(w), y64({37, 40}, DType::f64), dy = uniform({37, 40}, DType::bf16);
   HostTensor dy64 = as_f64(dy);
   ProjectionChainOptions reference;
@@ -212,15 +302,18 @@ TEST(ProjectionChainCuda, SmallIdentityChainIsThePlainGemm) {
   dy64_left.shape = {37, 16};
   dy64_right.shape = {37, 24};
   dy64_right.data = static_cast<double*>(dy64.view.data) + 16;
-  HostTensor dx64({37, 32}, DType::f64), dw64({40, 32}, DType::f64);
+  HostTensor dx64({37, d}, DType::f64), dw64({40, d}, DType::f64);
   projection_chain_backward(x64, w64, std::nullopt, segments, {dy64_left, dy64_right}, {dx64.view, dw64.view},
                             reference);
-  HostTensor dx = poisoned({37, 32}, DType::bf16), dw = poisoned({40, 32}, DType::bf16);
+  HostTensor dx = poisoned({37, d}, DType::bf16), dw = poisoned({40, d}, DType::bf16);
   DeviceTensor d_dx(dx), d_dw(dw);
   projection_chain_backward(d_x, d_w, std::nullopt, segments, {dy_left, dy_right}, {d_dx.view, d_dw.view});
   EXPECT_LT(rel_err(d_dx.values(dx), dx64.values()), tolerance(DType::bf16)) << "dx";
   EXPECT_LT(rel_err(d_dw.values(dw), dw64.values()), tolerance(DType::bf16)) << "dweight";
 }
+
+INSTANTIATE_TEST_SUITE_P(Depths, ProjectionChainCudaIdentity, ::testing::Values(int64_t{16}, int64_t{40}),
+                         [](const auto& info) { return "d" + std::to_string(info.param); });
 
 // ---- output chain ----
 

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
 #include "cuda/chains/scratch.cuh"
 
@@ -149,7 +150,12 @@ void projection_chain_forward(const ProjectionChainProblem& p, const std::vector
   for (const OutputRun& run : runs) {
     const Rows weight{chains::element(p.weight, run.first, 0), p.weight.stride};
     const ColumnEpilogue columns = plain ? ColumnEpilogue{} : vectors->from(run.first);
-    if (run.f32) activation_gemm_bf16_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
+    // Narrow K (GLA's rank-16 gate): the CUDA-core kernel; a GEMM tile's mainloop costs far
+    // more than the output writes there (NOTES.md, "Narrow K").
+    if (p.d <= kNarrowProjectionMaxK) {
+      if (run.f32) narrow_projection_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
+      else narrow_projection_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
+    } else if (run.f32) activation_gemm_bf16_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
     else if (plain) gemm_nt_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, p.stream);
     else activation_gemm_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
   }

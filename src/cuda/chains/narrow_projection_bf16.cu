@@ -1,0 +1,11 @@
+// Explicit instantiation: the narrow-K projection kernel with bf16 outputs.
+#include "cuda/chains/narrow_projection.cuh"
+
+namespace seqmix::cuda {
+
+void narrow_projection_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
+                            ColumnEpilogue columns, void* stream) {
+  narrow::launch<__nv_bfloat16>(M, N, K, x, weight, out, columns, stream);
+}
+
+}  // namespace seqmix::cuda

@@ -1,0 +1,12 @@
+// Explicit instantiation: the narrow-K projection kernel with f32 outputs (the segments a
+// consumer wants in f32).
+#include "cuda/chains/narrow_projection.cuh"
+
+namespace seqmix::cuda {
+
+void narrow_projection_f32out(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
+                              ColumnEpilogue columns, void* stream) {
+  narrow::launch<float>(M, N, K, x, weight, out, columns, stream);
+}
+
+}  // namespace seqmix::cuda
