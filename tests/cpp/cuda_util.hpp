@@ -1,7 +1,11 @@
-// Device copies of HostTensors for the GPU tests, and the skip for machines without a GPU.
+// Device copies of HostTensors for the GPU tests, the skip for machines without a GPU, and
+// the event timing of the GPU timing tests.
 #pragma once
 
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <vector>
 
 #include "seqmix/runtime.hpp"
 #include "test_util.hpp"
@@ -41,5 +45,49 @@ struct DeviceTensor {
     return host.values();
   }
 };
+
+// How a timing test times a call: `reps` event-timed calls on the default stream after
+// `warmups` untimed ones; with `flush_l2` a 256 MiB buffer is overwritten before each timed
+// call, so that no call finds its inputs in the 50 MiB L2 cache.
+struct EventTiming {
+  int reps = 20;
+  int warmups = 1;
+  bool flush_l2 = true;
+};
+
+// The milliseconds of each timed call of `run`, shortest first.
+template <class Run>
+std::vector<float> event_times_ms(const Run& run, EventTiming timing = {}) {
+  static void* flush = nullptr;
+  constexpr size_t kFlushBytes = size_t(256) << 20;
+  if (timing.flush_l2 && !flush) cuda_ok(cudaMalloc(&flush, kFlushBytes));
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start));
+  cuda_ok(cudaEventCreate(&stop));
+  for (int i = 0; i < timing.warmups; ++i) run();
+  std::vector<float> times;
+  for (int i = 0; i < timing.reps; ++i) {
+    if (timing.flush_l2) cuda_ok(cudaMemsetAsync(flush, i, kFlushBytes));
+    cuda_ok(cudaEventRecord(start));
+    run();
+    cuda_ok(cudaEventRecord(stop));
+    cuda_ok(cudaEventSynchronize(stop));
+    float ms = 0;
+    cuda_ok(cudaEventElapsedTime(&ms, start, stop));
+    times.push_back(ms);
+  }
+  cuda_ok(cudaEventDestroy(start));
+  cuda_ok(cudaEventDestroy(stop));
+  cuda_ok(cudaGetLastError());
+  std::sort(times.begin(), times.end());
+  return times;
+}
+
+// The median of event_times_ms.
+template <class Run>
+float median_ms(const Run& run, EventTiming timing = {}) {
+  const std::vector<float> times = event_times_ms(run, timing);
+  return times[times.size() / 2];
+}
 
 }  // namespace seqmix::test

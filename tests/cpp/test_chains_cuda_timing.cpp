@@ -57,31 +57,7 @@ struct DeviceBf16 {
 
 // Median of CUDA-event times of `run` (3 warm-up calls, 10 timed), the L2 cache flushed
 // (256 MiB written) before each timed call, outside the timed region.
-float median_ms(const std::function<void()>& run) {
-  static void* flush = nullptr;
-  constexpr size_t kFlush = size_t(256) << 20;
-  if (!flush) cuda_ok(cudaMalloc(&flush, kFlush));
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  for (int i = 0; i < 3; ++i) run();
-  std::vector<float> times;
-  for (int i = 0; i < 10; ++i) {
-    cudaMemsetAsync(flush, i, kFlush);
-    cudaEventRecord(start);
-    run();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  EXPECT_EQ(cudaGetLastError(), cudaSuccess);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
+float median_ms(const std::function<void()>& run) { return test::median_ms(run, {.reps = 10, .warmups = 3}); }
 
 struct Layer {
   const char* name;

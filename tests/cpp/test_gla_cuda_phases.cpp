@@ -46,28 +46,6 @@ void print_phases(const GlaProfile& profile) {
                 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
 }
 
-// Median of 20 event-timed runs of `run`.
-template <class Run>
-float median_ms(Run&& run) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  std::vector<float> times;
-  for (int i = 0; i < 20; ++i) {
-    cudaEventRecord(start);
-    run();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
-
 void profile_shape(int64_t B, int64_t T) {
   const int64_t H = 16, K = 128, V = 128;
   HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
@@ -98,8 +76,8 @@ void profile_shape(int64_t B, int64_t T) {
   for (const Forward f : {Forward{"CUDA-core diagonal", cuda::GlaForwardDiagonal::cuda_cores},
                           Forward{"tensor-core diagonal", cuda::GlaForwardDiagonal::tensor_cores}}) {
     cuda::gla_set_forward_diagonal(f.diagonal);
-    for (int i = 0; i < 3; ++i) forward();
-    std::printf("  forward, %s: median %.4f ms\n", f.name, median_ms(forward));
+    const float ms = median_ms(forward, {.reps = 20, .warmups = 3, .flush_l2 = false});
+    std::printf("  forward, %s: median %.4f ms\n", f.name, ms);
     cuda::gla_profile_start();
     forward();
     fwd = cuda::gla_profile_stop();

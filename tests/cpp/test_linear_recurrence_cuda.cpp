@@ -303,29 +303,6 @@ struct TimedShape {
   DType dtype;
 };
 
-// Median milliseconds of `run` over `reps` calls after one warm-up, L2 flushed before each.
-template <class Run>
-double median_ms(const Run& run, int reps, void* flush, size_t flush_bytes) {
-  cudaEvent_t start, stop;
-  cudaEventCreate(&start);
-  cudaEventCreate(&stop);
-  run();
-  std::vector<double> times;
-  for (int i = 0; i < reps; ++i) {
-    cudaMemsetAsync(flush, i, flush_bytes);
-    cudaEventRecord(start);
-    run();
-    cudaEventRecord(stop);
-    cudaEventSynchronize(stop);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, start, stop);
-    times.push_back(ms);
-  }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
-  std::sort(times.begin(), times.end());
-  return times[times.size() / 2];
-}
 
 // Fills a device buffer of `count` elements with copies of one random block (a host
 // fill of gigabytes would take longer than the timing).
@@ -367,9 +344,6 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     }
   }
   const char* only_methods = std::getenv("SEQMIX_LINREC_TIMING_METHODS");  // e.g. "sequential,chunked"
-  size_t flush_bytes = 256ull << 20;
-  void* flush = nullptr;
-  cuda_ok(cudaMalloc(&flush, flush_bytes));
   std::cout << "| G | T | n | m | dtype | method | fwd ms | bwd ms | bwd/fwd | floor ms | fwd/floor | workspace MB |\n"
             << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& s : chosen) {
@@ -405,11 +379,9 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
       if (method == scan && work * std::log2(double(s.T)) > 2e12) return;  // seconds per call
       if (method != seq && (ws_bwd * 4.0 + 2.0 * nA * e) > 60e9) return;
       DeviceWorkspace wf(ws_fwd), wb(ws_bwd);
-      const double fwd = median_ms([&] { linear_recurrence_forward({tA, tb}, {th, tfs, wf.view()}, o); }, 5, flush,
-                                   flush_bytes);
+      const double fwd = median_ms([&] { linear_recurrence_forward({tA, tb}, {th, tfs, wf.view()}, o); }, {.reps = 5});
       const double bwd = median_ms(
-          [&] { linear_recurrence_backward({tA, tb}, tdh, tfs, {tdA, tdb, std::nullopt, wb.view()}, o); }, 3, flush,
-          flush_bytes);
+          [&] { linear_recurrence_backward({tA, tb}, tdh, tfs, {tdA, tdb, std::nullopt, wb.view()}, o); }, {.reps = 3});
       cuda_ok(cudaGetLastError());
       std::printf("| %lld | %lld | %lld | %lld | %s | %s | %.4f | %.4f | %.2f | %.4f | %.2f | %.0f |\n",
                   (long long)s.G, (long long)s.T, (long long)s.n, (long long)s.m, dtype_name(s.dtype), label.c_str(),
@@ -436,7 +408,6 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     }
     for (void* p : {A, b, h, dh, dA, db, fs}) cudaFree(p);
   }
-  cudaFree(flush);
 }
 
 }  // namespace
