@@ -4,6 +4,7 @@
 // Hopper backward under both of its schedules. Last, timings of both forward schedules and
 // of both backward schedules side by side at the D = 128 shapes.
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <cstring>
 #include <tuple>
@@ -338,11 +339,6 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
     });
 
-// Forward TFLOP/s of both schedules side by side (bf16, D = 128, H = 16, B·S = 16384,
-// S = 2048 and 16384, causal and not): CUDA events around each launch, L2 flushed before
-// it, the schedules alternating run by run, median of kRuns. FLOPs 4·B·H·S²·D, half for
-// causal. Asserts that both schedules give the same out and lse (the oracle is out of reach
-// at these sizes; the cases above compare each schedule with it).
 struct DeviceBuffer {
   void* ptr = nullptr;
   explicit DeviceBuffer(size_t bytes) { cuda_ok(cudaMalloc(&ptr, bytes)); }
@@ -378,25 +374,68 @@ double relative_difference_bf16(const std::vector<uint16_t>& a, const std::vecto
   return std::sqrt(diff / norm);
 }
 
-TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  constexpr int64_t kTokens = 16384, H = 16, D = 128;
-  constexpr int kWarmup = 3, kRuns = 25;
-  const size_t operand_bytes = static_cast<size_t>(kTokens * H * D) * 2;
-  DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes),
-      lse(static_cast<size_t>(kTokens * H) * sizeof(float)), flush(size_t{512} << 20);
-  fill_random(q.ptr, operand_bytes, DType::bf16);
-  fill_random(k.ptr, operand_bytes, DType::bf16);
-  fill_random(v.ptr, operand_bytes, DType::bf16);
+// Median milliseconds of two variants of one launch, timed alternately run by run so that
+// clock drift falls on both alike: `launch(which)` runs variant 0 or 1. Each timed launch
+// follows kWarmupRuns untimed rounds and an overwrite of `flush` (the L2 cache emptied).
+constexpr int kWarmupRuns = 3, kTimedRuns = 25;
+constexpr size_t kFlushBytes = size_t{512} << 20;
+
+template <class Launch>
+std::array<float, 2> alternating_medians_ms(const Launch& launch, const DeviceBuffer& flush) {
   cudaEvent_t start, stop;
   cuda_ok(cudaEventCreate(&start));
   cuda_ok(cudaEventCreate(&stop));
+  std::vector<float> times[2];
+  for (int run = 0; run < kWarmupRuns + kTimedRuns; ++run) {
+    for (int which = 0; which < 2; ++which) {
+      cuda_ok(cudaMemsetAsync(flush.ptr, run, kFlushBytes));
+      cuda_ok(cudaEventRecord(start));
+      launch(which);
+      cuda_ok(cudaEventRecord(stop));
+      cuda_ok(cudaEventSynchronize(stop));
+      float ms = 0;
+      cuda_ok(cudaEventElapsedTime(&ms, start, stop));
+      if (run >= kWarmupRuns) times[which].push_back(ms);
+    }
+  }
+  cuda_ok(cudaEventDestroy(start));
+  cuda_ok(cudaEventDestroy(stop));
+  std::array<float, 2> medians{};
+  for (int which = 0; which < 2; ++which) {
+    std::sort(times[which].begin(), times[which].end());
+    medians[which] = times[which][kTimedRuns / 2];
+  }
+  return medians;
+}
+
+// Prints one table row: TFLOP/s of both schedules for `flops` and their ratio.
+void print_schedule_row(int64_t S, bool causal, double flops, const std::array<float, 2>& ms) {
+  const double standard = flops / (ms[0] * 1e-3) / 1e12, pingpong = flops / (ms[1] * 1e-3) / 1e12;
+  std::printf("%8lld %7s %10.1f %10.1f %18.3f\n", static_cast<long long>(S), causal ? "yes" : "no", standard, pingpong,
+              pingpong / standard);
+}
+
+// Forward TFLOP/s of both schedules side by side (bf16, D = 128, H = 16, B·S = 16384,
+// S = 2048 and 16384, causal and not): CUDA events around each launch, L2 flushed before
+// it, the schedules alternating run by run, median of kTimedRuns. FLOPs 4·B·H·S²·D, half for
+// causal. Asserts that both schedules give the same out and lse (the oracle is out of reach
+// at these sizes; the cases above compare each schedule with it).
+TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int64_t kTokens = 16384, H = 16, D = 128;
+  const size_t operand_bytes = static_cast<size_t>(kTokens * H * D) * 2;
+  DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes),
+      lse(static_cast<size_t>(kTokens * H) * sizeof(float)), flush(kFlushBytes);
+  fill_random(q.ptr, operand_bytes, DType::bf16);
+  fill_random(k.ptr, operand_bytes, DType::bf16);
+  fill_random(v.ptr, operand_bytes, DType::bf16);
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0));
   const AttentionForwardSchedule schedules[] = {AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong};
 
   std::printf("attention forward on %s, bf16 D=%lld H=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
-              prop.name, static_cast<long long>(D), static_cast<long long>(H), static_cast<long long>(kTokens), kRuns);
+              prop.name, static_cast<long long>(D), static_cast<long long>(H), static_cast<long long>(kTokens),
+              kTimedRuns);
   std::printf("%8s %7s %10s %10s %18s\n", "S", "causal", "standard", "pingpong", "pingpong/standard");
   for (int64_t S : {int64_t{2048}, int64_t{16384}}) {
     for (bool causal : {false, true}) {
@@ -410,28 +449,13 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
       AttentionOptions options;
       options.causal = causal;
 
-      std::vector<float> times[2];
-      for (int run = 0; run < kWarmup + kRuns; ++run) {
-        for (int which = 0; which < 2; ++which) {
-          const ForwardSchedule schedule(schedules[which]);
-          cuda_ok(cudaMemsetAsync(flush.ptr, run, size_t{512} << 20));
-          cuda_ok(cudaEventRecord(start));
-          attention_forward(in, outputs, options);
-          cuda_ok(cudaEventRecord(stop));
-          cuda_ok(cudaEventSynchronize(stop));
-          float ms = 0;
-          cuda_ok(cudaEventElapsedTime(&ms, start, stop));
-          if (run >= kWarmup) times[which].push_back(ms);
-        }
-      }
-      const double flops = 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
-      double tflops[2];
-      for (int which = 0; which < 2; ++which) {
-        std::sort(times[which].begin(), times[which].end());
-        tflops[which] = flops / (times[which][kRuns / 2] * 1e-3) / 1e12;
-      }
-      std::printf("%8lld %7s %10.1f %10.1f %18.3f\n", static_cast<long long>(S), causal ? "yes" : "no", tflops[0],
-                  tflops[1], tflops[1] / tflops[0]);
+      const std::array<float, 2> ms = alternating_medians_ms(
+          [&](int which) {
+            const ForwardSchedule schedule(schedules[which]);
+            attention_forward(in, outputs, options);
+          },
+          flush);
+      print_schedule_row(S, causal, 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0), ms);
 
       // The same result from both schedules.
       std::vector<uint16_t> got_out[2];
@@ -453,8 +477,6 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
           << "S " << S;
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 // Backward TFLOP/s of the Hopper backward's two schedules side by side, same shapes and
@@ -463,22 +485,19 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
 TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
   SKIP_WITHOUT_CUDA_DEVICE();
   constexpr int64_t kTokens = 16384, H = 16, D = 128;
-  constexpr int kWarmup = 3, kRuns = 25;
   const size_t operand_bytes = static_cast<size_t>(kTokens * H * D) * 2;
   DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes), dout(operand_bytes),
       dq(operand_bytes), dk(operand_bytes), dv(operand_bytes), lse(static_cast<size_t>(kTokens * H) * sizeof(float)),
-      flush(size_t{512} << 20);
+      flush(kFlushBytes);
   for (void* ptr : {q.ptr, k.ptr, v.ptr, dout.ptr}) fill_random(ptr, operand_bytes, DType::bf16);
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start));
-  cuda_ok(cudaEventCreate(&stop));
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0));
   const AttentionBackwardSchedule schedules[] = {AttentionBackwardSchedule::standard,
                                                  AttentionBackwardSchedule::pingpong};
 
   std::printf("attention backward on %s, bf16 D=%lld H=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
-              prop.name, static_cast<long long>(D), static_cast<long long>(H), static_cast<long long>(kTokens), kRuns);
+              prop.name, static_cast<long long>(D), static_cast<long long>(H), static_cast<long long>(kTokens),
+              kTimedRuns);
   std::printf("%8s %7s %10s %10s %18s\n", "S", "causal", "standard", "pingpong", "pingpong/standard");
   for (int64_t S : {int64_t{2048}, int64_t{16384}}) {
     for (bool causal : {false, true}) {
@@ -492,28 +511,13 @@ TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
       options.causal = causal;
       attention_forward(in, forward, options);
 
-      std::vector<float> times[2];
-      for (int run = 0; run < kWarmup + kRuns; ++run) {
-        for (int which = 0; which < 2; ++which) {
-          const BackwardSchedule schedule(schedules[which]);
-          cuda_ok(cudaMemsetAsync(flush.ptr, run, size_t{512} << 20));
-          cuda_ok(cudaEventRecord(start));
-          attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, options);
-          cuda_ok(cudaEventRecord(stop));
-          cuda_ok(cudaEventSynchronize(stop));
-          float ms = 0;
-          cuda_ok(cudaEventElapsedTime(&ms, start, stop));
-          if (run >= kWarmup) times[which].push_back(ms);
-        }
-      }
-      const double flops = 2.5 * 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0);
-      double tflops[2];
-      for (int which = 0; which < 2; ++which) {
-        std::sort(times[which].begin(), times[which].end());
-        tflops[which] = flops / (times[which][kRuns / 2] * 1e-3) / 1e12;
-      }
-      std::printf("%8lld %7s %10.1f %10.1f %18.3f\n", static_cast<long long>(S), causal ? "yes" : "no", tflops[0],
-                  tflops[1], tflops[1] / tflops[0]);
+      const std::array<float, 2> ms = alternating_medians_ms(
+          [&](int which) {
+            const BackwardSchedule schedule(schedules[which]);
+            attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, options);
+          },
+          flush);
+      print_schedule_row(S, causal, 2.5 * 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0), ms);
 
       // The same gradients from both schedules.
       std::vector<uint16_t> got[2][3];
@@ -532,8 +536,6 @@ TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
         EXPECT_LT(relative_difference_bf16(got[1][g], got[0][g]), tolerance(DType::bf16)) << names[g] << " S " << S;
     }
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 // Bad input that only the CUDA path rejects.

@@ -260,21 +260,7 @@ void time_forward(int64_t B, int64_t T, bool with_backward) {
       gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
                    options);
   };
-  for (int i = 0; i < 3; ++i) run();
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start));
-  cuda_ok(cudaEventCreate(&stop));
-  std::vector<float> times;
-  for (int i = 0; i < 20; ++i) {
-    cuda_ok(cudaEventRecord(start));
-    run();
-    cuda_ok(cudaEventRecord(stop));
-    cuda_ok(cudaEventSynchronize(stop));
-    float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
-  }
-  std::sort(times.begin(), times.end());
+  const std::vector<float> times = event_times_ms(run, {.reps = 20, .warmups = 3, .flush_l2 = false});
   std::printf("gla %s B%lld T%lld H%lld K%lld V%lld bf16: median %.4f ms (min %.4f)\n",
               with_backward ? "forward+backward" : "forward", static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
               static_cast<long long>(K), static_cast<long long>(V), times[times.size() / 2], times[0]);
@@ -284,8 +270,6 @@ void time_forward(int64_t B, int64_t T, bool with_backward) {
     const std::vector<double> grad = d_dg.values(dg);
     EXPECT_TRUE(std::all_of(grad.begin(), grad.end(), [](double x) { return std::isfinite(x); }));
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
 }
 
 TEST(GlaCudaTiming, ForwardB8T2048) {
@@ -312,9 +296,6 @@ TEST(GlaCudaTiming, BackwardDiagonalsB8T2048) {
   DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_do(d_out);
   GlaOptions options;
   options.scale = 1.0 / std::sqrt(static_cast<double>(K));
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start));
-  cuda_ok(cudaEventCreate(&stop));
   struct Path {
     const char* name;
     cuda::GlaBackwardDiagonal diagonal;
@@ -332,23 +313,10 @@ TEST(GlaCudaTiming, BackwardDiagonalsB8T2048) {
       gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
                    options);
     };
-    for (int i = 0; i < 3; ++i) run();
-    std::vector<float> times;
-    for (int i = 0; i < 30; ++i) {
-      cuda_ok(cudaEventRecord(start));
-      run();
-      cuda_ok(cudaEventRecord(stop));
-      cuda_ok(cudaEventSynchronize(stop));
-      float ms = 0;
-      cuda_ok(cudaEventElapsedTime(&ms, start, stop));
-      times.push_back(ms);
-    }
-    std::sort(times.begin(), times.end());
+    const std::vector<float> times = event_times_ms(run, {.reps = 30, .warmups = 3, .flush_l2 = false});
     path.median_ms = times[times.size() / 2], path.min_ms = times[0];
     path.dq = d_dq.values(dq), path.dk = d_dk.values(dk), path.dv = d_dv.values(dv), path.dg = d_dg.values(dg);
   }
-  cudaEventDestroy(start);
-  cudaEventDestroy(stop);
   std::printf("gla backward B8 T2048 H16 K128 V128 bf16, median of 30 (min):\n");
   for (const Path& path : paths) std::printf("  %-13s %.4f ms (%.4f)\n", path.name, path.median_ms, path.min_ms);
   std::printf("  tensor_cores / cuda_cores: %.3f\n", paths[1].median_ms / paths[0].median_ms);
