@@ -136,3 +136,120 @@ class OutputChain(nn.Module):
 
     def forward(self, o: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
         return output_chain(o, g, self.norm_weight, self.out_weight, self.eps, self.impl)
+
+
+class GatedLinearAttention(nn.Module):
+    """A GLA layer (fla's ``GatedLinearAttention`` in chunk mode with its defaults: no short
+    convolution, a low-rank decay gate, a SiLU output gate and a per-head RMSNorm) built on
+    seqmix's fused ops: :class:`ProjectionChain` (q, k, v, g and the gate's rank-r code in one
+    GEMM), :class:`LowRankGate` (log decays ``logsigmoid(.) / gate_logit_normalizer``),
+    :func:`seqmix.chunk_gla`, and :class:`OutputChain` (norm, gate and o_proj in one pass).
+
+    Args:
+        hidden_size: model width d.
+        num_heads: H.
+        expand_k, expand_v: key and value widths ``H*K = d*expand_k``, ``H*V = d*expand_v``.
+        gate_low_rank_dim: rank r of the decay gate.
+        gate_logit_normalizer: tau dividing the gate's log-sigmoid.
+        norm_eps: the output RMSNorm's epsilon.
+        impl, device, dtype: as for the chains (``dtype`` bf16/fp16 for the CUDA kernels).
+
+    ``forward(hidden_states [B, T, d], initial_state=None, output_final_state=False,
+    cu_seqlens=None)`` returns ``(y [B, T, d], final_state)``; ``final_state`` is the
+    ``[N, H, K, V]`` float32 state when ``output_final_state``, else None.
+    """
+
+    def __init__(self, hidden_size: int = 1024, num_heads: int = 4, expand_k: float = 0.5, expand_v: float = 1.0,
+                 gate_low_rank_dim: int = 16, gate_logit_normalizer: float = 16.0, norm_eps: float = 1e-5,
+                 impl: str = "automatic", device=None, dtype=None):
+        super().__init__()
+        key_dim, value_dim = int(hidden_size * expand_k), int(hidden_size * expand_v)
+        if key_dim % num_heads or value_dim % num_heads:
+            raise ValueError(f"GatedLinearAttention: key width {key_dim} and value width {value_dim} must be "
+                             f"multiples of num_heads {num_heads}")
+        self.num_heads, self.head_k_dim, self.head_v_dim = num_heads, key_dim // num_heads, value_dim // num_heads
+        self.impl = impl
+        factory = {"impl": impl, "device": device, "dtype": dtype}
+        self.projections = ProjectionChain.from_gla_layer_widths(hidden_size, num_heads, self.head_k_dim,
+                                                                 self.head_v_dim, gate_low_rank_dim, **factory)
+        self.gate = LowRankGate(gate_low_rank_dim, key_dim, tau=gate_logit_normalizer, **factory)
+        self.output = OutputChain(num_heads, self.head_v_dim, hidden_size, eps=norm_eps, **factory)
+
+    def forward(self, hidden_states: torch.Tensor, initial_state=None, output_final_state: bool = False,
+                cu_seqlens=None):
+        from .torch.gla import chunk_gla
+
+        parts = self.projections(hidden_states)
+        heads = lambda t, width: t.unflatten(-1, (self.num_heads, width))  # noqa: E731  views, no copy
+        q, k = heads(parts["q"], self.head_k_dim), heads(parts["k"], self.head_k_dim)
+        v, g = heads(parts["v"], self.head_v_dim), heads(parts["g"], self.head_v_dim)
+        log_decay = heads(self.gate(parts["gk_low"]), self.head_k_dim)
+        o, final_state = chunk_gla(q, k, v, log_decay, initial_state=initial_state,
+                                   output_final_state=output_final_state, cu_seqlens=cu_seqlens, impl=self.impl)
+        return self.output(o, g), final_state
+
+
+class GatedDeltaNet(nn.Module):
+    """A Gated DeltaNet layer (fla's ``GatedDeltaNet`` with ``use_short_conv=False``: SiLU on
+    q, k, v, q and k L2-normalised inside the kernel, ``beta = sigmoid``, the decay
+    ``g = -exp(A_log) * softplus(a + dt_bias)``, a SiLU output gate and a per-head RMSNorm)
+    built on :class:`ProjectionChain`, :func:`seqmix.chunk_gated_delta_rule` and
+    :class:`OutputChain`.
+
+    Args:
+        hidden_size: model width d.
+        num_heads: H.
+        head_dim: K; the value head width is ``V = head_dim * expand_v``.
+        expand_v: see head_dim.
+        norm_eps: the output RMSNorm's epsilon.
+        impl, device, dtype: as for the chains.
+
+    ``A_log`` and ``dt_bias`` (float32, ``[H]``) are initialised as in fla; ``dt_bias`` is
+    added by the fused GEMM's epilogue as the ``a`` columns' part of the projection bias.
+
+    ``forward(hidden_states [B, T, d], initial_state=None, output_final_state=False,
+    cu_seqlens=None)`` returns ``(y [B, T, d], final_state)`` as :class:`GatedLinearAttention`.
+    """
+
+    def __init__(self, hidden_size: int = 2048, num_heads: int = 6, head_dim: int = 256, expand_v: float = 2.0,
+                 norm_eps: float = 1e-5, impl: str = "automatic", device=None, dtype=None):
+        super().__init__()
+        self.num_heads, self.head_k_dim, self.head_v_dim = num_heads, head_dim, int(head_dim * expand_v)
+        self.impl = impl
+        factory = {"impl": impl, "device": device, "dtype": dtype}
+        self.projections = ProjectionChain.from_gated_deltanet_widths(hidden_size, num_heads, head_dim,
+                                                                      self.head_v_dim, **factory)
+        self.output = OutputChain(num_heads, self.head_v_dim, hidden_size, eps=norm_eps, **factory)
+        self.A_log = nn.Parameter(torch.empty(num_heads, device=device, dtype=torch.float32).uniform_(1, 16).log())
+        self.dt_bias = nn.Parameter(_inverse_softplus(_initial_time_steps(num_heads, device)))
+        widths = self.projections.widths
+        self._dt_columns = (sum(widths[name] for name in ("q", "k", "v", "beta")), sum(widths.values()))
+
+    def forward(self, hidden_states: torch.Tensor, initial_state=None, output_final_state: bool = False,
+                cu_seqlens=None):
+        from .torch.delta_rule import chunk_gated_delta_rule
+
+        chain = self.projections
+        first, total = self._dt_columns  # the bias is dt_bias on the a columns, zero elsewhere
+        bias = nn.functional.pad(self.dt_bias, (first, total - first - self.num_heads)).to(chain.weight.dtype)
+        outputs = projection_chain(hidden_states, chain.weight, chain.segments, bias, chain.impl)
+        parts = dict(zip(chain.names, outputs))
+        heads = lambda t, width: t.unflatten(-1, (self.num_heads, width))  # noqa: E731  views, no copy
+        q, k = heads(parts["q"], self.head_k_dim), heads(parts["k"], self.head_k_dim)
+        v, g = heads(parts["v"], self.head_v_dim), heads(parts["g"], self.head_v_dim)
+        log_decay = (-self.A_log.exp() * parts["a"]).to(q.dtype)
+        o, final_state = chunk_gated_delta_rule(q, k, v, log_decay, parts["beta"], initial_state=initial_state,
+                                                output_final_state=output_final_state,
+                                                use_qk_l2norm_in_kernel=True, cu_seqlens=cu_seqlens, impl=self.impl)
+        return self.output(o, g), final_state
+
+
+def _initial_time_steps(count: int, device, dt_min: float = 1e-3, dt_max: float = 0.1, floor: float = 1e-4):
+    """Time steps log-uniform in [dt_min, dt_max] (Mamba's and fla's dt initialisation)."""
+    u = torch.rand(count, device=device, dtype=torch.float32)
+    return (u * (math.log(dt_max) - math.log(dt_min)) + math.log(dt_min)).exp().clamp(min=floor)
+
+
+def _inverse_softplus(y: torch.Tensor) -> torch.Tensor:
+    """x with softplus(x) = y."""
+    return y + torch.log(-torch.expm1(-y))
