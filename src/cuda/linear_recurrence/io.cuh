@@ -157,6 +157,60 @@ __global__ void __launch_bounds__(kThreads) grad_kernel(const GradParams<T> p) {
   }
 }
 
+// The same products for states of at most kStreamGradMaxCols columns (the chunked
+// method's tensor-core shapes), without shared memory or barriers. grad_kernel spends
+// one block on one step: stage g and h, synchronise, 16 FMA a thread, 16 KB of stores
+// (n = 64), so each block is a chain of latencies and the kernel wrote dA at about half
+// the copy rate (0.72 ms of the 2.87 ms backward at G16 T4096 n64 m1 f32, NOTES.md
+// version 6). Here every thread walks (step, 4×4 tile) items with a grid stride: it
+// reads its 4 entries of g and of h (L1 hits: a warp's tiles share them), forms the
+// tile and stores it, so a warp's next loads overlap its last stores and nothing waits
+// on the rest of the block. Threads of tile column 0 also write db.
+inline constexpr int kStreamGradMaxCols = 8;
+
+template <class T>
+__global__ void __launch_bounds__(kThreads) grad_stream_kernel(const GradParams<T> p) {
+  const int64_t g = blockIdx.y, nn = int64_t(p.n) * p.n, nm = int64_t(p.n) * p.m;
+  const int q = p.n / 4, tiles = q * q;
+  // The item index e = t·tiles + tile advances by the grid's thread count: kept as
+  // (t, tile) and advanced without dividing.
+  const int64_t first = int64_t(blockIdx.x) * kThreads + threadIdx.x, stride = int64_t(gridDim.x) * kThreads;
+  const int64_t stride_t = stride / tiles;
+  const int stride_tile = static_cast<int>(stride % tiles);
+  int64_t t = first / tiles;
+  int tile = static_cast<int>(first % tiles);
+  const bool vector = reinterpret_cast<uintptr_t>(p.dA) % (4 * sizeof(T)) == 0;
+  for (; t < p.T_len; t += stride_t) {
+    const int i0 = (tile / q) * 4, j0 = (tile % q) * 4;
+    const float* gu = p.u + (g * p.T_len + p.T_len - 1 - t) * nm;
+    const float* hf = t > 0 ? p.h + (g * p.T_len + t - 1) * nm : nullptr;
+    const T* h0 = t == 0 && p.h0 ? p.h0 + g * nm : nullptr;
+    T* db = p.db + (g * p.T_len + t) * nm;
+    float acc[4][4] = {};
+    for (int c = 0; c < p.m; ++c) {
+      float gv[4], hv[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        gv[r] = gu[(i0 + r) * p.m + c];
+        const int k = (j0 + r) * p.m + c;
+        hv[r] = hf ? hf[k] : (h0 ? to_float(h0[k]) : 0.f);
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int cc = 0; cc < 4; ++cc) acc[r][cc] = fmaf(gv[r], hv[cc], acc[r][cc]);
+      if (j0 == 0)
+#pragma unroll
+        for (int r = 0; r < 4; ++r) db[(i0 + r) * p.m + c] = from_float<T>(gv[r]);
+    }
+    T* dA = p.dA + (g * p.T_len + t) * nn;
+#pragma unroll
+    for (int r = 0; r < 4; ++r) store_row4(dA + (i0 + r) * p.n + j0, acc[r], vector);
+    tile += stride_tile;
+    if (tile >= tiles) tile -= tiles, ++t;
+  }
+}
+
 // dh0 = A_0ᵀ g_0 (g_0 = u_{T-1}); one block per group.
 template <class T>
 __global__ void __launch_bounds__(kThreads) initial_state_grad_kernel(const GradParams<T> p) {

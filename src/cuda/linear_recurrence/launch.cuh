@@ -9,6 +9,8 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/io.cuh"
@@ -46,6 +48,19 @@ inline int64_t chunk_of(const LinearRecurrenceParams& p) {
 
 inline int64_t workspace_floats(const LinearRecurrenceParams& p, bool backward) {
   return linear_recurrence_workspace_floats(p.G, p.T, p.n, p.m, p.method, chunk_of(p), backward);
+}
+
+// Which kernel forms dA and db for states of at most kStreamGradMaxCols columns (wider
+// states always take the tiled one): SEQMIX_LINREC_GRADIENT=stream|tiles overrides the
+// default, read at every call so that one process can time both (NOTES.md, version 6).
+enum class GradientKernel { tiles, stream };
+inline constexpr GradientKernel kDefaultGradientKernel = GradientKernel::stream;
+
+inline GradientKernel gradient_kernel() {
+  const char* value = std::getenv("SEQMIX_LINREC_GRADIENT");
+  if (value && std::strcmp(value, "stream") == 0) return GradientKernel::stream;
+  if (value && std::strcmp(value, "tiles") == 0) return GradientKernel::tiles;
+  return kDefaultGradientKernel;
 }
 
 // h_t = A_t h_{t-1} + b_t over the inputs, states to out (float or T).
@@ -167,9 +182,20 @@ void backward(const LinearRecurrenceParams& p) {
   g.A = static_cast<const T*>(p.A);
   g.dA = static_cast<T*>(p.dA), g.db = static_cast<T*>(p.db), g.dh0 = static_cast<T*>(p.d_initial_state);
   g.T_len = p.T, g.n = static_cast<int>(p.n), g.m = static_cast<int>(p.m);
-  const int smem = static_cast<int>(2 * kGradCols * (p.n + 4) * sizeof(float));
-  const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.T, 8192)), static_cast<unsigned>(p.G));
-  grad_kernel<T><<<grid, kThreads, smem, stream>>>(g);
+  if (p.m <= kStreamGradMaxCols && gradient_kernel() == GradientKernel::stream) {
+    // About four waves of 8 blocks per SM over all groups, each thread walking ~16 tiles.
+    int device = 0, sms = 132;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    const int64_t items = p.T * (p.n / 4) * (p.n / 4);
+    const int64_t blocks = std::max<int64_t>(1, std::min((items + kThreads - 1) / kThreads, 4 * 8 * sms / p.G));
+    const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.G));
+    grad_stream_kernel<T><<<grid, kThreads, 0, stream>>>(g);
+  } else {
+    const int smem = static_cast<int>(2 * kGradCols * (p.n + 4) * sizeof(float));
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(p.T, 8192)), static_cast<unsigned>(p.G));
+    grad_kernel<T><<<grid, kThreads, smem, stream>>>(g);
+  }
   check_launch("linear_recurrence gradients");
   if (p.d_initial_state) {
     initial_state_grad_kernel<T><<<static_cast<unsigned>(p.G), kThreads, 0, stream>>>(g);
