@@ -125,3 +125,38 @@ def test_torch_compile_fullgraph_has_no_graph_break():
     A.grad = h0.grad = None
     layer(A, b, h0).backward()
     assert rel_err(compiled_grads[0], A.grad) < 1e-6 and rel_err(compiled_grads[1], h0.grad) < 1e-6
+
+
+@requires_torch
+def test_full_bench_times_every_method_where_it_fits_memory(monkeypatch):
+    """The GPU suite's plan over the issue's grid (on an 80 GiB device): a method is left
+    out only where its case would not fit memory, with that reason; a slow one is timed
+    forward only, with the predicted time as the reason, and its case gets no backward
+    rows for it."""
+    from seqmix.bench.gpu import linear_recurrence as bench
+
+    monkeypatch.setattr(bench, "_device_bytes", lambda: 80 * 2**30)
+    plan = bench.grid_plan()
+    assert len(plan) == 144
+    for G, T, n, m, dtype, timed, skipped, forward_only in plan:
+        assert set(timed) | set(skipped) == set(bench.METHODS)
+        for name, why in skipped.items():
+            need = bench.case_bytes(G, T, n, m, torch_itemsize(dtype), name)
+            assert need > bench.MEMORY_FRACTION * 80 * 2**30 and "GiB" in why, (G, T, n, m, name, why)
+        for name, why in forward_only.items():
+            assert name in timed and "predicted" in why
+            assert bench.predicted_forward_ms(name, G, T, n, m) > bench.FULL_PREDICTED_LIMIT_MS
+    scan_points = [p for p in plan if "scan" in p[5]]
+    assert len(scan_points) > 144 - 10  # all but the largest cases
+    assert any("scan" in p[7] for p in plan)  # some only forward
+
+    case = bench.recurrence_case(1, 8, 4, 1, device="cpu", baselines=False, methods=("scan", "sequential"),
+                                 forward_only=("scan",))
+    directions = {m.name: [d for d in ("fwd", "bwd", "fwd+bwd") if m.runs(d)] for m in case.methods}
+    assert directions == {"seqmix scan": ["fwd"], "seqmix sequential": ["fwd", "bwd", "fwd+bwd"]}
+
+
+def torch_itemsize(dtype):
+    import torch
+
+    return torch.empty((), dtype=dtype).element_size()
