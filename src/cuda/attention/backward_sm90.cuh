@@ -16,7 +16,7 @@
 // consumer warpgroups meeting at one barrier per query block; `pingpong` makes them take
 // turns on the tensor cores (dV, dK of block i with dQ of block i − 1 in one turn, Sᵀ, dPᵀ
 // of block i + 1 after it) and sends dQ through shared memory to bulk reduce-adds issued
-// by producer warps 2 and 3 instead of the atomics.
+// by producer warps 2 and 3 (tensor reduce-adds of 64 × 32 boxes) instead of the atomics.
 #pragma once
 
 #include <cuda.h>
@@ -46,10 +46,11 @@ struct BackwardSm90Config {
   // dQ product still reads. Three suffice by the turn order (a protocol model of the
   // schedule finds no conflict); four leave one block of slack, and shared memory has room.
   static constexpr int kDsBuffers = kPingpong ? 4 : 2;
-  // pingpong: each consumer warpgroup's dQ share of a block (64 rows × 64 floats, rows of
-  // 256 bytes, what one bulk reduce-add per row reads).
-  static constexpr uint32_t kDqRowBytes = 64 * sizeof(float);
-  static constexpr uint32_t kDqStagingBytes = kPingpong ? 2 * kBlockM * kDqRowBytes : 0;
+  // pingpong: each consumer warpgroup's dQ share of a block (64 rows × 64 floats) as two
+  // boxes of 32 columns (rows of 128 bytes, 128-byte swizzle: the layout the tensor reduce
+  // reads, and conflict-free for the consumers' 8-byte stores), one reduce-add each.
+  static constexpr uint32_t kDqBoxBytes = kBlockM * 32 * sizeof(float);
+  static constexpr uint32_t kDqStagingBytes = kPingpong ? 2 * 2 * kDqBoxBytes : 0;
   static constexpr uint32_t kKOffset = 0;
   static constexpr uint32_t kVOffset = kKOffset + kKVBytes;
   static constexpr uint32_t kQOffset = kVOffset + kKVBytes;
@@ -90,13 +91,15 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   auto row0_of = [&](int it) { return (range.begin + it % blocks_per_head) * kBlockM; };
 
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Aligned by pointer arithmetic on smem_raw (not through an integer), so the compiler
+  // still knows every pointer below is shared memory and emits LDS/STS, not generic LD/ST.
+  uint8_t* smem = smem_raw + ((1024u - (tma::shared_address(smem_raw) & 1023u)) & 1023u);
   uint8_t* k_tile = smem + Cfg::kKOffset;
   uint8_t* v_tile = smem + Cfg::kVOffset;
   uint8_t* q_tiles = smem + Cfg::kQOffset;
   uint8_t* do_tiles = smem + Cfg::kDoOffset;
   uint8_t* ds_tiles = smem + Cfg::kDsOffset;
-  uint8_t* dq_staging = smem + Cfg::kDqStagingOffset;               // [consumer warpgroup][kBlockM rows][64 floats]
+  uint8_t* dq_staging = smem + Cfg::kDqStagingOffset;               // [consumer warpgroup][2 boxes][kBlockM rows][32 floats]
   float* stats = reinterpret_cast<float*>(smem + Cfg::kStatsOffset);  // [stage][lse2 | delta][kBlockM]
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
   uint64_t* q_full = kv_full + 1;
@@ -116,7 +119,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     }
     for (int w = 0; w < 2; ++w) {
       tma::barrier_init(&dq_full[w], 128);
-      tma::barrier_init(&dq_empty[w], 32);
+      tma::barrier_init(&dq_empty[w], 1);
     }
     tma::barrier_init_fence();
   }
@@ -171,19 +174,21 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         }
         tma::arrive(&stats_full[stage]);
       }
-    } else if (kPingpong && warp_in_group >= 2) {  // warp 2 + w: bulk reduce-adds of consumer warpgroup w's dQ shares
+    } else if (kPingpong && warp_in_group >= 2 && lane == 0) {
+      // warp 2 + w, one lane: consumer warpgroup w's dQ share of each block, added into the
+      // workspace by two tensor reduce-adds (64 rows × 32 columns each). Rows past the tensor
+      // are dropped by the copy engine; rows past a varlen sequence (the next sequence's)
+      // get exact zeros (dSᵀ is zero there).
       const int w = warp_in_group - 2;
       const int dq_col0 = D == 128 ? 64 * w : 0;
-      const uint8_t* staged = dq_staging + w * kBlockM * Cfg::kDqRowBytes;
+      const uint8_t* staged = dq_staging + w * 2 * Cfg::kDqBoxBytes;
+      prefetch_tensor_map(&args.dq_map);
       for (int it = 0; it < iterations; ++it) {
-        const int head = head_of(it);
-        const int m0 = row0_of(it);
+        const int q_row = static_cast<int>(seq.q_start) + row0_of(it);
         tma::wait(&dq_full[w], it & 1);
-        for (int r = lane; r < kBlockM; r += 32) {
-          if (m0 + r >= seq.len_q) continue;
-          float* dst = args.ws.dq + row_index(p, seq.batch, head, seq.q_start + m0 + r) * D + dq_col0;
-          bulk_reduce_add(dst, staged + r * Cfg::kDqRowBytes, Cfg::kDqRowBytes);
-        }
+        for (int box = 0; box < 2; ++box)
+          tensor_reduce_add(args.dq_map, staged + box * Cfg::kDqBoxBytes, dq_col0 + 32 * box, q_row, head_of(it),
+                            seq.batch);
         bulk_commit();
         bulk_wait_read();
         tma::arrive(&dq_empty[w]);
@@ -336,9 +341,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     // warpgroup's products occupy the tensor cores.
     const int turn = kBackwardTurnBarrier + wg, other_turn = kBackwardTurnBarrier + 1 - wg;
     const int n = iterations;
-    // Stages this warpgroup's dQ share of block j for the producer's bulk reduce-adds:
-    // rows 16·warp + lane/4 (+8), columns 8c + 2·(lane % 4) of its 64.
-    float* staged = reinterpret_cast<float*>(dq_staging + wg * kBlockM * Cfg::kDqRowBytes);
+    // Stages this warpgroup's dQ share of block j for the producer's tensor reduce-adds:
+    // rows 16·warp + lane/4 (+8), columns 8c + 2·(lane % 4) of its 64, i.e. box c / 4,
+    // bytes 32·(c % 4) + 8·(lane % 4) of the row.
+    uint8_t* staged = dq_staging + wg * 2 * Cfg::kDqBoxBytes;
     auto stage_dq = [&](int j, const float(&dq)[32]) {
       tma::wait(&dq_empty[wg], (j & 1) ^ 1);
 #pragma unroll
@@ -346,7 +352,8 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         const int row = warp_in_group * 16 + lane / 4 + 8 * r;
 #pragma unroll
         for (int c = 0; c < 8; ++c)
-          *reinterpret_cast<float2*>(staged + row * 64 + 8 * c + 2 * (lane % 4)) =
+          *reinterpret_cast<float2*>(staged + (c / 4) * Cfg::kDqBoxBytes +
+                                     swizzled_offset(row, 32 * (c % 4) + 8 * (lane % 4))) =
               make_float2(dq[4 * c + 2 * r], dq[4 * c + 2 * r + 1]);
       }
       fence_async_shared();  // the generic stores, before the async proxy's bulk reads
@@ -446,6 +453,7 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   args.v_map = tensor_map<T>(p.v, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.bp = bp;
   args.ws = ws;
+  if constexpr (Cfg::kPingpong) args.dq_map = dq_workspace_map(ws.dq, p, batch);
   const auto kernel = dkdv_dq_kernel<T, D, kSchedule>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention backward sm90)");

@@ -44,6 +44,7 @@ struct Workspace {
 
 struct BackwardSm90Args {
   CUtensorMap q_map, k_map, v_map, do_map;
+  CUtensorMap dq_map;  // the workspace's dQ accumulators (pingpong's reduce-adds)
   AttentionBackwardParams bp;
   Workspace ws;
 };
@@ -148,17 +149,24 @@ __device__ __forceinline__ void probabilities_and_grads(float (&s)[32], float (&
     }
     s[i] = prob;
     dp[i] = prob * (dp[i] - delta[col]);
+    // Exact zeros where masked, whatever the operand rows past a sequence end hold: the
+    // pingpong schedule adds whole 64-row dQ tiles, rows past a varlen sequence included.
+    if constexpr (kMask) dp[i] = prob == 0.f ? 0.f : dp[i];
   }
 }
 
 // --- dQ through shared memory and the turns (pingpong) -----------------------------------------------
 
-// Adds `bytes` floats' worth of shared memory into global memory (an async-proxy bulk
-// reduce, ordered by the bulk group of the issuing thread).
-__device__ __forceinline__ void bulk_reduce_add(float* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;" ::"l"(dst),
-               "r"(tma::shared_address(src)), "r"(bytes)
-               : "memory");
+// Adds a box of a float tensor map (4-d coordinates, innermost first) from shared memory
+// into global memory: one copy-engine operation for the whole box, rows past the map's
+// bounds dropped.
+__device__ __forceinline__ void tensor_reduce_add(const CUtensorMap& map, const void* src, int c0, int c1, int c2,
+                                                  int c3) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+          reinterpret_cast<uint64_t>(&map)),
+      "r"(tma::shared_address(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
 }
 __device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // This thread's bulk reduces have read their shared memory (it may be rewritten).
@@ -170,6 +178,25 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // barrier): consumer warpgroup w issues after barrier kBackwardTurnBarrier + w completes,
 // i.e. after the other warpgroup has issued.
 inline constexpr int kBackwardTurnBarrier = 2;
+
+// The dQ accumulators [batch][Hq][rows_q][D] as a 4-d float map (D, rows, heads, batch),
+// added to in boxes of 32 columns (128 bytes, 128-byte swizzle) × 64 rows.
+inline CUtensorMap dq_workspace_map(float* dq, const AttentionParams& p, int64_t batch) {
+  const int64_t row_bytes = p.D * sizeof(float);
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.D), static_cast<cuuint64_t>(p.rows_q),
+                              static_cast<cuuint64_t>(p.Hq), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(p.rows_q * row_bytes),
+                                 static_cast<cuuint64_t>(p.Hq * p.rows_q * row_bytes)};
+  const cuuint32_t box[4] = {32, 64, 1, 1};
+  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
+  CUtensorMap map;
+  const CUresult status = tensor_map_encoder()(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dq, dims, strides, box,
+                                               element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (status != CUDA_SUCCESS) check(cudaErrorInvalidValue, "cuTensorMapEncodeTiled (attention dQ workspace)");
+  return map;
+}
 
 // Floats of the workspace: dQ accumulators, lse2 and delta for every (batch, head, row).
 inline int64_t workspace_floats(const AttentionParams& p) {
