@@ -4,7 +4,8 @@
 // on a grid of shapes (CUDA events, L2 flushed, medians) and prints a table;
 // SEQMIX_LINREC_TIMING_TRANSFERS=mma,wgmma times the chunked method with each
 // chunk-transfer product side by side, SEQMIX_LINREC_TIMING_GRADIENTS=tiles,stream every
-// method with each gradient kernel. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the
+// method with each gradient kernel, SEQMIX_LINREC_TIMING_REWALKS=1,2 the chunked method
+// with its re-walk at one and two blocks per SM. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the
 // default) picks the chunk-transfer product for every other test.
 #include <cuda_runtime.h>
 
@@ -480,12 +481,16 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     };
     const char* transfers = std::getenv("SEQMIX_LINREC_TIMING_TRANSFERS");
     const char* gradients = std::getenv("SEQMIX_LINREC_TIMING_GRADIENTS");  // "tiles,stream"
+    const char* rewalks = std::getenv("SEQMIX_LINREC_TIMING_REWALKS");      // "1,2" blocks per SM
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);
       for_each_setting("SEQMIX_LINREC_GRADIENT", gradients, [&](const std::string& gradient) {
-        for_each_setting("SEQMIX_LINREC_CHUNK_TRANSFER", method == chunked ? transfers : nullptr,
-                         [&](const std::string& product) { time_method(method, name + product + gradient); });
+        for_each_setting("SEQMIX_LINREC_REWALK_BLOCKS", method == chunked ? rewalks : nullptr,
+                         [&](const std::string& rewalk) {
+          for_each_setting("SEQMIX_LINREC_CHUNK_TRANSFER", method == chunked ? transfers : nullptr,
+                           [&](const std::string& product) { time_method(method, name + product + rewalk + gradient); });
+        });
       });
     }
     for (void* p : {A, b, h, dh, dA, db, fs}) cudaFree(p);

@@ -48,7 +48,11 @@ struct SeqParams {
   int col_blocks = 1;  // blocks per group along the state columns
 };
 
-template <class T, int N, int MC>
+// kBlocks blocks share an SM: the ring of stages gets 192 KB / kBlocks. One block (the
+// plain sequential method: a few long chains) keeps the most steps in flight; two (the
+// chunked method's re-walk: many short sub-chains) let one block's ring fill and last
+// steps overlap the other's walk.
+template <class T, int N, int MC, int kBlocks = 1>
 struct SeqConfig {
   static_assert(N == 32 || N == 64 || N == 128, "state sizes are padded to 32, 64 or 128");
   static_assert(MC == 1 || MC == 8, "one column (a vector state) or slices of 8");
@@ -59,7 +63,7 @@ struct SeqConfig {
   static constexpr int kChunksPerLane = kChunksPerRow / 8;
   static constexpr int kCopiesPerThread = N * kChunksPerRow / kThreads;
   static constexpr int kStageBytes = N * N * int(sizeof(T));
-  static constexpr int kStagesRaw = (192 * 1024) / kStageBytes;
+  static constexpr int kStagesRaw = (192 * 1024 / kBlocks) / kStageBytes;
   static constexpr int kStages = kStagesRaw > 16 ? 16 : (kStagesRaw < 2 ? 2 : kStagesRaw);
   static constexpr int kOwned = MC == 8 ? kRowsPerThread : 1;  // outputs a lane writes per step
   static constexpr int kPrefetchB = 4;                         // steps of b loaded ahead
@@ -110,9 +114,9 @@ __device__ __forceinline__ void load_chunk(const T* src, float (&a)[V]) {
   }
 }
 
-template <class T, int N, int MC>
-__global__ void __launch_bounds__(kThreads, 1) sequential_kernel(const SeqParams p) {
-  using Cfg = SeqConfig<T, N, MC>;
+template <class T, int N, int MC, int kBlocks>
+__global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const SeqParams p) {
+  using Cfg = SeqConfig<T, N, MC, kBlocks>;
   constexpr int V = Cfg::kChunkElems, R = Cfg::kRowsPerThread, D = Cfg::kStages, PB = Cfg::kPrefetchB;
   constexpr int O = Cfg::kOwned, CP = Cfg::kCopiesPerThread;
   extern __shared__ __align__(16) unsigned char smem_raw[];

@@ -2,16 +2,34 @@
 // from the shape, the shared-memory opt-in, the grid.
 #pragma once
 
+#include <cstdlib>
+#include <cstring>
+
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/methods.hpp"
 #include "cuda/linear_recurrence/sequential.cuh"
 
 namespace seqmix::cuda::linrec {
 
-template <class T, int N, int MC>
+// Two blocks per SM for many short sub-chains (the chunked method's re-walk) when they
+// outnumber the SMs, for a vector state (m = 1) with N ≤ 64: those kernels use 64–92
+// registers (`-Xptxas -v`), while slices of 8 columns (134–240) would spill at the 128
+// that two blocks of 256 threads allow;
+// SEQMIX_LINREC_REWALK_BLOCKS=1|2 overrides, read at every call so that one process can
+// time both (NOTES.md, version 6).
+inline int sequential_blocks_per_sm(const SeqParams& p, int64_t blocks) {
+  if (p.n > 64 || p.chains[0].sub_chains <= 1) return 1;
+  if (const char* value = std::getenv("SEQMIX_LINREC_REWALK_BLOCKS")) return std::strcmp(value, "2") == 0 ? 2 : 1;
+  int device = 0, sms = 132;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return blocks > sms ? 2 : 1;
+}
+
+template <class T, int N, int MC, int kBlocks>
 void launch_sequential_config(const SeqParams& p, int64_t G, cudaStream_t stream) {
-  using Cfg = SeqConfig<T, N, MC>;
-  const auto kernel = sequential_kernel<T, N, MC>;
+  using Cfg = SeqConfig<T, N, MC, kBlocks>;
+  const auto kernel = sequential_kernel<T, N, MC, kBlocks>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes()),
         "cudaFuncSetAttribute (sequential)");
   const unsigned chains = p.chains[1].steps > 0 ? 2u : 1u;
@@ -22,9 +40,15 @@ void launch_sequential_config(const SeqParams& p, int64_t G, cudaStream_t stream
 
 template <class T, int MC>
 void launch_sequential_columns(const SeqParams& p, int64_t G, cudaStream_t stream) {
-  if (p.n <= 32) launch_sequential_config<T, 32, MC>(p, G, stream);
-  else if (p.n <= 64) launch_sequential_config<T, 64, MC>(p, G, stream);
-  else launch_sequential_config<T, 128, MC>(p, G, stream);
+  if constexpr (MC == 1) {  // 64–92 registers: two blocks fit; slices of 8 columns would spill
+    if (sequential_blocks_per_sm(p, G) == 2) {
+      if (p.n <= 32) return launch_sequential_config<T, 32, 1, 2>(p, G, stream);
+      if (p.n <= 64) return launch_sequential_config<T, 64, 1, 2>(p, G, stream);
+    }
+  }
+  if (p.n <= 32) launch_sequential_config<T, 32, MC, 1>(p, G, stream);
+  else if (p.n <= 64) launch_sequential_config<T, 64, MC, 1>(p, G, stream);
+  else launch_sequential_config<T, 128, MC, 1>(p, G, stream);
 }
 
 template <class T>
