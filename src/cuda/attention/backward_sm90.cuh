@@ -344,8 +344,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     // Stages this warpgroup's dQ share of block j for the producer's tensor reduce-adds:
     // rows 16·warp + lane/4 (+8), columns 8c + 2·(lane % 4) of its 64, i.e. box c / 4,
     // bytes 32·(c % 4) + 8·(lane % 4) of the row.
+    // Two steps: the stores right after the turn's wait, the fence and arrival only after the
+    // next Sᵀ/dPᵀ products are issued, so the fence's wait for the stores is off the chain.
     uint8_t* staged = dq_staging + wg * 2 * Cfg::kDqBoxBytes;
-    auto stage_dq = [&](int j, const float(&dq)[32]) {
+    auto store_dq = [&](int j, const float(&dq)[32]) {
       tma::wait(&dq_empty[wg], (j & 1) ^ 1);
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
@@ -356,14 +358,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
                                      swizzled_offset(row, 32 * (c % 4) + 8 * (lane % 4))) =
               make_float2(dq[4 * c + 2 * r], dq[4 * c + 2 * r + 1]);
       }
-      fence_async_shared();  // the generic stores, before the async proxy's bulk reads
-      tma::arrive(&dq_full[wg]);
     };
-    auto scores_and_grads = [&](int it, uint32_t(&prob)[kBlockM / 16][4], uint32_t(&grad)[kBlockM / 16][4]) {
-      float s[32], dp[32];
-      issue_scores(it % kStages, (it / kStages) & 1, s, dp);
-      form_grads(it, it % kStages, (it / kStages) & 1, s, dp, prob, grad,
-                 ds_tiles + (it % Cfg::kDsBuffers) * Cfg::kDsBytes);
+    auto publish_dq = [&] {
+      fence_async_shared();  // the generic stores, before the async proxy's reads
+      tma::arrive(&dq_full[wg]);
     };
 
     tma::wait(kv_full, 0);
@@ -371,7 +369,13 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
 #pragma unroll 1
     for (int k = 0; k < n; ++k) {
       uint32_t prob[kBlockM / 16][4], grad[kBlockM / 16][4];
-      scores_and_grads(k, prob, grad);
+      {
+        float s[32], dp[32];
+        issue_scores(k % kStages, (k / kStages) & 1, s, dp);
+        if (k > 1) publish_dq();  // dQ of block k − 2, stored at the end of the previous pass
+        form_grads(k, k % kStages, (k / kStages) & 1, s, dp, prob, grad,
+                   ds_tiles + (k % Cfg::kDsBuffers) * Cfg::kDsBytes);
+      }
       named_barrier_sync(turn, 256);  // turn k + 1: dV, dK of block k, dQ of block k − 1
       // At k = 0 the dQ product reads dSᵀ buffer kDsBuffers − 1, not written before block
       // kDsBuffers − 1, and its result is dropped: one product per CTA, so that no wgmma
@@ -388,8 +392,9 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       fence_registers(prob);
       fence_registers(grad);
       tma::arrive(&stage_empty[k % kStages]);  // Q, dO, lse2 and delta of block k all read
-      if (k > 0) stage_dq(k - 1, dq);
+      if (k > 0) store_dq(k - 1, dq);
     }
+    if (n > 1) publish_dq();
     // Turn n + 1: dQ of the last block. Warpgroup 1 passes no turn after it (warpgroup 0
     // takes none), so both turn barriers end complete.
     named_barrier_sync(turn, 256);
@@ -400,25 +405,52 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     if (wg == 0) named_barrier_arrive(other_turn, 256);
     wgmma_wait<0>();
     fence_registers(dq);
-    stage_dq(n - 1, dq);
+    store_dq(n - 1, dq);
+    publish_dq();
   }
 
-  // dK = scale · dSᵀ·Q and dV, rows below the sequence end (zeros where no query saw the key).
+  // dK = scale · dSᵀ·Q and dV, rows below the sequence end (zeros where no query saw the key),
+  // through shared memory: the K and V tiles are free once both warpgroups' last products
+  // are done. Each warp stages its own 16 key rows (128-byte swizzle, as the tiles are laid
+  // out: conflict-free 4-byte stores) and reads them back as 16-byte pieces of whole rows,
+  // so the global stores are 4x fewer and fill their sectors.
+  consumer_barrier();
+  const int tile_row0 = wg * 64 + warp_in_group * 16;  // this warp's rows of the tiles
+  auto stage_rows = [&](uint8_t* tile, const float(&acc)[D / 2], float factor) {
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int key = key_row0 + 8 * r;
-    if (key >= seq.len_k) continue;
-    const int64_t k_row = seq.k_start + key;
-    T* dk_out = static_cast<T*>(bp.dk.data) + seq.batch * bp.dk.stride_batch + k_row * bp.dk.stride_row +
-                kv_head * bp.dk.stride_head;
-    T* dv_out = static_cast<T*>(bp.dv.data) + seq.batch * bp.dv.stride_batch + k_row * bp.dv.stride_row +
-                kv_head * bp.dv.stride_head;
+    for (int r = 0; r < 2; ++r)
 #pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
-      const int col = 8 * c + 2 * (lane % 4);
-      *reinterpret_cast<uint32_t*>(dk_out + col) = pack2<T>(dk[4 * c + 2 * r] * p.scale, dk[4 * c + 2 * r + 1] * p.scale);
-      *reinterpret_cast<uint32_t*>(dv_out + col) = pack2<T>(dv[4 * c + 2 * r], dv[4 * c + 2 * r + 1]);
+      for (int c = 0; c < D / 8; ++c) {
+        const int row = tile_row0 + lane / 4 + 8 * r, col = 8 * c + 2 * (lane % 4);
+        *reinterpret_cast<uint32_t*>(tile + (col / 64) * kBlockN * 128 + swizzled_offset(row, (col % 64) * 2)) =
+            pack2<T>(acc[4 * c + 2 * r] * factor, acc[4 * c + 2 * r + 1] * factor);
+      }
+  };
+  stage_rows(k_tile, dk, p.scale);
+  stage_rows(v_tile, dv, 1.f);
+  __syncwarp();
+  constexpr int kPieces = D / 8;              // 16-byte pieces per row
+  constexpr int kRowsPerPass = 32 / kPieces;  // rows one warp instruction covers
+  const int piece = lane % kPieces;
+  auto store_row = [&](const AttentionView& out, int64_t k_row, const uint8_t* tile, uint32_t offset) {
+    T* dst = static_cast<T*>(out.data) + seq.batch * out.stride_batch + k_row * out.stride_row +
+             kv_head * out.stride_head + 8 * piece;
+    const uint4 v = *reinterpret_cast<const uint4*>(tile + offset);
+    if ((reinterpret_cast<uintptr_t>(dst) & 15) == 0) {
+      *reinterpret_cast<uint4*>(dst) = v;
+    } else {  // strides that are not multiples of 8 elements: 4-byte stores, as the rows allow
+      uint32_t* d = reinterpret_cast<uint32_t*>(dst);
+      d[0] = v.x, d[1] = v.y, d[2] = v.z, d[3] = v.w;
     }
+  };
+#pragma unroll
+  for (int pass = 0; pass < 16 / kRowsPerPass; ++pass) {
+    const int row = tile_row0 + pass * kRowsPerPass + lane / kPieces;
+    if (n0 + row >= seq.len_k) continue;
+    const int64_t k_row = seq.k_start + n0 + row;
+    const uint32_t offset = (piece / 8) * kBlockN * 128 + swizzled_offset(row, (piece % 8) * 16);
+    store_row(bp.dk, k_row, k_tile, offset);
+    store_row(bp.dv, k_row, v_tile, offset);
   }
 }
 
