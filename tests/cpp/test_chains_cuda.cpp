@@ -209,6 +209,71 @@ TEST_P(ProjectionChainCudaNarrowK, ForwardMatchesOracle) {
   }
 }
 
+// The narrow backward (the derivative recompute and both gradient GEMMs on the tensor
+// cores, narrow_backward.cuh) against the oracle: the same x views; the gradients of the
+// segments separate tensors as autograd hands them over, the third in f32.
+TEST_P(ProjectionChainCudaNarrowK, BackwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const NarrowCase c = GetParam();
+  const int64_t N = total_width(), x_column = c.x_stride - c.K;
+  HostTensor x_buffer = uniform({c.M, c.x_stride}, DType::bf16), weight = uniform({N, c.K}, DType::bf16, -0.5, 0.5);
+  HostTensor bias = uniform({N}, DType::bf16);
+  Tensor x_view = x_buffer.view;
+  x_view.data = static_cast<char*>(x_buffer.view.data) + x_column * 2;
+  x_view.shape = {c.M, c.K};
+  HostTensor x64({c.M, c.K}, DType::f64);
+  x64.set(core::to_dense<double>(x_view));
+  const HostTensor weight64 = as_f64(weight), bias64 = as_f64(bias);
+  std::vector<HostTensor> d_outputs, d_outputs64;
+  std::vector<std::unique_ptr<DeviceTensor>> device_d_outputs;
+  std::vector<Tensor> host_views, device_views;
+  for (size_t s = 0; s < kSegments.size(); ++s) {
+    d_outputs.push_back(uniform({c.M, kSegments[s].width}, s == 2 ? DType::f32 : DType::bf16));
+    d_outputs64.push_back(as_f64(d_outputs.back()));
+    device_d_outputs.push_back(std::make_unique<DeviceTensor>(d_outputs.back()));
+    host_views.push_back(d_outputs64.back().view);
+    device_views.push_back(device_d_outputs.back()->view);
+  }
+  HostTensor dx64({c.M, c.K}, DType::f64), dw64({N, c.K}, DType::f64), db64({N}, DType::f64);
+  ProjectionChainOptions reference;
+  reference.impl = Impl::reference;
+  projection_chain_backward(x64, weight64, maybe(c.bias, bias64.view), kSegments, host_views,
+                            {dx64.view, dw64.view, maybe(c.bias, db64.view)}, reference);
+
+  HostTensor dx = poisoned({c.M, c.K}, DType::bf16), dw = poisoned({N, c.K}, DType::bf16);
+  HostTensor db = poisoned({N}, DType::bf16);
+  DeviceTensor d_x(x_buffer), d_weight(weight), d_bias(bias), d_dx(dx), d_dw(dw), d_db(db);
+  Tensor d_x_view = x_view;
+  d_x_view.data = static_cast<char*>(d_x.ptr) + x_column * 2;
+  d_x_view.device = Device::cuda(0);
+  if (c.through_launcher) {
+    cuda::ProjectionChainProblem p;
+    p.tokens = c.M, p.d = c.K, p.columns = N;
+    p.x = {d_x_view.data, c.x_stride};
+    p.weight = {d_weight.ptr, c.K};
+    p.bias = c.bias ? d_bias.ptr : nullptr;
+    cuda::ProjectionChainGradients g;
+    int64_t first = 0;
+    for (size_t s = 0; s < kSegments.size(); ++s) {
+      const auto& seg = kSegments[s];
+      p.segments.push_back({first, seg.width, static_cast<int>(seg.activation),
+                            seg.activation == Activation::logsigmoid ? static_cast<float>(1.0 / seg.tau) : 1.f});
+      g.d_outputs.push_back({device_d_outputs[s]->ptr, seg.width, s == 2});
+      first += seg.width;
+    }
+    g.dx = {d_dx.ptr, c.K};
+    g.dweight = {d_dw.ptr, c.K};
+    g.dbias = c.bias ? d_db.ptr : nullptr;
+    cuda::projection_chain_backward(p, g);
+  } else {
+    projection_chain_backward(d_x_view, d_weight.view, maybe(c.bias, d_bias.view), kSegments, device_views,
+                              {d_dx.view, d_dw.view, maybe(c.bias, d_db.view)});
+  }
+  EXPECT_LT(rel_err(d_dx.values(dx), dx64.values()), tolerance(DType::bf16)) << "dx";
+  EXPECT_LT(rel_err(d_dw.values(dw), dw64.values()), tolerance(DType::bf16)) << "dweight";
+  if (c.bias) EXPECT_LT(rel_err(d_db.values(db), db64.values()), tolerance(DType::bf16)) << "dbias";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, ProjectionChainCudaNarrowK,
     ::testing::Values(NarrowCase{"Small_K16_M1_bias_bf16", 1, 16, 40, true, false, false},
@@ -367,6 +432,8 @@ INSTANTIATE_TEST_SUITE_P(Cases, OutputChainCuda,
                                            OutputCase{"Small_T100_H2_Dv12", {100, 2, 12}, 64},
                                            // Dv over 256: two 16-byte vectors a lane, the second partly idle.
                                            OutputCase{"Small_T64_H2_Dv264", {64, 2, 264}, 64},
+                                           // GLA's head width: two full vectors a lane.
+                                           OutputCase{"Small_T300_H2_Dv512", {300, 2, 512}, 64},
                                            OutputCase{"Small_B2_T500_H2_Dv128", {2, 500, 2, 128}, 200},
                                            OutputCase{"T4000_H4_Dv128", {4000, 4, 128}, 512}),
                          [](const auto& info) { return std::string(info.param.name); });

@@ -15,6 +15,7 @@
 #include <random>
 
 #include "cuda/chains/gemm_tiles.hpp"
+#include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/chains.hpp"
@@ -201,6 +202,57 @@ void time_output(const char* name, int64_t heads, int64_t dv, int64_t tokens) {
   EXPECT_TRUE(y.finite_prefix(64 * kD));
 }
 
+// GLA's low-rank gate as the bench runs it: u = the code segment of the main chain's
+// output (a [tokens, 16] column view, row stride 6160), weight [1024, 16], logsigmoid / 16,
+// bf16 out. The narrow kernel alone (vectors prepared once), the forward through the public
+// API (the vectors filled per call) and the backward through the public API (gather, the
+// derivative GEMM at K = 16, dx = dz·W at N = 16, dW = dzᵀ·u at N = 16). "floor": the
+// forward's output bytes at 3 TB/s.
+void time_low_rank_gate(int64_t tokens) {
+  constexpr int64_t kMain = 6160, kRank = 16, kWidth = 1024;
+  DeviceBf16 main_out(tokens * kMain, 1.f), weight(kWidth * kRank, 0.25f), gate(tokens * kWidth, 0.f);
+  DeviceBf16 dgate(tokens * kWidth, 1.f), du(tokens * kRank, 0.f), dweight(kWidth * kRank, 0.f);
+  const std::vector<ProjectionSegment> segments{{kWidth, Activation::logsigmoid, 16.0}};
+  const Layer layer{"gate", segments};
+  const ColumnVectors vectors(layer);
+  using namespace seqmix::cuda;
+  const Rows u{main_out.ptr + (kMain - kRank), kMain};
+  const ColumnEpilogue columns{vectors.data, vectors.data + kWidth, vectors.data + 2 * kWidth};
+  const double floor_ms = 2.0 * tokens * kWidth / 3e12 * 1e3;
+  gate.poison();
+  const float kernel = median_ms(
+      [&] { narrow_projection_bf16(tokens, kWidth, kRank, u, Rows{weight.ptr, kRank}, MutableRows{gate.ptr, kWidth},
+                                   columns, nullptr); });
+  EXPECT_TRUE(gate.finite_prefix(64 * kWidth));
+  Tensor ut = main_out.view({tokens, kMain});
+  ut.data = main_out.ptr + (kMain - kRank);
+  ut.shape = {tokens, kRank};
+  const Tensor wt = weight.view({kWidth, kRank}), gt = gate.view({tokens, kWidth});
+  const float forward = median_ms([&] { projection_chain_forward(ut, wt, std::nullopt, segments, {gt}); });
+  const ProjectionChainGrads grads{du.view({tokens, kRank}), dweight.view({kWidth, kRank}), std::nullopt};
+  const float backward = median_ms(
+      [&] { projection_chain_backward(ut, wt, std::nullopt, segments, {dgate.view({tokens, kWidth})}, grads); });
+  EXPECT_TRUE(du.finite_prefix(64 * kRank));
+  std::printf("  low-rank gate %6lld  narrow kernel %8.4f ms  forward (API) %8.4f ms  backward (API) %8.4f ms  "
+              "floor %8.4f ms  kernel / floor %5.2fx\n",
+              static_cast<long long>(tokens), kernel, forward, backward, floor_ms, kernel / floor_ms);
+  // The backward's parts, the CUTLASS GEMMs against the narrow kernels on the same operands.
+  const Rows w{weight.ptr, kRank}, dz{dgate.ptr, kWidth};
+  const MutableRows dz_out{dgate.ptr, kWidth}, du_out{du.ptr, kRank}, dw_out{dweight.ptr, kRank};
+  const float gemm_derivative =
+      median_ms([&] { derivative_gemm_bf16(tokens, kWidth, kRank, u, w, dz, dz_out, columns, nullptr); });
+  const float narrow_derivative =
+      median_ms([&] { narrow_derivative_bf16(tokens, kWidth, kRank, u, w, dz_out, columns, nullptr); });
+  const float gemm_dx = median_ms([&] { gemm_nn_bf16(tokens, kRank, kWidth, dz, w, du_out, nullptr); });
+  const float gemm_dw = median_ms([&] { gemm_tn_bf16(kWidth, kRank, tokens, dz, u, dw_out, nullptr); });
+  const float narrow_grads =
+      median_ms([&] { narrow_gradients_bf16(tokens, kWidth, kRank, u, w, dz, du_out, dw_out, nullptr); });
+  std::printf("  low-rank gate %6lld  bwd parts: derivative GEMM %8.4f / narrow %8.4f ms;  dx (nn) %8.4f + dW (tn) "
+              "%8.4f = %8.4f ms / narrow dx+dW %8.4f ms\n",
+              static_cast<long long>(tokens), gemm_derivative, narrow_derivative, gemm_dx, gemm_dw, gemm_dx + gemm_dw,
+              narrow_grads);
+}
+
 // ---- the forward GEMM's CUTLASS configuration per shape (NOTES.md, "Tile choice") ----
 
 // The first rows of a bf16 device matrix [rows, width], on the host.
@@ -306,6 +358,49 @@ TEST(ChainsCudaTiming, ProjectionBackward) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const Layer* layer : {&kGla, &kGatedDeltaNet})
     for (int64_t tokens : {2048, 8192, 32768}) time_projection_backward(*layer, tokens);
+}
+
+TEST(ChainsCudaTiming, LowRankGate) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (int64_t tokens : {2048, 8192, 32768}) time_low_rank_gate(tokens);
+}
+
+// The output chain's backward through the public API against its two GEMMs alone (du =
+// dy·W_out, dW_out = dyᵀ·u); the rest is the recompute of u and the norm-gate backward.
+void time_output_backward(const char* name, int64_t heads, int64_t dv, int64_t tokens) {
+  const int64_t width = heads * dv;
+  const double flop = 2.0 * tokens * width * kD;
+  DeviceBf16 o(tokens * width, 1.f), g(tokens * width, 1.f), norm_weight(dv, 1.f), out_weight(kD * width, 0.03f),
+      dy(tokens * kD, 1.f), d_o(tokens * width, 0.f), dg(tokens * width, 0.f), dnorm(dv, 0.f),
+      dout_weight(kD * width, 0.f), du(tokens * width, 0.f);
+  using namespace seqmix::cuda;
+  const float nn = median_ms([&] {
+    gemm_nn_bf16(tokens, width, kD, Rows{dy.ptr, kD}, Rows{out_weight.ptr, width}, MutableRows{du.ptr, width},
+                 nullptr);
+  });
+  const float tn = median_ms([&] {
+    gemm_tn_bf16(kD, width, tokens, Rows{dy.ptr, kD}, Rows{o.ptr, width}, MutableRows{dout_weight.ptr, width},
+                 nullptr);
+  });
+  const OutputChainInputs in{o.view({tokens, heads, dv}), g.view({tokens, heads, dv}), norm_weight.view({dv}),
+                             out_weight.view({kD, width})};
+  const OutputChainGrads grads{d_o.view({tokens, heads, dv}), dg.view({tokens, heads, dv}), dnorm.view({dv}),
+                               dout_weight.view({kD, width})};
+  d_o.poison();
+  const float chain = median_ms([&] { output_chain_backward(in, dy.view({tokens, kD}), grads); });
+  std::printf("  %-15s %6lld  output bwd: du (nn) %8.4f + dW_out (tn) %8.4f = %8.4f ms; output_chain_backward "
+              "%8.4f ms (%5.2fx the GEMMs; %.1f TFLOP/s over 2 GEMMs)\n",
+              name, static_cast<long long>(tokens), nn, tn, nn + tn, chain, chain / (nn + tn),
+              2 * flop / (chain * 1e-3) / 1e12);
+  EXPECT_TRUE(d_o.finite_prefix(64 * width));
+}
+
+TEST(ChainsCudaTiming, OutputBackward) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (int64_t tokens : {2048, 8192, 32768}) {
+    time_output_backward("gla", 4, 512, tokens);
+    time_output_backward("gated_deltanet", 16, 256, tokens);
+  }
 }
 
 TEST(ChainsCudaTiming, OutputForward) {

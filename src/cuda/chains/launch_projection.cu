@@ -192,9 +192,12 @@ void projection_chain_backward(const ProjectionChainProblem& p, const Projection
       while (end < p.segments.size() && p.segments[end].code != 0) ++end;
       const int64_t first = p.segments[s].offset / 8 * 8;
       const int64_t last = std::min(chains::round_up(p.segments[end - 1].offset + p.segments[end - 1].width, 8), ld);
-      const Rows dy{dz.get() + first, ld};
-      derivative_gemm_bf16(p.tokens, last - first, p.d, p.x, Rows{chains::element(p.weight, first, 0), p.weight.stride},
-                           dy, MutableRows{dz.get() + first, ld}, vectors.from(first), p.stream);
+      const Rows dy{dz.get() + first, ld}, weight{chains::element(p.weight, first, 0), p.weight.stride};
+      const MutableRows dz_run{dz.get() + first, ld};
+      // Narrow K: the recompute on the tensor cores without a GEMM pipeline (NOTES.md, "Narrow K").
+      if (p.d <= kNarrowProjectionMaxK)
+        narrow_derivative_bf16(p.tokens, last - first, p.d, p.x, weight, dz_run, vectors.from(first), p.stream);
+      else derivative_gemm_bf16(p.tokens, last - first, p.d, p.x, weight, dy, dz_run, vectors.from(first), p.stream);
       s = end;
     }
   }
@@ -207,6 +210,10 @@ void projection_chain_backward(const ProjectionChainProblem& p, const Projection
     chains::to_bf16<<<chains::grid_for(p.columns, 256), 256, 0, stream>>>(sums.get(), p.columns,
                                                                           static_cast<bf16*>(g.dbias));
     check_launch("projection chain: dbias");
+  }
+  if (p.d <= kNarrowProjectionMaxK) {
+    narrow_gradients_bf16(p.tokens, p.columns, p.d, p.x, p.weight, Rows{dz.get(), ld}, g.dx, g.dweight, p.stream);
+    return;
   }
   gemm_nn_bf16(p.tokens, p.d, p.columns, Rows{dz.get(), ld}, p.weight, g.dx, p.stream);
   gemm_tn_bf16(p.columns, p.d, p.tokens, Rows{dz.get(), ld}, p.x, g.dweight, p.stream);

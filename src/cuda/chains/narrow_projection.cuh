@@ -1,15 +1,15 @@
-// The projection chain's forward for narrow K (≤ 32): out = act(x·Wᵀ + bias)·scale with
-// f32 FMAs on the CUDA cores. At K = 16 the work is the output writes (M·N elements) and
-// M·N·16 FMAs; the CUTLASS GEMM pays a 64-deep K tile and a full TMA/wgmma pipeline per
-// output tile for it (NOTES.md, "Narrow K").
+// The projection chain's forward for narrow K (≤ 32): out = act(x·Wᵀ + bias)·scale. At K = 16
+// (GLA's rank-16 gate) the work is the output writes (M·N elements) and the activation of
+// each; the CUTLASS GEMM pays a 64-deep K tile and a full TMA/wgmma pipeline per output tile
+// for it, and f32 FMAs on the CUDA cores spend more issue slots on the product than on the
+// writes (NOTES.md, "Narrow K").
 //
-// A block of 256 threads owns 256 columns: it stages their weights once in shared memory
-// (f32, [K][256], zero past N and K), then its 8 warps walk groups of 4 rows on their own.
-// A warp stages its 4 rows of x (f32, any row stride and alignment) in its own slice of
-// shared memory; each lane computes 4 rows × 8 consecutive columns, so each weight read
-// from shared memory serves 4 rows and each x value is a broadcast; the epilogue is
-// activation.cuh's, per column (bias, code, scale as the GEMM's epilogue vectors), and each
-// row's 8 columns leave in one 16-byte store (bf16) or two (f32) where aligned.
+// Tensor cores through mma.sync m16n8k16 (bf16 in, f32 accumulate): one or two k-steps cover
+// K. A warp owns 32 columns (a "slab": four n8 tiles) and walks 16-row tiles; the slab's
+// weight fragments stay in registers for the whole walk, and the next tile's x fragment is
+// loaded before this tile's epilogue. The slab's columns are dealt to the four n8 tiles so
+// that each lane's accumulators are 8 consecutive columns of two rows: each row leaves in one
+// 16-byte store (bf16) or two (f32), a warp writing 64 contiguous bytes per row.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -18,8 +18,8 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "cuda/chains/activation.cuh"
 #include "cuda/chains/narrow_projection.hpp"
+#include "cuda/chains/params.hpp"
 #include "cuda/common/runtime.cuh"
 #include "seqmix/error.hpp"
 
@@ -27,16 +27,125 @@ namespace seqmix::cuda::narrow {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kThreads = 256, kWarps = kThreads / 32;
-constexpr int kColumnsPerLane = 8, kTileColumns = 32 * kColumnsPerLane;
-constexpr int kRowsPerWarp = 4;
-constexpr int kMaxK = static_cast<int>(kNarrowProjectionMaxK);
-static_assert(kMaxK % 4 == 0, "x and weights are read 4 k at a time");
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kSlabColumns = 32, kColumnsPerLane = 8, kTileRows = 16;
+constexpr int kMaxSteps = static_cast<int>(kNarrowProjectionMaxK) / 16;  // k-steps of 16
+static_assert(kNarrowProjectionMaxK % 16 == 0, "K is covered by whole m16n8k16 steps");
 
-// Where tile column c's weight sits within one k's 256: lane g's columns 8g..8g+3 at 4g,
-// 8g+4..8g+7 at 128 + 4g, so each of a warp's two float4 reads per k covers 512
-// contiguous bytes (no bank conflicts).
-__device__ __forceinline__ int weight_slot(int c) { return c % 8 / 4 * (kTileColumns / 2) + c / 8 * 4 + c % 4; }
+// The slab column that n8 tile t's column n (0..7) stands for: lane group q = n / 2 of the
+// accumulator layout gets columns 8q..8q+7 across the four tiles (tile t: 8q + 2t, 8q + 2t + 1).
+__device__ __forceinline__ int slab_column(int tile, int n) { return n / 2 * 8 + tile * 2 + n % 2; }
+
+// Two consecutive bf16 of row `row` at k, k + 1 as one mma operand register; zeros past K
+// or past the last row (any row stride and alignment).
+__device__ __forceinline__ uint32_t pair(const bf16* base, int64_t stride, int64_t row, int64_t rows, int k, int K) {
+  if (row >= rows || k >= K) return 0u;
+  const bf16* p = base + row * stride + k;
+  if (k + 1 < K && reinterpret_cast<uintptr_t>(p) % 4 == 0) return *reinterpret_cast<const uint32_t*>(p);
+  const bf16 hi = k + 1 < K ? p[1] : __float2bfloat16(0.f);
+  const __nv_bfloat162 v(p[0], hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// log(1 + e) for e in [0, 1] (e = exp(−|z|) in the log-sigmoid and softplus): three terms of
+// the series below 2⁻⁷ (error below 2⁻²³ relative), the hardware logarithm above, where
+// log1p ≥ 0.0078 keeps its ~2⁻²² absolute error below 2e-5 relative. libdevice's log1pf
+// and expf made the activation the kernel's largest cost.
+__device__ __forceinline__ float log1p_unit(float e) {
+  return e < 0.0078125f ? e * (1.f - e * (0.5f - e * (1.f / 3.f))) : __logf(1.f + e);
+}
+
+// What the kernel writes for z = x·Wᵀ + bias: the forward's act(z)·scale, or the backward's
+// dz = dy·act'(z)·scale with dy read from `out` itself (in place, bf16).
+enum class Mode { forward, derivative };
+
+// activation.cuh's activate (kMode forward) or activation_derivative (derivative) for one
+// code, with the hardware exponential and logarithm (same codes, same overflow-free forms).
+template <Mode kMode, int kCode>
+__device__ __forceinline__ float activation_of(float z) {
+  if constexpr (kMode == Mode::forward) {
+    if constexpr (kCode == 1) return z * __frcp_rn(1.f + __expf(-z));
+    if constexpr (kCode == 2) return __frcp_rn(1.f + __expf(-z));
+    if constexpr (kCode == 3) return fminf(z, 0.f) - log1p_unit(__expf(-fabsf(z)));  // log σ(z)
+    if constexpr (kCode == 4) return fmaxf(z, 0.f) + log1p_unit(__expf(-fabsf(z)));  // softplus
+    return z;
+  } else {
+    if constexpr (kCode == 1) {
+      const float s = __frcp_rn(1.f + __expf(-z));
+      return s * (1.f + z * (1.f - s));
+    }
+    if constexpr (kCode == 2) {
+      const float s = __frcp_rn(1.f + __expf(-z));
+      return s * (1.f - s);
+    }
+    if constexpr (kCode == 3) return __frcp_rn(1.f + __expf(z));   // σ(−z)
+    if constexpr (kCode == 4) return __frcp_rn(1.f + __expf(-z));  // σ(z)
+    return 1.f;
+  }
+}
+
+// The same for a code known only at run time.
+template <Mode kMode>
+__device__ __forceinline__ float activation_of(float z, int code) {
+  switch (code) {
+    case 1: return activation_of<kMode, 1>(z);
+    case 2: return activation_of<kMode, 2>(z);
+    case 3: return activation_of<kMode, 3>(z);
+    case 4: return activation_of<kMode, 4>(z);
+    default: return activation_of<kMode, 0>(z);
+  }
+}
+
+// A lane's 8 columns of one row: v ← act(z)·scale (forward) or v·act'(z)·scale (derivative,
+// v holding dy). kCode ≥ 0: every column has that code (one switch per row instead of one
+// per element); −1: each column its own.
+template <Mode kMode, int kCode>
+__device__ __forceinline__ void finish(float (&v)[8], const float (&z)[8], const int (&code)[8],
+                                       const float (&scale)[8]) {
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    float f;
+    if constexpr (kCode < 0) f = activation_of<kMode>(z[j], code[j]);
+    else f = activation_of<kMode, kCode>(z[j]);
+    v[j] = (kMode == Mode::forward ? f : v[j] * f) * scale[j];
+  }
+}
+
+template <Mode kMode>
+__device__ __forceinline__ void finish(float (&v)[8], const float (&z)[8], const int (&code)[8],
+                                       const float (&scale)[8], int lane_code) {
+  switch (lane_code) {
+    case 0: return finish<kMode, 0>(v, z, code, scale);
+    case 1: return finish<kMode, 1>(v, z, code, scale);
+    case 2: return finish<kMode, 2>(v, z, code, scale);
+    case 3: return finish<kMode, 3>(v, z, code, scale);
+    case 4: return finish<kMode, 4>(v, z, code, scale);
+    default: return finish<kMode, -1>(v, z, code, scale);
+  }
+}
+
+// One row's 8 bf16 columns (`valid` of them inside the run) as f32.
+__device__ __forceinline__ void load_row(const bf16* in, float (&v)[kColumnsPerLane], int valid) {
+  if (valid == kColumnsPerLane && reinterpret_cast<uintptr_t>(in) % 16 == 0) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(in);
+    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int j = 0; j < kColumnsPerLane / 2; ++j) {
+      const float2 f = __bfloat1622float2(pairs[j]);
+      v[2 * j] = f.x, v[2 * j + 1] = f.y;
+    }
+    return;
+  }
+  for (int j = 0; j < kColumnsPerLane; ++j) v[j] = j < valid ? __bfloat162float(in[j]) : 0.f;
+}
 
 // One row's 8 columns from `out` on (`valid` of them inside the run).
 __device__ __forceinline__ void store_row(bf16* out, const float (&v)[kColumnsPerLane], int valid) {
@@ -58,106 +167,116 @@ __device__ __forceinline__ void store_row(float* out, const float (&v)[kColumnsP
   for (int j = 0; j < valid; ++j) out[j] = v[j];
 }
 
-template <class Out>
-__global__ void __launch_bounds__(kThreads) narrow_projection(int64_t M, int64_t N, int K, Rows x, Rows weight,
-                                                              MutableRows out, ColumnEpilogue columns) {
-  __shared__ __align__(16) float w[kMaxK][kTileColumns];
-  __shared__ __align__(16) float xs[kWarps][kRowsPerWarp][kMaxK];
-  const int64_t tile = int64_t(blockIdx.x) * kTileColumns;
-  const int depth = (K + 3) / 4 * 4;  // K padded with zeros to the float4 reads
-  const auto* weights = static_cast<const bf16*>(weight.data);
-  for (int e = threadIdx.x; e < depth * kTileColumns; e += kThreads) {
-    const int c = e % kTileColumns, k = e / kTileColumns;
-    const int64_t column = tile + c;
-    w[k][weight_slot(c)] = column < N && k < K ? __bfloat162float(weights[column * weight.stride + k]) : 0.f;
+// x fragment (m16 × k16 per step, row-major A layout) of the tile starting at row0.
+__device__ __forceinline__ void load_x(uint32_t (&a)[kMaxSteps][4], const bf16* x, int64_t stride, int64_t M,
+                                       int64_t row0, int K, int lane) {
+  const int64_t r = row0 + lane / 4;
+  const int k = lane % 4 * 2;
+#pragma unroll
+  for (int s = 0; s < kMaxSteps; ++s) {
+    a[s][0] = pair(x, stride, r, M, 16 * s + k, K);
+    a[s][1] = pair(x, stride, r + 8, M, 16 * s + k, K);
+    a[s][2] = pair(x, stride, r, M, 16 * s + k + 8, K);
+    a[s][3] = pair(x, stride, r + 8, M, 16 * s + k + 8, K);
   }
+}
 
-  // This lane's 8 columns: their epilogue vectors (null: no bias, identity, scale 1).
+template <class Out, Mode kMode>
+__global__ void __launch_bounds__(kThreads)
+    narrow_projection(int64_t M, int64_t N, int K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const int64_t first = tile + lane * kColumnsPerLane;
+  const int64_t slab = int64_t(blockIdx.x) * kSlabColumns;
+  const int steps = (K + 15) / 16;
+
+  // The slab's weight fragments (k16 × n8 "col" B layout: lane holds n = lane / 4 and
+  // k = 2·(lane % 4) + {0, 1}, + 8), for the columns each tile stands for; zeros past N.
+  const auto* w = static_cast<const bf16*>(weight.data);
+  uint32_t b[kMaxSteps][4][2];
+#pragma unroll
+  for (int s = 0; s < kMaxSteps; ++s)
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const int64_t column = slab + slab_column(t, lane / 4);
+      const int k = 16 * s + lane % 4 * 2;
+      b[s][t][0] = pair(w, weight.stride, column, N, k, K);
+      b[s][t][1] = pair(w, weight.stride, column, N, k + 8, K);
+    }
+
+  // This lane's 8 output columns and their epilogue vectors (null: no bias, identity, scale 1).
+  const int64_t first = slab + lane % 4 * kColumnsPerLane;
   const int valid = static_cast<int>(std::clamp<int64_t>(N - first, 0, kColumnsPerLane));
   float bias[kColumnsPerLane], scale[kColumnsPerLane];
   int code[kColumnsPerLane];
-  bool any_activation = false;
 #pragma unroll
   for (int j = 0; j < kColumnsPerLane; ++j) {
     const bool inside = j < valid;
     bias[j] = inside && columns.bias ? columns.bias[first + j] : 0.f;
     code[j] = inside && columns.code ? static_cast<int>(columns.code[first + j]) : 0;
     scale[j] = inside && columns.scale ? columns.scale[first + j] : 1.f;
-    any_activation |= code[j] != 0;
   }
-  __syncthreads();
+  // One code for all 8 columns (a lane straddles two segments only at a boundary), or −1.
+  int lane_code = code[0];
+#pragma unroll
+  for (int j = 1; j < kColumnsPerLane; ++j)
+    if (code[j] != code[0]) lane_code = -1;
 
   const auto* xg = static_cast<const bf16*>(x.data);
   auto* outg = static_cast<Out*>(out.data);
-  float(&rows)[kRowsPerWarp][kMaxK] = xs[warp];
-  for (int64_t group = int64_t(blockIdx.y) * kWarps + warp; group * kRowsPerWarp < M;
-       group += int64_t(gridDim.y) * kWarps) {
-    const int64_t row0 = group * kRowsPerWarp;
-    __syncwarp();  // the previous group's reads of `rows` are done
-    for (int e = lane; e < kRowsPerWarp * depth; e += 32) {
-      const int r = e / depth, k = e % depth;
-      rows[r][k] = row0 + r < M && k < K ? __bfloat162float(xg[(row0 + r) * x.stride + k]) : 0.f;
-    }
-    __syncwarp();
-
-    float acc[kRowsPerWarp][kColumnsPerLane] = {};
-    for (int k = 0; k < depth; k += 4) {
-      float4 xv[kRowsPerWarp];
+  const int64_t tiles = (M + kTileRows - 1) / kTileRows, step = int64_t(gridDim.y) * kWarps;
+  int64_t tile = int64_t(blockIdx.y) * kWarps + warp;
+  uint32_t a[kMaxSteps][4];
+  if (tile < tiles) load_x(a, xg, x.stride, M, tile * kTileRows, K, lane);
+  for (; tile < tiles; tile += step) {
+    float acc[4][4] = {};
 #pragma unroll
-      for (int r = 0; r < kRowsPerWarp; ++r) xv[r] = *reinterpret_cast<const float4*>(&rows[r][k]);
+    for (int s = 0; s < kMaxSteps; ++s)
+      if (s < steps)
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const float4 lo = *reinterpret_cast<const float4*>(&w[k + kk][lane * 4]);
-        const float4 hi = *reinterpret_cast<const float4*>(&w[k + kk][kTileColumns / 2 + lane * 4]);
-        const float wk[kColumnsPerLane] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-#pragma unroll
-        for (int r = 0; r < kRowsPerWarp; ++r) {
-          const float xk = kk == 0 ? xv[r].x : kk == 1 ? xv[r].y : kk == 2 ? xv[r].z : xv[r].w;
-#pragma unroll
-          for (int j = 0; j < kColumnsPerLane; ++j) acc[r][j] = fmaf(xk, wk[j], acc[r][j]);
-        }
-      }
-    }
+        for (int t = 0; t < 4; ++t) mma_bf16(acc[t], a[s], b[s][t][0], b[s][t][1]);
+    // The next tile's x while this one's activations and stores run.
+    if (tile + step < tiles) load_x(a, xg, x.stride, M, (tile + step) * kTileRows, K, lane);
 
     if (valid == 0) continue;
 #pragma unroll
-    for (int r = 0; r < kRowsPerWarp; ++r) {
-      if (row0 + r >= M) break;
-      float v[kColumnsPerLane];
+    for (int half = 0; half < 2; ++half) {
+      const int64_t row = tile * kTileRows + lane / 4 + 8 * half;
+      if (row >= M) break;
+      Out* at = outg + row * out.stride + first;
+      float z[kColumnsPerLane], v[kColumnsPerLane];
 #pragma unroll
-      for (int j = 0; j < kColumnsPerLane; ++j) {
-        const float z = acc[r][j] + bias[j];
-        v[j] = (any_activation ? proj::activate(z, code[j]) : z) * scale[j];
-      }
-      store_row(outg + (row0 + r) * out.stride + first, v, valid);
+      for (int j = 0; j < kColumnsPerLane; ++j) z[j] = acc[j / 2][2 * half + j % 2] + bias[j];
+      if constexpr (kMode == Mode::derivative) load_row(at, v, valid);
+      finish<kMode>(v, z, code, scale, lane_code);
+      store_row(at, v, valid);
     }
   }
 }
 
-// Blocks: every column tile, and enough row blocks to keep each SM at its resident count;
-// a block's warps then walk the remaining row groups, so each block stages its weights once.
-template <class Out>
+// Blocks: every 32-column slab, and as many row blocks as fill the SMs once at the resident
+// count; each warp then walks its share of the 16-row tiles with the slab's weights in
+// registers.
+template <class Out, Mode kMode = Mode::forward>
 void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns,
             void* stream) {
   if (K > kNarrowProjectionMaxK || K < 1) throw Error("seqmix: narrow projection: K outside [1, 32]");
   if (M == 0 || N == 0) return;
-  static const int resident = [] {
-    int blocks = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, narrow_projection<Out>, kThreads, 0),
-          "narrow projection: occupancy");
-    return std::max(blocks, 1);
-  }();
   int device = 0, sms = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "narrow projection: SM count");
-  const int64_t column_tiles = (N + kTileColumns - 1) / kTileColumns;
-  const int64_t row_blocks = (M + kWarps * kRowsPerWarp - 1) / (kWarps * kRowsPerWarp);
-  const int64_t wanted = std::max<int64_t>(1, int64_t(sms) * resident / column_tiles);
+  static const int resident = [] {
+    int blocks = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, narrow_projection<Out, kMode>, kThreads, 0),
+          "narrow projection: occupancy");
+    return std::max(blocks, 1);
+  }();
+  const int64_t slabs = (N + kSlabColumns - 1) / kSlabColumns;
+  const int64_t tiles = (M + kTileRows - 1) / kTileRows;
+  const int64_t row_blocks = (tiles + kWarps - 1) / kWarps;
+  // One wave: a second, partial wave of blocks made 1.55 waves at 32768 tokens (ncu).
+  const int64_t wanted = std::max<int64_t>(1, int64_t(sms) * resident / slabs);
   const int64_t row_grid = std::min({row_blocks, wanted, int64_t{65535}});
-  const dim3 grid(static_cast<unsigned>(column_tiles), static_cast<unsigned>(row_grid));
-  narrow_projection<Out><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(M, N, static_cast<int>(K), x,
+  const dim3 grid(static_cast<unsigned>(slabs), static_cast<unsigned>(row_grid));
+  narrow_projection<Out, kMode><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(M, N, static_cast<int>(K), x,
                                                                                    weight, out, columns);
   check_launch("projection chain: narrow_projection");
 }

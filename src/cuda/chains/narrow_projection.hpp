@@ -22,5 +22,13 @@ void narrow_projection_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight
 // The same with an f32 out.
 void narrow_projection_f32out(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
                               ColumnEpilogue columns, void* stream);
+// dz [M, N] ⊙= act'(x·weightᵀ + bias)·scale in place (bf16), as derivative_gemm_bf16 with dy
+// = dz, for K ≤ kNarrowProjectionMaxK: the backward's recompute of the low-rank gate.
+void narrow_derivative_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows dz,
+                            ColumnEpilogue columns, void* stream);
+// dx [M, K] = dz·weight and dweight [N, K] = dzᵀ·x (bf16, any row strides) for K ≤
+// kNarrowProjectionMaxK: the backward's two GEMMs for the low-rank gate (narrow_backward.cuh).
+void narrow_gradients_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows dz, MutableRows dx,
+                           MutableRows dweight, void* stream);
 
 }  // namespace seqmix::cuda

@@ -210,8 +210,11 @@ def output_case(layer, tokens, device="cuda", dtype=torch.bfloat16, seed=0) -> C
 
 
 def cases(quick: bool = False) -> list:
-    """Both layers' projection and output chains, bf16 on the current CUDA device, at 2048,
-    8192 and 32768 tokens (quick: 2048 and 8192)."""
-    token_counts = (2048, 8192) if quick else (2048, 8192, 32768)
+    """Both layers' projection and output chains, bf16 on the current CUDA device, at issue
+    6's token counts 2048, 8192 and 32768. The quick suite runs them all too: each case takes
+    seconds, and the acceptance holds at every token count. ``quick`` is accepted for the
+    suite's signature."""
+    del quick
+    token_counts = (2048, 8192, 32768)
     return ([projection_case(layer, t) for layer in LAYERS for t in token_counts]
             + [output_case(layer, t) for layer in OUTPUTS for t in token_counts])
