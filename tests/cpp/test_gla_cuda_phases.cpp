@@ -1,6 +1,7 @@
 // Where the GLA CUDA time goes: each launch of a forward (with either diagonal, with its
 // median time over 20 runs) and of a backward timed with events, and the forward walk's chunk
-// step split into its phases (SM cycles), at the benchmark shapes (H 16, K = V = 128, bf16).
+// step split into its phases (SM cycles), and the backward's gradient kernel's phases, at the
+// benchmark shapes (H 16, K = V = 128, bf16).
 // Printed; run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were
 // counted and the outputs are finite.
 #include <cuda_runtime.h>
@@ -46,6 +47,29 @@ void print_phases(const GlaProfile& profile) {
                 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
 }
 
+// Cycles a block of each phase of the backward's gradient kernel, and its share.
+void print_gradient_phases(const GlaProfile& profile) {
+  const uint64_t* c = profile.phase_cycles;
+  const double blocks = static_cast<double>(c[cuda::kGlaGradientBlocks]);
+  if (blocks == 0) return;
+  const char* names[] = {"loads q, k, g (+ zero A)",
+                         "A: pairs inside quads (+ barrier)",
+                         "A: walkers (+ barrier)",
+                         "A: quad and sub-chunk pairs (thread 0)",
+                         "wait for value slice 0 (+ barrier)",
+                         "value loop (dA, dv, states)",
+                         "dA stored, e^g, factors, quad operands",
+                         "dq, dk products (mma)",
+                         "token walks (dq, dk written)",
+                         "dg sums (thread 0)"};
+  double total = 0;
+  for (int i = cuda::kGlaGradientLoads; i < cuda::kGlaGradientBlocks; ++i) total += static_cast<double>(c[i]);
+  std::printf("  gradient kernel: %.0f blocks, %.0f cycles a block:\n", blocks, total / blocks);
+  for (int i = cuda::kGlaGradientLoads; i < cuda::kGlaGradientBlocks; ++i)
+    std::printf("    %-40s %8.0f cycles  %5.1f%%\n", names[i - cuda::kGlaGradientLoads],
+                static_cast<double>(c[i]) / blocks, 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
+}
+
 void profile_shape(int64_t B, int64_t T) {
   const int64_t H = 16, K = 128, V = 128;
   HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
@@ -88,12 +112,31 @@ void profile_shape(int64_t B, int64_t T) {
     else EXPECT_LT(rel_err(d_o.values(o), cuda_core_out), tolerance(DType::bf16)) << f.name << " against CUDA cores";
   }
   cuda::gla_set_forward_diagonal(diagonal_before);
+  // A split forward's pass 1 as one block a segment against in pieces (launch.cuh), side by
+  // side on the same inputs; their outputs agree.
+  if (B * H * 2 <= 132) {
+    std::vector<double> whole;
+    for (const bool pieces : {false, true, false, true}) {
+      cuda::gla_set_forward_pieces(pieces);
+      const float ms = median_ms(forward, {.reps = 20, .warmups = 3, .flush_l2 = false});
+      std::printf("  forward, pass 1 %s: median %.4f ms\n", pieces ? "in pieces" : "a block a segment", ms);
+      if (!pieces) whole = d_o.values(o);
+      else EXPECT_LT(rel_err(d_o.values(o), whole), tolerance(DType::bf16)) << "pieces against whole segments";
+    }
+    cuda::gla_set_forward_pieces(false);
+    cuda::gla_profile_start();
+    forward();
+    print_launches("pass 1 a block a segment", cuda::gla_profile_stop());
+    cuda::gla_set_forward_pieces(true);
+  }
   cuda::gla_profile_start();
   backward();
   const GlaProfile bwd = cuda::gla_profile_stop();
   print_launches("backward", bwd);
   std::printf("  (the backward's chunk-state walk)\n");
   print_phases(bwd);
+  print_gradient_phases(bwd);
+  EXPECT_GT(bwd.phase_cycles[cuda::kGlaGradientBlocks], 0u);
 
   EXPECT_FALSE(fwd.launches.empty());
   EXPECT_FALSE(bwd.launches.empty());
@@ -105,6 +148,13 @@ void profile_shape(int64_t B, int64_t T) {
 TEST(GlaCudaTiming, PhasesB8T2048) {
   SKIP_WITHOUT_CUDA_DEVICE();
   profile_shape(8, 2048);
+}
+
+// The split forward at the shape where it ties with causal attention (2 segments of 32
+// chunks a (sequence, head)): the segment pass, chain and outputs pass apart.
+TEST(GlaCudaTiming, PhasesB4T4096) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  profile_shape(4, 4096);
 }
 
 TEST(GlaCudaTiming, PhasesB1T32768) {

@@ -392,6 +392,22 @@ __device__ __forceinline__ void quad_gradient_dk(Sm& s, float (&acc)[NT][4], int
 // through the sub-chunk boundaries as the forward's scores are; the pairs within a
 // sub-chunk are left to the CUDA cores, or with kQuads only those within a 4-token quad
 // (the rest through the quad boundaries above).
+// The gradient kernel's phase clocks (profile.hpp kGlaGradient*): the timing thread adds each
+// phase's SM cycles to the device counters as it ends (a fire-and-forget atomic, kept out of
+// the next phase by reading the clock again after it). Does nothing unless profiling.
+struct GradientClock {
+  unsigned long long* counters;
+  unsigned last = 0;
+  __device__ GradientClock(unsigned long long* c, bool timer) : counters(timer ? c : nullptr) {
+    if (counters) last = static_cast<unsigned>(clock());
+  }
+  __device__ __forceinline__ void mark(int phase) {
+    if (!counters) return;
+    atomicAdd(counters + phase, static_cast<unsigned long long>(static_cast<unsigned>(clock()) - last));
+    last = static_cast<unsigned>(clock());
+  }
+};
+
 template <class E, int KD, bool kQuads>
 __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
   using Sm = GradSmem<E, KD>;
@@ -438,6 +454,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   };
 
   // A, as the forward forms it.
+  GradientClock phases(p.phase_cycles, tid == 0);
   for (int i = tid; i < kChunk * PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
   load_chunk<KD, PK>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
   load_chunk<KD, PK>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
@@ -446,17 +463,22 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   issue_slice(0, 0);  // lands while A is formed
   copy_async_wait_pending<1>();
   __syncthreads();
+  phases.mark(kGlaGradientLoads);
   if constexpr (kQuads) {
     quad_inner_scores(s, tid);
     __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
   }
+  phases.mark(kGlaGradientInner);
   decay_operands<true, Sm, kQuads>(s, tid);
   __syncthreads();
+  phases.mark(kGlaGradientWalkers);
   if constexpr (kQuads) quad_pair_scores(s, warp, lane);
   else diagonal_scores(s, warp, lane);
   pair_scores(s, warp, lane);
+  phases.mark(kGlaGradientPairs);
   copy_async_wait_all();
   __syncthreads();
+  phases.mark(kGlaGradientSlice);
   if constexpr (kQuads) {  // the raw q and k again (the quads' operands replaced them): they land during the value loop
     load_chunk<KD, PK>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
     load_chunk<KD, PK>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
@@ -503,6 +525,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     }
     __syncthreads();  // the slices are read before the next ones land (or the space is reused)
   }
+  phases.mark(kGlaGradientValues);
 
   // dA into shared memory, e^{g} in float over the released slices.
   const int r = 16 * rb + lane / 4;
@@ -545,6 +568,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     if (tid < KD) sub_chunk_factors(s, tid);
     if constexpr (kQuads) quad_gradient_operands(s, tid);
     __syncthreads();
+    phases.mark(kGlaGradientFactors);
     // dq: e^{b_{i0}} ⊙ scale·do S_0ᵀ + Σ_{J<I} dA_IJ (k ⊙ e^{b_{i0} − b})_J, for sub-chunk I = rb.
     for_each_element([&](int, int c, int nt, int e) { dq_state[nt][e] *= p.scale * s.start_of_sub[rb * KD + c]; });
     if (rb > 0)
@@ -583,6 +607,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     });
   }
   __syncthreads();
+  phases.mark(kGlaGradientProducts);
 
   // The token pairs within one block of kBlock tokens (a sub-chunk, or with kQuads a quad),
   // a thread per (key channel, side). Weights e^{b_i − b_j} are running products of e^{g}
@@ -675,6 +700,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     }
   }
   __syncthreads();
+  phases.mark(kGlaGradientWalks);
 
   // dg_t = Σ_{i≥t} (q ⊙ (dq pairs + dq state) − k ⊙ dk pairs)_i + Σ_{j<t} (k ⊙ dk state)_j
   //        + e^{b_last} Σ_v H ⊙ S_0: every term whose decay spans token t, none that cancel.
@@ -714,6 +740,8 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       }
     }
   }
+  phases.mark(kGlaGradientDecays);
+  if (phases.counters) atomicAdd(p.phase_cycles + kGlaGradientBlocks, 1ull);
 }
 
 // ---- Launch ----
@@ -770,6 +798,7 @@ void launch_backward(GlaParams p) {
   timed_launch(stream, "gla backward state gradients",
                [&] { state_grad_kernel<E, KD, VB, false><<<state_grid, kThreads, state_smem, stream>>>(p); });
 
+  p.phase_cycles = profile_counters();  // the gradient kernel's phase clocks while profiling
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));

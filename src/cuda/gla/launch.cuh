@@ -26,6 +26,29 @@ static __global__ void chain_segments_kernel(const GlaParams p) {
   }
 }
 
+// The forward's split without the last segment's pass 1 (launch_forward): slot s of
+// p.workspace gets the state entering segment s from `pieces`, the own end states and decays
+// of the pieces that cut the segments before the last one, `per_segment` a segment
+// ([N, H, (segments − 1)·per_segment, K, V] states, then [.., K] decays),
+//   S_in(0) = initial state,  S_in(s+1) = the pieces of s applied in order to S_in(s),
+// a piece applied as S ← e^{Σg over it} ⊙ S + own. One thread per state element.
+static __global__ void chain_pieces_kernel(const GlaParams p, const float* pieces, int64_t per_segment) {
+  const int64_t element = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (element >= p.K * p.V) return;
+  const int64_t pair = static_cast<int64_t>(blockIdx.z) * p.H + blockIdx.y;  // n·H + h
+  const int64_t row = element / p.V, piece_count = (p.segments - 1) * per_segment;
+  const float* decays = pieces + p.num_sequences * p.H * piece_count * p.K * p.V;
+  float S = p.initial_state ? p.initial_state[pair * p.K * p.V + element] : 0.0f;
+  for (int64_t seg = 0; seg < p.segments; ++seg) {
+    p.workspace[(pair * p.segments + seg) * p.K * p.V + element] = S;
+    if (seg + 1 == p.segments) break;
+    for (int64_t i = 0; i < per_segment; ++i) {
+      const int64_t slot = pair * piece_count + seg * per_segment + i;
+      S = decays[slot * p.K + row] * S + pieces[slot * p.K * p.V + element];
+    }
+  }
+}
+
 // The key blocks' float partials of o or dv (p.partial) summed and rounded to E into `out`;
 // a thread per two adjacent columns.
 template <class E>
@@ -139,20 +162,70 @@ void segment_entering_states(const GlaParams& p, cudaStream_t stream) {
   timed_launch(stream, "gla chain segments", [&] { chain_segments_kernel<<<grid, 256, 0, stream>>>(p); });
 }
 
+// The forward's pass 1 when split. Only the segments before the last need their own end
+// states (the last one's outputs pass ends in the final state), so pass 1 walks just those
+// chunks, cut into `per_segment` pieces a segment so that its blocks fill the SMs: at B 4,
+// T 4096, H 16 (64 (sequence, head) pairs, 2 segments of 32 chunks) 128 blocks of 16 chunks
+// instead of 128 blocks of 32, half of them for the unread last segment. The pieces need
+// per_segment · piece_chunks = segment_chunks, so the segments may get a chunk or two longer.
+struct PiecePlan {
+  int64_t per_segment = 1, piece_chunks = 0;
+};
+
+inline PiecePlan plan_pieces(GlaParams& p, int64_t value_blocks) {
+  PiecePlan plan;
+  plan.piece_chunks = p.segment_chunks;
+  const int64_t pairs = p.num_sequences * p.H * value_blocks, sms = multiprocessors();
+  const int64_t per_segment = std::min<int64_t>(sms / (pairs * (p.segments - 1)), p.segment_chunks);
+  if (per_segment < 2) return plan;
+  const int64_t piece_chunks = (p.segment_chunks + per_segment - 1) / per_segment;
+  const int64_t segment_chunks = piece_chunks * per_segment;
+  const int64_t segments = (p.max_chunks + segment_chunks - 1) / segment_chunks;
+  if (segments < 2) return plan;  // keep the split the outputs pass needs
+  p.segment_chunks = segment_chunks, p.segments = segments;
+  return {per_segment, piece_chunks};
+}
+
+// Floats of the pieces' tables (states, then decays).
+inline size_t piece_table_floats(const GlaParams& p, const PiecePlan& plan) {
+  return static_cast<size_t>(p.num_sequences * p.H * (p.segments - 1) * plan.per_segment * p.K * (p.V + 1));
+}
+
+// With p.segments > 1: the state entering each segment, into p.workspace, from the pieces'
+// own end states (a segment-ends walk over the pieces, into `pieces`) and a chain.
+template <class E, int KD, int VB>
+void piece_entering_states(const GlaParams& p, const PiecePlan& plan, float* pieces, cudaStream_t stream) {
+  GlaParams walk = p;
+  walk.segments = (p.segments - 1) * plan.per_segment;
+  walk.segment_chunks = plan.piece_chunks;
+  walk.workspace = pieces;
+  launch_pass<E, KD, VB, Pass::segment_ends>(walk, stream);
+  const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
+                  static_cast<unsigned>(p.num_sequences));
+  timed_launch(stream, "gla chain segments",
+               [&] { chain_pieces_kernel<<<grid, 256, 0, stream>>>(p, pieces, plan.per_segment); });
+}
+
 template <class E, int KD, int VB>
 void launch_forward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   p.key_blocks = p.K / KD;
   plan_segments(p, column_blocks<VB>(p));
-  // The segment tables and the key blocks' partials live only for these launches: a
-  // stream-ordered allocation from the device's pool (the public API has no workspace
+  const bool in_pieces = p.segments > 1 && gla_forward_pieces();
+  const PiecePlan pieces = in_pieces ? plan_pieces(p, column_blocks<VB>(p)) : PiecePlan{};
+  // The segment and piece tables and the key blocks' partials live only for these launches:
+  // a stream-ordered allocation from the device's pool (the public API has no workspace
   // argument for them yet).
-  const size_t table_bytes = segment_table_floats(p) * sizeof(float), bytes = table_bytes + partial_bytes(p);
+  const size_t table_bytes = segment_table_floats(p) * sizeof(float);
+  const size_t piece_bytes = in_pieces ? piece_table_floats(p, pieces) * sizeof(float) : 0;
+  const size_t bytes = table_bytes + piece_bytes + partial_bytes(p);
   void* workspace = nullptr;
   if (bytes) check(cudaMallocAsync(&workspace, bytes, stream), "gla forward workspace");
-  p.workspace = p.segments > 1 ? static_cast<float*>(workspace) : nullptr;
-  if (p.key_blocks > 1) use_partial(p, static_cast<unsigned char*>(workspace) + table_bytes, stream);
-  if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
+  auto* const base = static_cast<unsigned char*>(workspace);
+  p.workspace = p.segments > 1 ? reinterpret_cast<float*>(base) : nullptr;
+  if (p.key_blocks > 1) use_partial(p, base + table_bytes + piece_bytes, stream);
+  if (in_pieces) piece_entering_states<E, KD, VB>(p, pieces, reinterpret_cast<float*>(base + table_bytes), stream);
+  else if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
   launch_outputs<E, KD, VB>(p, stream);
   if (p.key_blocks > 1) sum_key_blocks<E>(p, p.o, stream);
   if (workspace) check(cudaFreeAsync(workspace, stream), "gla forward workspace");

@@ -102,6 +102,13 @@ inline constexpr GlaBackwardDiagonal kDefaultBackwardDiagonal = GlaBackwardDiago
 GlaBackwardDiagonal gla_backward_diagonal();
 void gla_set_backward_diagonal(GlaBackwardDiagonal diagonal);
 
+// Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
+// before the last, cut to fill the SMs) or, as the backward does, one block a segment:
+// process-wide, on unless the environment variable SEQMIX_GLA_FORWARD_PIECES is "0" when
+// first asked, or a caller (the timing tests) set it.
+bool gla_forward_pieces();
+void gla_set_forward_pieces(bool on);
+
 template <GlaDtype dtype>
 void gla_forward(const GlaParams& p);
 

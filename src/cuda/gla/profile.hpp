@@ -21,6 +21,19 @@ enum GlaPhase : int {
   kGlaPhaseAdvance,   // S ← e^{b_last} ⊙ S + k_endᵀ v, warp 0's time
   kGlaPhaseSteps,     // chunk steps counted (one per block per chunk)
   kGlaPhaseBlocks,    // blocks counted
+  // The backward's gradient kernel (one block a chunk, no walk), as its thread 0 sees them
+  // up to the barrier that ends each (the last: its own dg sums):
+  kGlaGradientLoads,     // zero A, issue q, k, g and the first value slice, wait for q, k, g
+  kGlaGradientInner,     // A: the pairs inside each quad (CUDA cores), then a barrier
+  kGlaGradientWalkers,   // A: the walkers' decayed operands, then a barrier
+  kGlaGradientPairs,     // A: the quad pairs and the sub-chunk pairs (mma), thread 0's own
+  kGlaGradientSlice,     // waiting for the first value slice (and the slowest warp's A)
+  kGlaGradientValues,    // the value loop: dA, do S_0ᵀ, v Hᵀ, dv, Σ H ⊙ S_0
+  kGlaGradientFactors,   // dA stored, e^{g} in float, sub-chunk factors, quad operands
+  kGlaGradientProducts,  // dq, dk across sub-chunks and quads on the tensor cores
+  kGlaGradientWalks,     // the token walks inside a sub-chunk or quad: dq, dk written
+  kGlaGradientDecays,    // dg's sums and stores
+  kGlaGradientBlocks,    // gradient blocks counted
   kGlaPhaseCount
 };
 

@@ -1,4 +1,5 @@
-// The process-wide choices of the forward's and the backward's diagonal (params.hpp).
+// The process-wide choices of the forward's and the backward's diagonal and of the forward's
+// pass 1 in pieces (params.hpp).
 #include <cstdlib>
 #include <cstring>
 
@@ -31,7 +32,18 @@ GlaBackwardDiagonal& current_backward_diagonal() {
   return diagonal;
 }
 
+bool& current_pieces() {
+  static bool on = [] {
+    const char* value = std::getenv("SEQMIX_GLA_FORWARD_PIECES");
+    return !(value && std::strcmp(value, "0") == 0);
+  }();
+  return on;
+}
+
 }  // namespace
+
+bool gla_forward_pieces() { return current_pieces(); }
+void gla_set_forward_pieces(bool on) { current_pieces() = on; }
 
 GlaForwardDiagonal gla_forward_diagonal() { return current_diagonal(); }
 void gla_set_forward_diagonal(GlaForwardDiagonal diagonal) { current_diagonal() = diagonal; }
