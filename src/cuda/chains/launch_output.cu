@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <tuple>
 
 #include "cuda/chains/params.hpp"
 #include "cuda/chains/scratch.cuh"
@@ -161,17 +162,93 @@ __global__ void norm_gate_backward(NormGate ng, const bf16* du, bf16* d_o, int64
   for (int j = threadIdx.x; j < ng.dv; j += blockDim.x) atomicAdd(&dw_sums[j], dw_block[j]);
 }
 
+// norm_gate_backward with 16-byte accesses and each row's o, g and du in registers (the same
+// conditions as norm_gate_forward_vec8, plus d_o, dg and du): one read of every input and one
+// write of every gradient per row. A lane's columns are the same in every row, so its share
+// of dw stays in registers over all its rows and meets the other warps' in shared memory
+// once per block. The scalar kernel read o three times and g, du and w twice, 2 bytes a
+// lane, with a shared-memory atomic per element.
+template <int kVectors>
+__global__ void norm_gate_backward_vec8(NormGate ng, const bf16* du, bf16* d_o, int64_t d_o_stride, bf16* dg,
+                                        int64_t dg_stride, float* dw_sums) {
+  extern __shared__ float dw_block[];
+  for (int j = threadIdx.x; j < ng.dv; j += blockDim.x) dw_block[j] = 0.f;
+  __syncthreads();
+  const int lane = threadIdx.x % 32;
+  float w[kVectors][8], dw[kVectors][8] = {};
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k)
+    if ((k * 32 + lane) * 8 < ng.dv) load8(ng.w + (k * 32 + lane) * 8, w[k]);
+  FOR_EACH_ROW(ng, index) {
+    const Row r = ng.row(index);
+    const int64_t t = index / ng.heads, h = index % ng.heads;
+    const int64_t at_do = t * d_o_stride + h * ng.dv, at_dg = t * dg_stride + h * ng.dv;
+    float o[kVectors][8], gate[kVectors][8], d[kVectors][8];
+    float squares = 0.f;
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      const int j = (k * 32 + lane) * 8;
+      if (j < ng.dv) {
+        load8(ng.o + r.o + j, o[k]);
+        load8(ng.g + r.g + j, gate[k]);
+        load8(du + r.dense + j, d[k]);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) squares += o[k][i] * o[k][i];
+      }
+    }
+    const float inv = rsqrtf(warp_sum(squares) / ng.dv + ng.eps);
+    // o becomes ô = o·r, d becomes a = du·SiLU(g)·w; gate becomes dg.
+    float a_dot_normed = 0.f;
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      if ((k * 32 + lane) * 8 >= ng.dv) continue;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) {
+        const float normed = o[k][i] * inv, g_in = gate[k][i], s = sigmoid(g_in), silu = g_in * s;
+        dw[k][i] += d[k][i] * silu * normed;
+        gate[k][i] = d[k][i] * normed * w[k][i] * s * (1.f + g_in * (1.f - s));
+        d[k][i] *= silu * w[k][i];
+        o[k][i] = normed;
+        a_dot_normed += d[k][i] * normed;
+      }
+    }
+    const float mean = warp_sum(a_dot_normed) / ng.dv;
+#pragma unroll
+    for (int k = 0; k < kVectors; ++k) {
+      const int j = (k * 32 + lane) * 8;
+      if (j >= ng.dv) continue;
+#pragma unroll
+      for (int i = 0; i < 8; ++i) d[k][i] = inv * (d[k][i] - o[k][i] * mean);
+      store8(dg + at_dg + j, gate[k]);
+      store8(d_o + at_do + j, d[k]);
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kVectors; ++k)
+    if ((k * 32 + lane) * 8 < ng.dv)
+#pragma unroll
+      for (int i = 0; i < 8; ++i) atomicAdd(&dw_block[(k * 32 + lane) * 8 + i], dw[k][i]);
+  __syncthreads();
+  for (int j = threadIdx.x; j < ng.dv; j += blockDim.x) atomicAdd(&dw_sums[j], dw_block[j]);
+}
+
 NormGate norm_gate(const OutputChainProblem& p) {
   return {static_cast<const bf16*>(p.o.data), static_cast<const bf16*>(p.g.data),
           static_cast<const bf16*>(p.norm_weight), p.o.stride, p.g.stride, p.tokens, static_cast<int>(p.heads),
           static_cast<int>(p.dv), p.eps};
 }
 
+bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+// Whether the 16-byte norm-gate kernels take o, g, the norm weight and u [tokens, heads·dv].
+bool vector_rows(const OutputChainProblem& p, const bf16* u) {
+  return p.dv % 8 == 0 && p.dv <= 512 && p.o.stride % 8 == 0 && p.g.stride % 8 == 0 && aligned(p.o.data) &&
+         aligned(p.g.data) && aligned(p.norm_weight) && aligned(u);
+}
+
 // u [tokens, heads·dv] in scratch.
 void normalise_and_gate(const OutputChainProblem& p, bf16* u, cudaStream_t stream) {
-  const auto aligned = [](const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; };
-  const bool vec8 = p.dv % 8 == 0 && p.dv <= 512 && p.o.stride % 8 == 0 && p.g.stride % 8 == 0 &&
-                    aligned(p.o.data) && aligned(p.g.data) && aligned(p.norm_weight) && aligned(u);
+  const bool vec8 = vector_rows(p, u);
   const unsigned blocks = grid_for(p.tokens * p.heads * 32, kThreads);
   if (vec8 && p.dv <= 256) norm_gate_forward_vec8<1><<<blocks, kThreads, 0, stream>>>(norm_gate(p), u);
   else if (vec8) norm_gate_forward_vec8<2><<<blocks, kThreads, 0, stream>>>(norm_gate(p), u);
@@ -205,9 +282,17 @@ void output_chain_backward(const OutputChainProblem& p, const OutputChainGradien
   check(cudaMemsetAsync(dw.get(), 0, p.dv * sizeof(float), stream), "output chain: dnorm_weight");
   // Few enough blocks that the per-block dw atomics stay cheap, enough to fill the device.
   const unsigned blocks = std::min(chains::grid_for(p.tokens * p.heads * 32, chains::kThreads), 1024u);
-  chains::norm_gate_backward<<<blocks, chains::kThreads, p.dv * sizeof(float), stream>>>(
-      chains::norm_gate(p), du.get(), static_cast<bf16*>(g.d_o.data), g.d_o.stride, static_cast<bf16*>(g.dg.data),
-      g.dg.stride, dw.get());
+  const auto args = std::make_tuple(chains::norm_gate(p), static_cast<const bf16*>(du.get()),
+                                    static_cast<bf16*>(g.d_o.data), g.d_o.stride, static_cast<bf16*>(g.dg.data),
+                                    g.dg.stride, dw.get());
+  const size_t shared = p.dv * sizeof(float);
+  const auto launch = [&](auto kernel) {
+    std::apply([&](auto... a) { kernel<<<blocks, chains::kThreads, shared, stream>>>(a...); }, args);
+  };
+  if (chains::vector_rows(p, u.get()) && g.d_o.stride % 8 == 0 && g.dg.stride % 8 == 0 &&
+      chains::aligned(g.d_o.data) && chains::aligned(g.dg.data) && chains::aligned(du.get()))
+    launch(p.dv <= 256 ? chains::norm_gate_backward_vec8<1> : chains::norm_gate_backward_vec8<2>);
+  else launch(chains::norm_gate_backward);
   check_launch("output chain: norm_gate_backward");
   chains::to_bf16<<<chains::grid_for(p.dv, 256), 256, 0, stream>>>(dw.get(), p.dv, static_cast<bf16*>(g.dnorm_weight));
   check_launch("output chain: dnorm_weight");
