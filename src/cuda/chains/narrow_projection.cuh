@@ -9,7 +9,8 @@
 // weight fragments stay in registers for the whole walk, and the next tile's x fragment is
 // loaded before this tile's epilogue. The slab's columns are dealt to the four n8 tiles so
 // that each lane's accumulators are 8 consecutive columns of two rows: each row leaves in one
-// 16-byte store (bf16) or two (f32), a warp writing 64 contiguous bytes per row.
+// 16-byte store (bf16) or two (f32), a warp writing 64 contiguous bytes per row. In its
+// derivative mode the same kernel is the backward's recompute: dz ⊙= act'(z)·scale in place.
 #pragma once
 
 #include <cuda_bf16.h>
