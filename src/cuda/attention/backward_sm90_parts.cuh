@@ -138,17 +138,25 @@ template <bool kMask>
 __device__ __forceinline__ void probabilities_and_grads(float (&s)[32], float (&dp)[32], const float* lse2,
                                                         const float* delta, float scale_log2, const Sequence& seq,
                                                         bool causal, int m0, int key_row0, int lane) {
+  // Elements 4g .. 4g + 3 are queries 8g + 2·(lane % 4) + {0, 1} of two key rows: their lse2
+  // and delta pairs are adjacent (8-byte aligned), one 8-byte shared load each per group.
+  float2 lse2_pair, delta_pair;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
     const int col = 8 * (i / 4) + 2 * (lane % 4) + (i & 1);  // query within the block
-    float prob = fast_exp2(s[i] * scale_log2 - lse2[col]);
+    if (i % 4 == 0) {
+      lse2_pair = *reinterpret_cast<const float2*>(lse2 + col);
+      delta_pair = *reinterpret_cast<const float2*>(delta + col);
+    }
+    const float row_lse2 = (i & 1) ? lse2_pair.y : lse2_pair.x, row_delta = (i & 1) ? delta_pair.y : delta_pair.x;
+    float prob = fast_exp2(s[i] * scale_log2 - row_lse2);
     if constexpr (kMask) {
       const int key = key_row0 + 8 * ((i >> 1) & 1), q = m0 + col;
       const bool visible = q < seq.len_q && key < seq.len_k && (!causal || key <= q + seq.len_k - seq.len_q);
       if (!visible) prob = 0.f;
     }
     s[i] = prob;
-    dp[i] = prob * (dp[i] - delta[col]);
+    dp[i] = prob * (dp[i] - row_delta);
     // Exact zeros where masked, whatever the operand rows past a sequence end hold: the
     // pingpong schedule adds whole 64-row dQ tiles, rows past a varlen sequence included.
     if constexpr (kMask) dp[i] = prob == 0.f ? 0.f : dp[i];
