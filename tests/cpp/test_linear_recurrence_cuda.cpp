@@ -5,11 +5,14 @@
 // SEQMIX_LINREC_TIMING_TRANSFERS=mma,wgmma times the chunked method with each
 // chunk-transfer product side by side, SEQMIX_LINREC_TIMING_GRADIENTS=tiles,stream every
 // method with each gradient kernel, SEQMIX_LINREC_TIMING_REWALKS=1,2 the chunked method
-// with its re-walk at one and two blocks per SM. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the
-// default) picks the chunk-transfer product for every other test.
+// with its re-walk at one and two blocks per SM, SEQMIX_LINREC_TIMING_FORWARDS=split,fused16
+// its forward in three launches and in one pass (chunks of 16) side by side (any other
+// value, e.g. "auto", times the default). SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the default) picks the chunk-transfer
+// product for every other test.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -18,6 +21,7 @@
 #include <numeric>
 #include <string>
 
+#include "cuda/linear_recurrence/params.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/linear_recurrence.hpp"
 
@@ -168,6 +172,61 @@ INSTANTIATE_TEST_SUITE_P(
         GpuCase{"CyclicReductionBf16Wide", 1, 300, 128, 64, bf16, cr}),
     case_name);
 
+// The one-pass chunked forward for vector states (SEQMIX_LINREC_CHUNKED_FORWARD=fused,
+// fused_chunked.cuh) against the oracle: chunk lengths that do not divide T, one chunk, a
+// single step, padded n, with and without an initial state, a chunk length from the
+// options, and many chunks per group (every block waits for its predecessor's state).
+struct FusedCase {
+  const char* name;
+  int64_t G, T, n;
+  DType dtype;
+  const char* setting;     // SEQMIX_LINREC_CHUNKED_FORWARD
+  int64_t chunk_size = 0;  // the option, 0: the setting's
+  bool with_state = true;
+};
+
+void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name; }
+
+class LinearRecurrenceCudaFused : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(LinearRecurrenceCudaFused, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const FusedCase f = GetParam();
+  const GpuCase c{f.name, f.G, f.T, f.n, 1, f.dtype, Method::chunked, f.with_state};
+  const GpuData d(c);
+  Results want(c), got(c);
+  run_oracle(c, d, want);
+  DeviceTensor A(d.A), b(d.b), h0(d.h0), h(got.h), final_state(got.final_state);
+  LinearRecurrenceOptions o;
+  o.method = Method::chunked;
+  o.chunk_size = f.chunk_size;
+  LinearRecurrenceInputs in{A, b};
+  if (c.with_state) in.initial_state = h0.view;
+  setenv("SEQMIX_LINREC_CHUNKED_FORWARD", f.setting, 1);
+  DeviceWorkspace ws(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, false, o));
+  linear_recurrence_forward(in, {h, final_state.view, ws.view()}, o);
+  unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
+  cuda_ok(cudaDeviceSynchronize());
+  const double tol = tolerance(c.dtype);
+  EXPECT_LT(rel_err(h.values(got.h), want.h.values()), tol) << "h";
+  EXPECT_LT(rel_err(final_state.values(got.final_state), want.final_state.values()), tol) << "final_state";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LinearRecurrenceCudaFused,
+    ::testing::Values(FusedCase{"SmallF32N64", 2, 100, 64, f32, "fused"},
+                      FusedCase{"SmallBf16N40", 3, 53, 40, bf16, "fused8"},
+                      FusedCase{"SmallF32N32NoState", 2, 37, 32, f32, "fused8", 0, false},
+                      FusedCase{"SmallBf16N64", 1, 70, 64, bf16, "fused"},
+                      FusedCase{"SmallF32N24OneChunk", 2, 11, 24, f32, "fused"},
+                      FusedCase{"SmallF32T1", 2, 1, 16, f32, "fused"},
+                      FusedCase{"SmallF32ChunkOption", 1, 29, 64, f32, "fused", 5},
+                      FusedCase{"F32ManyChunks", 16, 1500, 64, f32, "fused8"},
+                      FusedCase{"Bf16ManyChunks", 16, 1500, 64, bf16, "fused8"},
+                      FusedCase{"F32Long", 4, 4000, 64, f32, "fused32"},
+                      FusedCase{"Bf16N32Long", 8, 3001, 32, bf16, "fused16"}),
+    [](const ::testing::TestParamInfo<FusedCase>& info) { return std::string(info.param.name); });
+
 // Relative error of the states in windows of time [T/2^(k+1), T/2^k) ... and the first
 // window: how the error grows along the chain.
 std::vector<double> window_errors(const std::vector<double>& got, const std::vector<double>& want, int64_t G,
@@ -225,7 +284,14 @@ TEST_P(LinearRecurrenceCudaAccuracy, SpectralRadiusNearOne) {
     std::printf("  radius 0.999, T=%lld, n=%lld, m=%lld, %s: rel err of h in steps [0,T/16) [T/16,T/8) [T/8,T/4) "
                 "[T/4,T/2) [T/2,T); dA; db\n",
                 (long long)base.T, (long long)n, (long long)base.m, dtype_name(dtype));
-    for (Method method : {seq, chunked, scan, cr}) {
+    // The chunked method twice: as built by default, then its forward in one pass
+    // (SEQMIX_LINREC_CHUNKED_FORWARD=fused; m = 1 only, its backward the same as before).
+    const bool vector_state = base.m == 1;
+    for (int variant = 0; variant < (vector_state ? 5 : 4); ++variant) {
+      const Method method = variant < 4 ? std::array{seq, chunked, scan, cr}[variant] : chunked;
+      const bool fused = variant == 4;
+      if (fused) setenv("SEQMIX_LINREC_CHUNKED_FORWARD", "fused", 1);
+      else unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
       GpuCase c = base;
       c.method = method;
       Results got(c);
@@ -240,7 +306,7 @@ TEST_P(LinearRecurrenceCudaAccuracy, SpectralRadiusNearOne) {
       const double h_err = rel_err(got_h, want_h);
       const double dA_err = rel_err(dA.values(got.dA), want.dA.values());
       const double db_err = rel_err(db.values(got.db), want.db.values());
-      std::printf("    %-16s h %.1e (", linear_recurrence_method_name(method), h_err);
+      std::printf("    %-16s h %.1e (", fused ? "chunked (fused)" : linear_recurrence_method_name(method), h_err);
       for (double e : window_errors(got_h, want_h, base.G, base.T, n * base.m, kWindows)) std::printf(" %.1e", e);
       std::printf(" ), dA %.1e, db %.1e\n", dA_err, db_err);
       const bool tensor_chunked = method == chunked && dtype == f32;
@@ -249,6 +315,7 @@ TEST_P(LinearRecurrenceCudaAccuracy, SpectralRadiusNearOne) {
       EXPECT_LT(dA_err, bound) << linear_recurrence_method_name(method);
       EXPECT_LT(db_err, bound) << linear_recurrence_method_name(method);
     }
+    unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
   }
 }
 
@@ -372,6 +439,23 @@ TEST(LinearRecurrenceCudaPlan, ChunkedOnTensorCoresKeepsOnlySummaries) {
   }
 }
 
+// The one-pass chunked forward of a vector state runs in the chunked method's workspace:
+// whatever chunk it takes (the options' chunk size, or at least kMinFusedChunk).
+TEST(LinearRecurrenceCudaPlan, FusedForwardFitsTheChunkedWorkspace) {
+  for (int64_t G : {1, 5, 16, 64})
+    for (int64_t T : {1, 7, 100, 1024, 4096, 8192})
+      for (int64_t n : {8, 32, 40, 64})
+        for (int64_t chunk : {0, 1, 5, 8, 16, 64}) {
+          LinearRecurrenceOptions o;
+          o.method = chunked;
+          o.chunk_size = chunk;
+          const int64_t have = linear_recurrence_workspace_size(G, T, n, 1, false, o);
+          const int64_t fused_chunk = chunk > 0 ? chunk : cuda::kMinFusedChunk;
+          EXPECT_GE(have, cuda::fused_chunk_scratch_floats(G, T, n, std::min(fused_chunk, T)))
+              << G << " " << T << " " << n << " " << chunk;
+        }
+}
+
 // ---- timing (SEQMIX_LINREC_TIMING=1) ----
 
 struct TimedShape {
@@ -482,6 +566,7 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const char* transfers = std::getenv("SEQMIX_LINREC_TIMING_TRANSFERS");
     const char* gradients = std::getenv("SEQMIX_LINREC_TIMING_GRADIENTS");  // "tiles,stream"
     const char* rewalks = std::getenv("SEQMIX_LINREC_TIMING_REWALKS");      // "1,2" blocks per SM
+    const char* forwards = std::getenv("SEQMIX_LINREC_TIMING_FORWARDS");    // "split,fused16,fused32"
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);
@@ -489,7 +574,12 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
         for_each_setting("SEQMIX_LINREC_REWALK_BLOCKS", method == chunked ? rewalks : nullptr,
                          [&](const std::string& rewalk) {
           for_each_setting("SEQMIX_LINREC_CHUNK_TRANSFER", method == chunked ? transfers : nullptr,
-                           [&](const std::string& product) { time_method(method, name + product + rewalk + gradient); });
+                           [&](const std::string& product) {
+            for_each_setting("SEQMIX_LINREC_CHUNKED_FORWARD", method == chunked ? forwards : nullptr,
+                             [&](const std::string& forward) {
+              time_method(method, name + product + rewalk + forward + gradient);
+            });
+          });
         });
       });
     }

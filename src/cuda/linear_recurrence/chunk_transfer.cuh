@@ -122,9 +122,36 @@ __device__ __forceinline__ void wgmma_tf32_n72(const unsigned (&a)[4], const flo
 }
 #endif
 
-template <class T, int N, bool kTransposed, bool kWgmma>
-__device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& p, const SeqChain& c,
-                                                     float* maps_out, float* offsets_out) {
+// Step s of chain c into one stage: A_s (zeros outside n×n; nothing for the identity
+// step) and b_s, by cp.async; one commit group whether or not s is in the chunk.
+template <class Cfg, class T>
+__device__ __forceinline__ void issue_chunk_step(T* stage, const SeqChain& c, const T* A, const T* b, int64_t s,
+                                                 bool in_chunk, int n, int nm, int tid) {
+  if (in_chunk) {
+    if (!(c.identity_first && s == 0)) {
+      const T* A_s = A + s * c.a_step;
+#pragma unroll
+      for (int u = 0; u < Cfg::kPiecesPerThread; ++u) {
+        const int idx = tid + u * Cfg::kThreads, row = idx / Cfg::kPiecesPerRow;
+        const int col = (idx % Cfg::kPiecesPerRow) * Cfg::kPieceElems;
+        const bool ok = row < n && col < n;
+        copy_async<16>(stage + row * Cfg::kStrideA + col, ok ? A_s + row * n + col : A_s, ok);
+      }
+    }
+    const T* b_s = b + s * c.b_step;
+    for (int e = tid * Cfg::kPieceElems; e < nm; e += Cfg::kThreads * Cfg::kPieceElems)
+      copy_async<16>(stage + Cfg::kStageA + e, b_s + e, true);
+  }
+  copy_async_commit();
+}
+
+// The summary of chunk `chunk_index` of group g: emit(row, col, value) for every padded
+// row < N and column < N + 8 of [P | v] (columns from N: v), from the accumulators of the
+// thread that holds them. Every thread leaves the walk after a barrier that follows the
+// last read of [P | v] and of the stages, so the caller may reuse that shared memory.
+template <class T, int N, bool kTransposed, bool kWgmma, class Emit>
+__device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& p, const SeqChain& c, int64_t g,
+                                                     int64_t chunk_index, Emit&& emit) {
   using Cfg = ChunkTransferConfig<T, N, kTransposed, kWgmma>;
   constexpr int S = Cfg::kStages, NT = Cfg::kTiles, LDP = Cfg::kStrideP, LDA = Cfg::kStrideA;
   constexpr bool kExactA = sizeof(T) == 2;  // bf16 is exact in tf32
@@ -135,7 +162,7 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
   float* P_hi = reinterpret_cast<float*>(smem + S * Cfg::kStageElems * int(sizeof(T)));  // [P | v], p_index
   float* P_lo = P_hi + N * LDP;
 
-  const int64_t g = blockIdx.y, s_begin = blockIdx.x * p.chunk;
+  const int64_t s_begin = chunk_index * p.chunk;
   const int64_t len = min(p.chunk, c.steps - s_begin);
   const int n = p.n, m = p.m, tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   constexpr bool kSplitColumns = sizeof(T) == 2 && !kWgmma;
@@ -148,26 +175,9 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
   const T* b = static_cast<const T*>(c.b) + g * c.b_group;
   const int nm = n * m;
 
-  // Step i of the chunk into stage slot: A (zeros outside n×n) and b_s.
+  // Step i of the chunk into stage slot.
   auto issue = [&](int64_t i, int slot) {
-    if (i < len) {
-      const int64_t s = s_begin + i;
-      T* stage = stages + slot * Cfg::kStageElems;
-      if (!(c.identity_first && s == 0)) {
-        const T* A_s = A + s * c.a_step;
-#pragma unroll
-        for (int u = 0; u < Cfg::kPiecesPerThread; ++u) {
-          const int idx = tid + u * Cfg::kThreads, row = idx / Cfg::kPiecesPerRow;
-          const int col = (idx % Cfg::kPiecesPerRow) * Cfg::kPieceElems;
-          const bool ok = row < n && col < n;
-          copy_async<16>(stage + row * LDA + col, ok ? A_s + row * n + col : A_s, ok);
-        }
-      }
-      const T* b_s = b + s * c.b_step;
-      for (int e = tid * Cfg::kPieceElems; e < nm; e += Cfg::kThreads * Cfg::kPieceElems)
-        copy_async<16>(stage + Cfg::kStageA + e, b_s + e, true);
-    }
-    copy_async_commit();
+    issue_chunk_step<Cfg>(stages + slot * Cfg::kStageElems, c, A, b, s_begin + i, i < len, n, nm, tid);
   };
 
 #pragma unroll
@@ -278,24 +288,14 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
   }
   copy_async_wait<0>();
 
-  // The summary, unpadded.
-  float* maps = maps_out + (g * p.chunks + blockIdx.x) * int64_t(n) * n;
-  float* offsets = offsets_out + (g * p.chunks + blockIdx.x) * int64_t(nm);
 #pragma unroll
   for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
     for (int t = 0; t < kHalf; ++t) {
       if (t >= t_count) break;
 #pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int row = r0 + 16 * rt + gid + 8 * (k / 2), col = 8 * (t0 + t) + 2 * tig + (k % 2);
-        if (row >= n) continue;
-        if (t0 + t < NT - 1) {
-          if (col < n) maps[row * n + col] = acc[rt][t][k];
-        } else if (col - N < m) {
-          offsets[row * m + col - N] = acc[rt][t][k];
-        }
-      }
+      for (int k = 0; k < 4; ++k)
+        emit(r0 + 16 * rt + gid + 8 * (k / 2), 8 * (t0 + t) + 2 * tig + (k % 2), acc[rt][t][k]);
     }
 }
 
@@ -305,8 +305,20 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false>::kThreads)
   static_assert(ChunkTransferConfig<T, N, false>::kThreads == ChunkTransferConfig<T, N, true>::kThreads);
   const int z = blockIdx.z;
   const SeqChain c = p.chains[z];  // a copy: registers, not indexed parameter loads
-  if (c.transposed) chunk_transfer_block<T, N, true, kWgmma>(p, c, p.maps[z], p.offsets[z]);
-  else chunk_transfer_block<T, N, false, kWgmma>(p, c, p.maps[z], p.offsets[z]);
+  const int64_t g = blockIdx.y, chunk = blockIdx.x;
+  const int n = p.n, m = p.m;
+  float* maps = p.maps[z] + (g * p.chunks + chunk) * int64_t(n) * n;  // the summary, unpadded
+  float* offsets = p.offsets[z] + (g * p.chunks + chunk) * int64_t(n) * m;
+  const auto emit = [&](int row, int col, float value) {
+    if (row >= n) return;
+    if (col < N) {
+      if (col < n) maps[row * n + col] = value;
+    } else if (col - N < m) {
+      offsets[row * m + col - N] = value;
+    }
+  };
+  if (c.transposed) chunk_transfer_block<T, N, true, kWgmma>(p, c, g, chunk, emit);
+  else chunk_transfer_block<T, N, false, kWgmma>(p, c, g, chunk, emit);
 }
 
 template <class T, int N, bool kWgmma>

@@ -15,6 +15,7 @@
 
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/chunk_transfer.cuh"
+#include "cuda/linear_recurrence/fused_chunked.cuh"
 #include "cuda/linear_recurrence/methods.hpp"
 
 namespace seqmix::cuda::linrec {
@@ -103,6 +104,36 @@ void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G,
   }
   s.n = n, s.m = m;
   launch_sequential<T>(s, G * chunks, stream_ptr);
+}
+
+template <class T, int N, bool kWgmma>
+void launch_fused_chunk(const FusedChunkParams& p, cudaStream_t stream) {
+  const auto kernel = fused_chunk_kernel<T, N, kWgmma>;
+  const int smem = fused_chunk_smem_bytes<T, N, kWgmma>();
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+        "cudaFuncSetAttribute (fused chunks)");
+  kernel<<<static_cast<unsigned>(p.G * p.chunks), ChunkTransferConfig<T, N, false, kWgmma>::kThreads, smem, stream>>>(
+      p);
+  check_launch("linear_recurrence fused chunks");
+}
+
+template <class T>
+void solve_fused_chunked(const SeqChain& chain, int64_t G, int64_t T_len, int64_t n, int64_t chunk, float* scratch,
+                         void* stream_ptr) {
+  const auto stream = static_cast<cudaStream_t>(stream_ptr);
+  FusedChunkParams p;
+  p.chain = chain, p.chain.steps = T_len;
+  p.G = G, p.chunk = std::min(chunk, T_len), p.chunks = (T_len + p.chunk - 1) / p.chunk;
+  p.n = static_cast<int>(n);
+  float* base = scratch + (reinterpret_cast<uintptr_t>(scratch) % 8 != 0);  // 64-bit slots
+  p.states = reinterpret_cast<unsigned long long*>(base);
+  p.ticket = reinterpret_cast<unsigned*>(p.states + G * p.chunks * n);
+  check(cudaMemsetAsync(base, 0, (G * p.chunks * 2 * n + 1) * sizeof(float), stream), "cudaMemsetAsync (fused chunks)");
+  if (n <= 32) launch_fused_chunk<T, 32, false>(p, stream);
+#if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
+  else if (chunk_transfer_product() == ChunkTransferProduct::wgmma) launch_fused_chunk<T, 64, true>(p, stream);
+#endif
+  else launch_fused_chunk<T, 64, false>(p, stream);
 }
 
 }  // namespace seqmix::cuda::linrec

@@ -122,9 +122,43 @@ inline bool tensor_chunks(const LinearRecurrenceParams& p) {
   return p.method == RecurrenceMethod::chunked && chunked_on_tensor_cores(p.n, p.m);
 }
 
+// The chunked forward of a vector state on tensor cores in three launches (split:
+// summaries, the pass over them, the re-walk) or in one (fused_chunked.cuh): the fused
+// chunk length, or 0 for the split path. SEQMIX_LINREC_CHUNKED_FORWARD=split|fused|fusedL
+// (L: the chunk length, at least kMinFusedChunk; used when the caller gives no
+// chunk_size) overrides the default, read at every call so one process can time both.
+// Default, measured on the H100 (NOTES.md, version 7): one pass from 5 groups up (the
+// grid's G = 16 and 64, read from 5 up as in choose_cuda_method), 1.18–1.48× faster than
+// split at G = 16 and 64 (n 32 and 64, f32 and bf16); at one group the hand-off chain
+// (T/16 hand-offs of ~1 µs) is the whole time and split wins (0.165 against 0.248 ms at
+// T4096 n64 f32).
+inline constexpr int64_t kFusedForwardMinGroups = 5;
+
+inline int64_t fused_chunk_length(const LinearRecurrenceParams& p) {
+  if (!tensor_chunks(p) || p.m != 1) return 0;
+  bool fused = p.G >= kFusedForwardMinGroups;
+  int64_t L = kDefaultFusedChunk;
+  if (const char* value = std::getenv("SEQMIX_LINREC_CHUNKED_FORWARD")) {
+    if (std::strcmp(value, "split") == 0) fused = false;
+    if (std::strncmp(value, "fused", 5) == 0) {
+      fused = true;
+      if (value[5]) L = std::max<int64_t>(std::atoll(value + 5), kMinFusedChunk);
+    }
+  }
+  if (p.chunk_size > 0) L = p.chunk_size;
+  return fused ? std::min(L, p.T) : 0;
+}
+
 template <class T>
 void forward(const LinearRecurrenceParams& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
+  if (const int64_t fused_chunk = fused_chunk_length(p); fused_chunk > 0) {
+    const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
+    SeqChain c = forward_chain<T>(p, p.h, false);
+    c.last = p.final_state, c.last_group = p.n;
+    solve_fused_chunked<T>(c, p.G, p.T, p.n, fused_chunk, scratch.get(), p.stream);
+    return;
+  }
   if (tensor_chunks(p)) {
     const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
     SeqChain c = forward_chain<T>(p, p.h, false);

@@ -61,6 +61,18 @@ inline constexpr bool chunked_on_tensor_cores(int64_t n, int64_t m) {
   return kChunkedOnTensorCores && n <= 64 && m <= 8;
 }
 
+// The one-pass chunked forward of a vector state (fused_chunked.cuh, NOTES.md version 7):
+// its chunk length unless the caller gives one (at least kMinFusedChunk when chosen by
+// the environment), and its scratch in 4-byte words: the state after every chunk as
+// 8-byte (mark, value) words, and the ticket counter (one word spare to align the first
+// to 8 bytes in a caller's workspace).
+inline constexpr int64_t kDefaultFusedChunk = 16;
+inline constexpr int64_t kMinFusedChunk = 8;
+inline constexpr int64_t fused_chunk_scratch_floats(int64_t G, int64_t T, int64_t n, int64_t chunk) {
+  const int64_t chunks = (T + chunk - 1) / chunk;
+  return G * chunks * 2 * n + 2;
+}
+
 // Floats of workspace one call uses (0: none). The parallel methods keep float copies of
 // the maps they compose ([G, T, n, n] transitions, [G, T, n, m] offsets that become the
 // states in place); the backward also keeps the recomputed forward states. The chunked
@@ -77,7 +89,12 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
       const int64_t C = chunk_size > 0 ? chunk_size : default_chunk_size(G, T);
       const int64_t chunks = (T + C - 1) / C;
       const int64_t summaries = G * chunks * (n * n + 2 * n * m);  // per chain
-      if (chunked_on_tensor_cores(n, m)) return backward ? 2 * (summaries + states) : summaries;
+      if (chunked_on_tensor_cores(n, m)) {
+        if (backward) return 2 * (summaries + states);
+        // m = 1 may take the one-pass forward, whose chunks are C or at least kMinFusedChunk.
+        const int64_t fused = m == 1 ? fused_chunk_scratch_floats(G, T, n, C < kMinFusedChunk ? C : kMinFusedChunk) : 0;
+        return summaries > fused ? summaries : fused;
+      }
       return maps + outputs + start + G * chunks * n * m;
     }
     case RecurrenceMethod::scan: return 2 * maps + outputs + states + start;
