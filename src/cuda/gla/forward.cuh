@@ -106,7 +106,12 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
 // Each 16-token sub-chunk's g, q or k are read into registers before any of its products
 // is stored: the stores may alias the loads as far as the compiler can tell (StatePassView's
 // pointers; kQuads writes over q in place), and loads left behind stores would wait one by one.
-template <bool kOutput, class S, bool kQuads = false>
+// kRolled: the key side's walk rolled over its four sub-chunks (a quarter of the code).
+// Measured on the H100 (NOTES.md, v7): rolled, the backward's gradient kernel took 0.76× the
+// time (its walkers 11.1 k → 4.9 k cycles a block) and the state passes' walkers 4.35 k →
+// 3.5 k a step, while the forward's outputs pass took 1.035× (its diagonal phase grew): so
+// every caller rolls but the outputs pass.
+template <bool kOutput, class S, bool kQuads = false, bool kRolled = true>
 __device__ __forceinline__ void decay_operands(S& s, int tid) {
   using E = typename S::Element;
   constexpr int KD = S::kKeys, PK = S::PK;
@@ -144,8 +149,10 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
   } else {
     float to_end = 1.0f, to_sub[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // to_sub[I]: Π_{s=j+1..i0(I)} e^{g_s}
     float to_quad[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // within the sub-chunk: Π_{s=j+1..4Q} e^{g_s}
-#pragma unroll
-    for (int sub = 3; sub >= 0; --sub) {
+    // The key side's sub-chunks, latest first. The stores that depend on the sub-chunk are
+    // predicated on it, so one 16-token body serves all four (kRolled) or, unrolled, each
+    // instance loses its dead stores.
+    auto walk_sub = [&](int sub) {
       float e[kSub], k[kSub];
 #pragma unroll
       for (int tt = kSub - 1; tt >= 0; --tt) {
@@ -160,11 +167,16 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
         to_end *= e[tt];
         if constexpr (kOutput) {
 #pragma unroll
-          for (int I = sub + 1; I < 4; ++I) {
+          for (int I = 1; I < 4; ++I) {  // the later sub-chunks I > sub
+            if (I <= sub) continue;
             s.k_pair[(pair_row0(I) + t) * PK + c] = from_float<E>(k[tt] * to_sub[I]);
             to_sub[I] *= e[tt];
           }
-          if (tt == 0 && sub >= 1) to_sub[sub] = e[tt];
+          if (tt == 0) {
+#pragma unroll
+            for (int I = 1; I < 4; ++I)
+              if (I == sub) to_sub[I] = e[tt];
+          }
         }
         if constexpr (kOutput && kQuads) {
 #pragma unroll
@@ -179,6 +191,13 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
           if (tt % 4 == 0 && tt > 0) to_quad[tt / 4] = e[tt];
         }
       }
+    };
+    if constexpr (kRolled) {
+#pragma unroll 1
+      for (int sub = 3; sub >= 0; --sub) walk_sub(sub);
+    } else {
+#pragma unroll
+      for (int sub = 3; sub >= 0; --sub) walk_sub(sub);
     }
   }
 }
@@ -636,7 +655,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       phases.mark(kGlaPhaseDiagonal);
     }
     if constexpr (kOutput) {
-      decay_operands<true, Smem<E, KD, VB>, kQuads>(s, tid);
+      decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
       S.store_operand(s.state);
     } else {
       if (more) {  // into the stage the last step read
