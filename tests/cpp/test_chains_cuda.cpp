@@ -288,6 +288,53 @@ INSTANTIATE_TEST_SUITE_P(
                       NarrowCase{"Small_K13_M1000_bias_f32_launcher", 1000, 13, 13, true, true, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
+// A wide identity run with narrow gates and no bias (Gated DeltaNet's shape, scaled down):
+// above 16384 tokens the forward splits it into plain GEMMs over the identity columns and
+// an activation GEMM over the gates (widened to multiples of 8: the softplus segment starts
+// at column 196). Not Small (16392 tokens): compute-sanitizer ran this path at 1000 tokens
+// when the split had no token threshold.
+TEST(ProjectionChainCuda, WideIdentityRunSplitsAroundItsGates) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<ProjectionSegment> segments = {{196, Activation::identity, 1.0},
+                                                   {12, Activation::softplus, 1.0},
+                                                   {8, Activation::sigmoid, 1.0},
+                                                   {16, Activation::identity, 1.0}};
+  const int64_t M = 16392, K = 40, N = 232;
+  HostTensor x = uniform({M, K}, DType::bf16), weight = uniform({N, K}, DType::bf16, -0.5, 0.5);
+  const HostTensor x64 = as_f64(x), weight64 = as_f64(weight);
+  std::vector<HostTensor> want;
+  std::vector<Tensor> want_views;
+  for (const auto& seg : segments) {
+    want.emplace_back(std::vector<int64_t>{M, seg.width}, DType::f64);
+    want_views.push_back(want.back().view);
+  }
+  ProjectionChainOptions reference;
+  reference.impl = Impl::reference;
+  projection_chain_forward(x64, weight64, std::nullopt, segments, want_views, reference);
+
+  HostTensor out = poisoned({M, N}, DType::bf16);
+  DeviceTensor d_x(x), d_weight(weight), d_out(out);
+  std::vector<Tensor> views;
+  int64_t first = 0;
+  for (const auto& seg : segments) {
+    Tensor v = d_out.view;
+    v.data = static_cast<char*>(d_out.view.data) + first * 2;
+    v.shape = {M, seg.width};
+    views.push_back(v);
+    first += seg.width;
+  }
+  projection_chain_forward(d_x.view, d_weight.view, std::nullopt, segments, views);
+  const std::vector<double> got = d_out.values(out);
+  first = 0;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    std::vector<double> columns;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < segments[s].width; ++j) columns.push_back(got[i * N + first + j]);
+    EXPECT_LT(rel_err(columns, want[s].values()), tolerance(DType::bf16)) << "segment " << s;
+    first += segments[s].width;
+  }
+}
+
 // The first three segments bf16 views of one buffer, the last two (the gates) f32 views of
 // another: two runs, the second written by the f32-output GEMM.
 TEST(ProjectionChainCuda, SmallF32GateSegmentsAreASecondRun) {

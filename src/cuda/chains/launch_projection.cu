@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <utility>
+#include <vector>
 
 #include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
@@ -135,6 +137,45 @@ const bf16* element(Rows m, int64_t row, int64_t column) {
   return static_cast<const bf16*>(m.data) + row * m.stride + column;
 }
 
+// A bf16 run without bias whose activation columns are a small part of it (Gated DeltaNet:
+// 32 gate columns of 12320): the plain GEMM over the identity columns and the activation
+// GEMM over the rest, each piece widened to multiples of 8 columns (the run starts at one
+// and spans a multiple of 8; identity columns inside an activation piece get factor 1). The
+// activation GEMM's tree over the whole run cost 1.13× the plain GEMM at 32768 tokens, the
+// split 0.99× (H100, NOTES.md "Gated DeltaNet's forward"); below kSplitMinTokens the gate
+// piece's own full-depth GEMM (35–55 µs) cost as much or more than the tree, so the run
+// stays one activation GEMM there, as do runs that are mostly activations.
+constexpr int64_t kSplitMinTokens = 16384;
+
+void split_at_activations(const ProjectionChainProblem& p, const OutputRun& run, const ColumnVectors& vectors) {
+  const int64_t end = run.first + run.width;
+  std::vector<std::pair<int64_t, int64_t>> pieces;  // activation column ranges, widened and merged
+  int64_t activation_columns = 0;
+  for (const auto& s : p.segments) {
+    const int64_t a = std::max(s.offset, run.first), b = std::min(s.offset + s.width, end);
+    if (s.code == 0 || a >= b) continue;
+    const int64_t first = a / 8 * 8, last = std::min(round_up(b, 8), end);
+    if (!pieces.empty() && first <= pieces.back().second) pieces.back().second = std::max(pieces.back().second, last);
+    else pieces.emplace_back(first, last);
+  }
+  for (const auto& [a, b] : pieces) activation_columns += b - a;
+  const auto gemm = [&](int64_t first, int64_t last, bool activation) {
+    if (first >= last) return;
+    const Rows weight{element(p.weight, first, 0), p.weight.stride};
+    const MutableRows out{static_cast<bf16*>(run.out.data) + (first - run.first), run.out.stride};
+    if (activation) activation_gemm_bf16(p.tokens, last - first, p.d, p.x, weight, out, vectors.from(first), p.stream);
+    else gemm_nt_bf16(p.tokens, last - first, p.d, p.x, weight, out, p.stream);
+  };
+  if (4 * activation_columns > run.width) return gemm(run.first, end, true);
+  int64_t at = run.first;
+  for (const auto& [a, b] : pieces) {
+    gemm(at, a, false);
+    gemm(a, b, true);
+    at = b;
+  }
+  gemm(at, end, false);
+}
+
 }  // namespace
 }  // namespace seqmix::cuda::chains
 
@@ -157,6 +198,7 @@ void projection_chain_forward(const ProjectionChainProblem& p, const std::vector
       else narrow_projection_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
     } else if (run.f32) activation_gemm_bf16_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
     else if (plain) gemm_nt_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, p.stream);
+    else if (!p.bias && p.tokens > chains::kSplitMinTokens) chains::split_at_activations(p, run, *vectors);
     else activation_gemm_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
   }
 }
