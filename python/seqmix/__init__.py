@@ -6,6 +6,14 @@ tensors (CPU or CUDA, with autograd and torch.compile support through ``seqmix.t
 oracle) or ``"fast"``. Bad input raises :class:`SeqmixError` (a ``ValueError``).
 """
 
+import importlib.util as _importlib_util
+
+# torch, where installed, is loaded before the extension: on a CUDA 13 machine with torch
+# 2.11, `import torch` after seqmix's extension crashed inside torch's operator
+# registration (cause not yet found); in this order both load.
+if _importlib_util.find_spec("torch") is not None:
+    import torch as _torch  # noqa: F401
+
 from . import _C
 from ._C import SeqmixError
 from ._ops.attention import attention_backward, flash_attn_func, flash_attn_varlen_func
