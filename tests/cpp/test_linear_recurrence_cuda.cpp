@@ -172,8 +172,9 @@ INSTANTIATE_TEST_SUITE_P(
         GpuCase{"CyclicReductionBf16Wide", 1, 300, 128, 64, bf16, cr}),
     case_name);
 
-// The one-pass chunked forward for vector states (SEQMIX_LINREC_CHUNKED_FORWARD=fused,
-// fused_chunked.cuh) against the oracle: chunk lengths that do not divide T, one chunk, a
+// The chunked method's chains in one pass for vector states (SEQMIX_LINREC_CHUNKED_FORWARD=
+// fused, fused_chunked.cuh: the forward, and the backward's two chains side by side)
+// against the oracle: chunk lengths that do not divide T, one chunk, a
 // single step, padded n, with and without an initial state, a chunk length from the
 // options, and many chunks per group (every block waits for its predecessor's state).
 struct FusedCase {
@@ -189,27 +190,36 @@ void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name; }
 
 class LinearRecurrenceCudaFused : public ::testing::TestWithParam<FusedCase> {};
 
-TEST_P(LinearRecurrenceCudaFused, ForwardMatchesOracle) {
+TEST_P(LinearRecurrenceCudaFused, ForwardAndBackwardMatchOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const FusedCase f = GetParam();
   const GpuCase c{f.name, f.G, f.T, f.n, 1, f.dtype, Method::chunked, f.with_state};
   const GpuData d(c);
   Results want(c), got(c);
   run_oracle(c, d, want);
-  DeviceTensor A(d.A), b(d.b), h0(d.h0), h(got.h), final_state(got.final_state);
+  DeviceTensor A(d.A), b(d.b), h0(d.h0), dh(d.dh), d_final(d.d_final);
+  DeviceTensor h(got.h), final_state(got.final_state), dA(got.dA), db(got.db), dh0(got.dh0);
   LinearRecurrenceOptions o;
   o.method = Method::chunked;
   o.chunk_size = f.chunk_size;
   LinearRecurrenceInputs in{A, b};
   if (c.with_state) in.initial_state = h0.view;
+  LinearRecurrenceGrads grads{dA, db};
+  if (c.with_state) grads.d_initial_state = dh0.view;
   setenv("SEQMIX_LINREC_CHUNKED_FORWARD", f.setting, 1);
-  DeviceWorkspace ws(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, false, o));
-  linear_recurrence_forward(in, {h, final_state.view, ws.view()}, o);
+  DeviceWorkspace forward_ws(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, false, o));
+  DeviceWorkspace backward_ws(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, true, o));
+  linear_recurrence_forward(in, {h, final_state.view, forward_ws.view()}, o);
+  grads.workspace = backward_ws.view();
+  linear_recurrence_backward(in, dh, d_final.view, grads, o);
   unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
   cuda_ok(cudaDeviceSynchronize());
   const double tol = tolerance(c.dtype);
   EXPECT_LT(rel_err(h.values(got.h), want.h.values()), tol) << "h";
   EXPECT_LT(rel_err(final_state.values(got.final_state), want.final_state.values()), tol) << "final_state";
+  EXPECT_LT(rel_err(dA.values(got.dA), want.dA.values()), tol) << "dA";
+  EXPECT_LT(rel_err(db.values(got.db), want.db.values()), tol) << "db";
+  if (c.with_state) EXPECT_LT(rel_err(dh0.values(got.dh0), want.dh0.values()), tol) << "d_initial_state";
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -439,8 +449,8 @@ TEST(LinearRecurrenceCudaPlan, ChunkedOnTensorCoresKeepsOnlySummaries) {
   }
 }
 
-// The one-pass chunked forward of a vector state runs in the chunked method's workspace:
-// whatever chunk it takes (the options' chunk size, or at least kMinFusedChunk).
+// The one-pass chunked chains of a vector state run in the chunked method's workspace,
+// forward and backward, whatever chunk they take (the options', or at least kMinFusedChunk).
 TEST(LinearRecurrenceCudaPlan, FusedForwardFitsTheChunkedWorkspace) {
   for (int64_t G : {1, 5, 16, 64})
     for (int64_t T : {1, 7, 100, 1024, 4096, 8192})
@@ -453,6 +463,10 @@ TEST(LinearRecurrenceCudaPlan, FusedForwardFitsTheChunkedWorkspace) {
           const int64_t fused_chunk = chunk > 0 ? chunk : cuda::kMinFusedChunk;
           EXPECT_GE(have, cuda::fused_chunk_scratch_floats(G, T, n, std::min(fused_chunk, T)))
               << G << " " << T << " " << n << " " << chunk;
+          // The backward: both chains' slots after the two float state arrays.
+          const int64_t have_bwd = linear_recurrence_workspace_size(G, T, n, 1, true, o) - 2 * G * T * n;
+          EXPECT_GE(have_bwd, 2 * cuda::fused_chunk_scratch_floats(G, T, n, std::min(fused_chunk, T)))
+              << G << " " << T << " " << n << " " << chunk << " backward";
         }
 }
 

@@ -108,27 +108,30 @@ void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G,
 
 template <class T, int N, bool kWgmma>
 void launch_fused_chunk(const FusedChunkParams& p, cudaStream_t stream) {
-  const auto kernel = fused_chunk_kernel<T, N, kWgmma>;
+  const bool reverse = p.count > 1;  // the backward's two chains (float states, one transposed)
+  const auto kernel = reverse ? fused_chunk_kernel<T, N, kWgmma, true> : fused_chunk_kernel<T, N, kWgmma, false>;
   const int smem = fused_chunk_smem_bytes<T, N, kWgmma>();
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (fused chunks)");
-  kernel<<<static_cast<unsigned>(p.G * p.chunks), ChunkTransferConfig<T, N, false, kWgmma>::kThreads, smem, stream>>>(
+  kernel<<<static_cast<unsigned>(p.count * p.G * p.chunks), ChunkTransferConfig<T, N, false, kWgmma>::kThreads, smem, stream>>>(
       p);
   check_launch("linear_recurrence fused chunks");
 }
 
 template <class T>
-void solve_fused_chunked(const SeqChain& chain, int64_t G, int64_t T_len, int64_t n, int64_t chunk, float* scratch,
-                         void* stream_ptr) {
+void solve_fused_chunked(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t chunk,
+                         float* scratch, void* stream_ptr) {
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   FusedChunkParams p;
-  p.chain = chain, p.chain.steps = T_len;
+  for (int k = 0; k < count; ++k) p.chains[k] = chains[k], p.chains[k].steps = T_len;
+  p.count = count;
   p.G = G, p.chunk = std::min(chunk, T_len), p.chunks = (T_len + p.chunk - 1) / p.chunk;
   p.n = static_cast<int>(n);
   float* base = scratch + (reinterpret_cast<uintptr_t>(scratch) % 8 != 0);  // 64-bit slots
+  const int64_t slots = count * G * p.chunks * n;
   p.states = reinterpret_cast<unsigned long long*>(base);
-  p.ticket = reinterpret_cast<unsigned*>(p.states + G * p.chunks * n);
-  check(cudaMemsetAsync(base, 0, (G * p.chunks * 2 * n + 1) * sizeof(float), stream), "cudaMemsetAsync (fused chunks)");
+  p.ticket = reinterpret_cast<unsigned*>(p.states + slots);
+  check(cudaMemsetAsync(base, 0, (2 * slots + 1) * sizeof(float), stream), "cudaMemsetAsync (fused chunks)");
   if (n <= 32) launch_fused_chunk<T, 32, false>(p, stream);
 #if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
   else if (chunk_transfer_product() == ChunkTransferProduct::wgmma) launch_fused_chunk<T, 64, true>(p, stream);

@@ -1,5 +1,6 @@
-// The chunked method's forward for vector states (m = 1, n ≤ 64) in one pass, so that
-// every transition comes from memory once (NOTES.md, version 7). A block per chunk:
+// The chunked method's chains for vector states (m = 1, n ≤ 64) in one pass, so that
+// every transition comes from memory once (NOTES.md, version 7): the forward, or the
+// backward's forward and reverse-time chains side by side. A block per chunk:
 //   1. the chunk's summary [P | v] (chunk_transfer.cuh, the split path's transfer block),
 //      kept in shared memory in f32 (not for the last chunk, whose successor is none);
 //   2. the state entering the chunk, s_c, from its predecessor's slots (chunk 0: the
@@ -19,8 +20,11 @@
 namespace seqmix::cuda::linrec {
 
 struct FusedChunkParams {
-  SeqChain chain;      // the forward chain over the inputs: A, b, start, out (input type), last
-  // [G, chunks, n]: element k of the state after chunk c of group g as (1 << 32) | its
+  // One or two chains side by side (the backward's forward and reverse-time chains):
+  // A, b, start, out (float or the input type), last, transposed, identity_first.
+  SeqChain chains[2];
+  int count = 1;
+  // [count, G, chunks, n]: element k of the state after chunk c of group g as (1 << 32) | its
   // float bits once written, 0 before (zeroed before the launch, with the ticket).
   unsigned long long* states;
   unsigned* ticket;  // the next chunk to take
@@ -69,14 +73,17 @@ __device__ __forceinline__ float dot_row(const T* row, const float* x) {
   return sum;
 }
 
-template <class T, int N, bool kWgmma>
-__global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThreads)
-    fused_chunk_kernel(const FusedChunkParams p) {
-  using Cfg = ChunkTransferConfig<T, N, false, kWgmma>;
+// Chunk `chunk` of group g of chain c (z: its index in p.chains). kTransposed: the
+// backward's reverse-time chain (A_sᵀ, identity first step). kFloatStates: the
+// backward's chains, whose states go to float scratch (the forward's: the input type).
+// Both compile-time, so the forward's kernel keeps its registers (bf16: 3 blocks per SM).
+template <class T, int N, bool kTransposed, bool kWgmma, bool kFloatStates>
+__device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, const SeqChain& c, int z, int64_t chunk,
+                                                  int64_t g) {
+  using Cfg = ChunkTransferConfig<T, N, kTransposed, kWgmma>;
   constexpr int S = Cfg::kStages, LDA = Cfg::kStrideA, LDF = Cfg::kCols;
   static_assert(Cfg::kThreads == 2 * N, "two threads a row in the matvecs");
   extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ unsigned ticket;
   unsigned char* smem = smem_raw;
   if constexpr (kWgmma) smem += (1024 - static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024;
   T* stages = reinterpret_cast<T*>(smem);
@@ -86,17 +93,14 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThr
   float* state = summary + N * Cfg::kStrideP;
 
   const int tid = threadIdx.x, n = p.n;
-  if (tid == 0) ticket = atomicAdd(p.ticket, 1u);
-  __syncthreads();
-  const int64_t chunk = ticket / p.G, g = ticket % p.G;
-  const SeqChain& c = p.chain;
   const int64_t s_begin = chunk * p.chunk, len = min(p.chunk, c.steps - s_begin);
   const bool last_chunk = chunk + 1 == p.chunks;
+  unsigned long long* slots = p.states + (z * p.G + g) * p.chunks * n;  // this group's, [chunks, n]
 
   if (!last_chunk) {
     ChunkTransferParams t;
     t.chunk = p.chunk, t.chunks = p.chunks, t.n = n, t.m = 1;
-    chunk_transfer_block<T, N, false, kWgmma>(t, c, g, chunk, [&](int row, int col, float value) {
+    chunk_transfer_block<T, N, kTransposed, kWgmma>(t, c, g, chunk, [&](int row, int col, float value) {
       summary[row * LDF + col] = value;
     });
   }
@@ -104,7 +108,7 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThr
   if (tid < N) {
     float x = 0.f;
     if (tid < n) {
-      if (chunk > 0) x = wait_for(p.states + (g * p.chunks + chunk - 1) * n + tid);
+      if (chunk > 0) x = wait_for(slots + (chunk - 1) * n + tid);
       else if (c.start) x = to_float(static_cast<const T*>(c.start)[g * c.start_group + tid]);
     }
     state[tid] = x;
@@ -115,13 +119,12 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThr
   const auto pair_sum = [](float x) { return x + __shfl_xor_sync(0xffffffffu, x, 1); };
   if (!last_chunk) {  // publish s_{c+1} = P·s_c + v
     const float next = pair_sum(dot_row<float, N / 2>(summary + row * LDF + k0, state + k0)) + summary[row * LDF + N];
-    if (half == 0 && row < n) publish(p.states + (g * p.chunks + chunk) * n + row, next);
+    if (half == 0 && row < n) publish(slots + chunk * n + row, next);
   }
 
   // The re-walk: h_i = A_i·h_{i-1} + b_i from s_c, stages as in the transfer.
   const T* A = static_cast<const T*>(c.A) + g * c.a_group;
   const T* b = static_cast<const T*>(c.b) + g * c.b_group;
-  T* out = static_cast<T*>(c.out) + g * c.out_group;
 #pragma unroll
   for (int d = 0; d < S - 1; ++d)
     issue_chunk_step<Cfg>(stages + d * Cfg::kStageElems, c, A, b, s_begin + d, d < len, n, n, tid);
@@ -133,10 +136,23 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThr
                           i + S - 1 < len, n, n, tid);
     const T* stage = stages + (i % S) * Cfg::kStageElems;
     const float* h_prev = state + (i % 2) * N;
-    h = pair_sum(dot_row<T, N / 2>(stage + row * LDA + k0, h_prev + k0));
+    if (kTransposed && c.identity_first && s_begin + i == 0) {
+      h = h_prev[row];
+    } else if constexpr (kTransposed) {  // row `row` of A_sᵀ: column `row` of the stage
+      float sum = 0.f;
+#pragma unroll 8
+      for (int k = k0; k < k0 + N / 2; ++k) sum += to_float(stage[k * LDA + row]) * h_prev[k];
+      h = pair_sum(sum);
+    } else {
+      h = pair_sum(dot_row<T, N / 2>(stage + row * LDA + k0, h_prev + k0));
+    }
     if (row < n) {
       h += to_float(stage[Cfg::kStageA + row]);
-      if (half == 0) out[(s_begin + i) * c.out_step + row] = from_float<T>(h);
+      if (half == 0) {
+        const int64_t at = g * c.out_group + (s_begin + i) * c.out_step + row;
+        if constexpr (kFloatStates) static_cast<float*>(c.out)[at] = h;
+        else static_cast<T*>(c.out)[at] = from_float<T>(h);
+      }
     }
     if (half == 0) state[((i + 1) % 2) * N + row] = row < n ? h : 0.f;
   }
@@ -144,9 +160,34 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThr
   if (last_chunk && c.last && half == 0 && row < n) static_cast<T*>(c.last)[g * c.last_group + row] = from_float<T>(h);
 }
 
+// One block per (chain, group, chunk), in ticket order: chunk-major, then chain, then
+// group, so a chunk's predecessor always holds a smaller ticket. kReverse: the backward's
+// two chains (float states, one of them transposed); else the forward's one chain.
+// The bf16 wgmma kernels are held to 168 registers (no spills) so that three blocks share
+// an SM, as their ~70 KB of shared memory allows (measured forward at G16 T4096 n64:
+// 0.61 ms at 3 blocks per SM, 0.75 at 2).
+template <class T, int N, bool kWgmma>
+inline constexpr int kFusedMinBlocks = sizeof(T) == 2 && kWgmma ? 3 : 1;
+
+template <class T, int N, bool kWgmma, bool kReverse>
+__global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThreads,
+                                  kFusedMinBlocks<T, N, kWgmma>)
+    fused_chunk_kernel(const FusedChunkParams p) {
+  static_assert(ChunkTransferConfig<T, N, false, kWgmma>::kThreads == ChunkTransferConfig<T, N, true, kWgmma>::kThreads);
+  __shared__ unsigned ticket;
+  if (threadIdx.x == 0) ticket = atomicAdd(p.ticket, 1u);
+  __syncthreads();
+  const int64_t chunk = ticket / (p.count * p.G), rest = ticket % (p.count * p.G);
+  const int z = static_cast<int>(rest / p.G);
+  const int64_t g = rest % p.G;
+  const SeqChain c = z ? p.chains[1] : p.chains[0];  // constant indices: registers, not local memory
+  if (kReverse && c.transposed) fused_chunk_block<T, N, kReverse, kWgmma, kReverse>(p, c, z, chunk, g);
+  else fused_chunk_block<T, N, false, kWgmma, kReverse>(p, c, z, chunk, g);
+}
+
 template <class T, int N, bool kWgmma>
 inline constexpr int fused_chunk_smem_bytes() {
-  return ChunkTransferConfig<T, N, false, kWgmma>::smem_bytes();
+  return chunk_transfer_smem_bytes<T, N, kWgmma>();
 }
 
 }  // namespace seqmix::cuda::linrec

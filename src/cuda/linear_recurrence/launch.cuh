@@ -122,8 +122,9 @@ inline bool tensor_chunks(const LinearRecurrenceParams& p) {
   return p.method == RecurrenceMethod::chunked && chunked_on_tensor_cores(p.n, p.m);
 }
 
-// The chunked forward of a vector state on tensor cores in three launches (split:
-// summaries, the pass over them, the re-walk) or in one (fused_chunked.cuh): the fused
+// The chunked method's chains of a vector state on tensor cores (the forward's, and the
+// backward's two side by side) in three launches (split: summaries, the pass over them,
+// the re-walk) or in one (fused_chunked.cuh): the fused
 // chunk length, or 0 for the split path. SEQMIX_LINREC_CHUNKED_FORWARD=split|fused|fusedL
 // (L: the chunk length, at least kMinFusedChunk; used when the caller gives no
 // chunk_size) overrides the default, read at every call so one process can time both.
@@ -156,7 +157,7 @@ void forward(const LinearRecurrenceParams& p) {
     const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
     SeqChain c = forward_chain<T>(p, p.h, false);
     c.last = p.final_state, c.last_group = p.n;
-    solve_fused_chunked<T>(c, p.G, p.T, p.n, fused_chunk, scratch.get(), p.stream);
+    solve_fused_chunked<T>(&c, 1, p.G, p.T, p.n, fused_chunk, scratch.get(), p.stream);
     return;
   }
   if (tensor_chunks(p)) {
@@ -202,8 +203,11 @@ void backward(const LinearRecurrenceParams& p) {
     w.forward = scratch.get();
     w.reverse = w.forward + p.G * p.T * p.n * p.m;
     const SeqChain chains[2] = {forward_chain<T>(p, w.forward, true), reverse_chain<T>(p, w.reverse)};
-    solve_chunked_on_tensor_cores<T>(chains, 2, p.G, p.T, p.n, p.m, chunk_of(p), w.reverse + p.G * p.T * p.n * p.m,
-                                     p.stream);
+    float* chain_scratch = w.reverse + p.G * p.T * p.n * p.m;
+    if (const int64_t fused_chunk = fused_chunk_length(p); fused_chunk > 0)
+      solve_fused_chunked<T>(chains, 2, p.G, p.T, p.n, fused_chunk, chain_scratch, p.stream);
+    else
+      solve_chunked_on_tensor_cores<T>(chains, 2, p.G, p.T, p.n, p.m, chunk_of(p), chain_scratch, p.stream);
   } else {
     prep<T>(p, w, w.forward, false, stream);
     solve(p, w, w.forward);

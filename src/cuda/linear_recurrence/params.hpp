@@ -90,10 +90,10 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
       const int64_t chunks = (T + C - 1) / C;
       const int64_t summaries = G * chunks * (n * n + 2 * n * m);  // per chain
       if (chunked_on_tensor_cores(n, m)) {
-        if (backward) return 2 * (summaries + states);
-        // m = 1 may take the one-pass forward, whose chunks are C or at least kMinFusedChunk.
+        // m = 1 may take the one-pass chains, whose chunks are C or at least kMinFusedChunk.
         const int64_t fused = m == 1 ? fused_chunk_scratch_floats(G, T, n, C < kMinFusedChunk ? C : kMinFusedChunk) : 0;
-        return summaries > fused ? summaries : fused;
+        const int64_t per_chain = summaries > fused ? summaries : fused;
+        return backward ? 2 * (per_chain + states) : per_chain;
       }
       return maps + outputs + start + G * chunks * n * m;
     }
