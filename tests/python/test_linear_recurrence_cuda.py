@@ -21,10 +21,19 @@ def torch():
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("method", METHODS)
 def test_forward_backward_match_oracle(torch, dtype, method):
+    check_against_oracle(torch, dtype, method, G=2, T=77, n=32, m=3)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_vector_state_chunked_in_one_pass_matches_oracle(torch, dtype):
+    # From 5 groups up a vector state's chunked chains run in one pass (fused_chunked.cuh).
+    check_against_oracle(torch, dtype, "chunked", G=6, T=77, n=40, m=1)
+
+
+def check_against_oracle(torch, dtype, method, G, T, n, m):
     import seqmix
 
     dt = getattr(torch, dtype)
-    G, T, n, m = 2, 77, 32, 3
     gen = torch.Generator().manual_seed(7)
     A = (torch.rand(G, T, n, n, generator=gen, dtype=torch.float64) * 2 - 1) * 1.2 / n**0.5
     b = torch.randn(G, T, n, m, generator=gen, dtype=torch.float64)
