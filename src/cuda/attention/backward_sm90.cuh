@@ -466,8 +466,7 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   if (rows == 0) return;
 
   // Stream-ordered scratch: freed on the same stream once the postprocess has read it.
-  void* scratch = nullptr;
-  check(cudaMallocAsync(&scratch, workspace_floats(p) * sizeof(float), stream), "cudaMallocAsync(attention dQ)");
+  void* scratch = allocate_workspace(workspace_floats(p) * sizeof(float), stream);
   Workspace ws;
   ws.dq = static_cast<float*>(scratch);
   ws.lse2 = ws.dq + rows * D;
