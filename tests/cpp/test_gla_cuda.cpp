@@ -78,6 +78,13 @@ struct BackwardDiagonal {
   ~BackwardDiagonal() { cuda::gla_set_backward_diagonal(before); }
 };
 
+// Selects how the gradient kernel's token walks read their tiles for one test, and restores it.
+struct BackwardWalk {
+  cuda::GlaBackwardWalk before = cuda::gla_backward_walk();
+  explicit BackwardWalk(cuda::GlaBackwardWalk walk) { cuda::gla_set_backward_walk(walk); }
+  ~BackwardWalk() { cuda::gla_set_backward_walk(before); }
+};
+
 // The forward (output and final state) against the oracle, by the diagonal selected.
 void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
@@ -152,10 +159,20 @@ TEST_P(GlaCuda, BackwardMatchesOracle) {
   backward_matches_oracle(GetParam());
 }
 
-// The gradient kernel with the pairs of different 4-token quads on the tensor cores.
+// The gradient kernel with the pairs of different 4-token quads on the tensor cores, its
+// token walks a quad at a time.
 TEST_P(GlaCuda, BackwardTensorDiagonalMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackwardDiagonal diagonal(cuda::GlaBackwardDiagonal::tensor_cores);
+  const BackwardWalk walk(cuda::GlaBackwardWalk::quads);
+  backward_matches_oracle(GetParam());
+}
+
+// The same with the token walks a row at a time.
+TEST_P(GlaCuda, BackwardRowWalkMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const BackwardDiagonal diagonal(cuda::GlaBackwardDiagonal::tensor_cores);
+  const BackwardWalk walk(cuda::GlaBackwardWalk::rows);
   backward_matches_oracle(GetParam());
 }
 

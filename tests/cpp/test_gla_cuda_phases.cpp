@@ -145,6 +145,62 @@ void profile_shape(int64_t B, int64_t T) {
   EXPECT_TRUE(std::all_of(grad.begin(), grad.end(), [](double x) { return std::isfinite(x); }));
 }
 
+// The backward by each token walk of the gradient kernel (rows, quads), side by side on the
+// same inputs, alternated twice: medians of 20 event-timed runs after 3 warm-ups, then one
+// profiled run each (launches and the gradient kernel's phases). Asserts that the two
+// walks' gradients agree within the bf16 bound.
+void compare_backward_walks(int64_t B, int64_t T) {
+  const int64_t H = 16, K = 128, V = 128;
+  HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
+             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0),
+             d_out = uniform({B, T, H, V}, DType::bf16);
+  HostTensor dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16),
+      dg({B, T, H, K}, DType::bf16);
+  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_do(d_out), d_dq(dq), d_dk(dk), d_dv(dv), d_dg(dg);
+  GlaOptions options;
+  options.scale = 1.0 / std::sqrt(static_cast<double>(K));
+  auto backward = [&] {
+    gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
+                 options);
+  };
+  const cuda::GlaBackwardDiagonal diagonal_before = cuda::gla_backward_diagonal();
+  const cuda::GlaBackwardWalk walk_before = cuda::gla_backward_walk();
+  cuda::gla_set_backward_diagonal(cuda::GlaBackwardDiagonal::tensor_cores);
+  std::printf("gla backward B%lld T%lld H16 K128 V128 bf16 by token walk, median of 20:\n", static_cast<long long>(B),
+              static_cast<long long>(T));
+  std::vector<double> rows[4];  // dq, dk, dv, dg by the row walk
+  for (int round = 0; round < 2; ++round)
+    for (const cuda::GlaBackwardWalk walk : {cuda::GlaBackwardWalk::rows, cuda::GlaBackwardWalk::quads}) {
+      const bool by_rows = walk == cuda::GlaBackwardWalk::rows;
+      cuda::gla_set_backward_walk(walk);
+      const float ms = median_ms(backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
+      std::printf("  %s walk: median %.4f ms\n", by_rows ? "rows " : "quads", ms);
+      if (round > 0) continue;
+      cuda::gla_profile_start();
+      backward();
+      const GlaProfile profile = cuda::gla_profile_stop();
+      print_launches(by_rows ? "rows" : "quads", profile);
+      print_gradient_phases(profile);
+      const std::vector<double> got[4] = {d_dq.values(dq), d_dk.values(dk), d_dv.values(dv), d_dg.values(dg)};
+      for (int i = 0; i < 4; ++i) {
+        if (by_rows) rows[i] = got[i];
+        else EXPECT_LT(rel_err(got[i], rows[i]), tolerance(DType::bf16)) << "gradient " << i << ": quads against rows";
+      }
+    }
+  cuda::gla_set_backward_diagonal(diagonal_before);
+  cuda::gla_set_backward_walk(walk_before);
+}
+
+TEST(GlaCudaTiming, BackwardWalksB8T2048) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_backward_walks(8, 2048);
+}
+
+TEST(GlaCudaTiming, BackwardWalksB4T4096) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_backward_walks(4, 4096);
+}
+
 TEST(GlaCudaTiming, PhasesB8T2048) {
   SKIP_WITHOUT_CUDA_DEVICE();
   profile_shape(8, 2048);

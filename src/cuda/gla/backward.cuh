@@ -392,6 +392,102 @@ __device__ __forceinline__ void quad_gradient_dk(Sm& s, float (&acc)[NT][4], int
 // through the sub-chunk boundaries as the forward's scores are; the pairs within a
 // sub-chunk are left to the CUDA cores, or with kQuads only those within a 4-token quad
 // (the rest through the quad boundaries above).
+// One quad (4 tokens from `low`) as the token walks read it: the dA block of its in-quad
+// pairs (four 16-byte rows, one address for every lane), and channel c's e^{g}, q, k and the
+// two partial tiles this side finishes (dq: q_side; dk: k_pairs, k_state). Rows past the
+// sequence's end hold zeros in dA, q, k and e^{0} = 1 in e^{g}, so their terms add zero.
+struct QuadRows {
+  float dA[4][4], eg[4], q[4], k[4], first[4], second[4];
+};
+
+template <class Sm>
+__device__ __forceinline__ QuadRows read_quad(const Sm& s, int low, int c, bool dq_side, const float* q_side,
+                                              const float* k_pairs, const float* k_state) {
+  constexpr int KD = Sm::kKeys, PK = Sm::PK, PA = Sm::PA, PF = Sm::PF;
+  QuadRows x;
+#pragma unroll
+  for (int r = 0; r < 4; ++r) {
+    const int row = low + r;
+    const float4 a = *reinterpret_cast<const float4*>(s.dA + row * PA + low);
+    x.dA[r][0] = a.x, x.dA[r][1] = a.y, x.dA[r][2] = a.z, x.dA[r][3] = a.w;
+    x.eg[r] = s.u.eg[row * KD + c];
+    x.q[r] = to_float(s.q[row * PK + c]);
+    x.k[r] = to_float(s.k[row * PK + c]);
+    x.first[r] = dq_side ? q_side[row * PF + c] : k_pairs[row * PF + c];
+    x.second[r] = dq_side ? 0.0f : k_state[row * PF + c];
+  }
+  return x;
+}
+
+// dq's side of one quad (thread c < KD): rows i = low + r, partners j < i in the quad,
+//   dq_i = Σ_j dA_ij k_j e^{b_i − b_j} + q_side_i · e^{b_i − b_low} + dA_ii k_i;
+// dk's side (thread KD + c): rows j, partners i > j in the quad, r the quad's last token,
+//   dk_j = Σ_i dA_ij q_i e^{b_i − b_j} + (k_pairs_j + k_state_j) · e^{b_r − b_j} + dA_jj q_j.
+// Both leave what dg sums in the tiles, as the row walk does (same products, same order).
+template <class E, class Sm>
+__device__ __forceinline__ void finish_quad(const QuadRows& x, int low, int valid, int c, bool dq_side, E* dq,
+                                            int64_t dq_stride, E* dk, int64_t dk_stride, float* q_side,
+                                            float* k_pairs, float* k_state) {
+  constexpr int PF = Sm::PF;
+  if (dq_side) {
+    float decay = 1.0f;  // e^{b_i − b_low}
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      float pairs = 0.0f, w = 1.0f;
+#pragma unroll
+      for (int j = r - 1; j >= 0; --j) {
+        w *= x.eg[j + 1];
+        pairs += x.dA[r][j] * x.k[j] * w;
+      }
+      if (r > 0) decay *= x.eg[r];
+      const float part = pairs + x.first[r] * decay;
+      const int row = low + r;
+      if (row < valid) {
+        dq[row * dq_stride + c] = from_float<E>(part + x.dA[r][r] * x.k[r]);
+        q_side[row * PF + c] = x.q[r] * part;
+      }
+    }
+  } else {
+    float decay = 1.0f;  // e^{b_r − b_j}
+#pragma unroll
+    for (int r = 3; r >= 0; --r) {
+      float pairs = 0.0f, w = 1.0f;
+#pragma unroll
+      for (int i = r + 1; i < 4; ++i) {
+        w *= x.eg[i];
+        pairs += x.dA[i][r] * x.q[i] * w;
+      }
+      const float all_pairs = pairs + x.first[r] * decay, carried = x.second[r] * decay;
+      const int row = low + r;
+      if (row < valid) {
+        dk[row * dk_stride + c] = from_float<E>(all_pairs + carried + x.dA[r][r] * x.q[r]);
+        k_state[row * PF + c] = x.k[r] * carried;
+        k_pairs[row * PF + c] = -x.k[r] * all_pairs;
+      }
+      decay *= x.eg[r];
+    }
+  }
+}
+
+// The token walks by quads (GlaBackwardWalk::quads), threads < 2·KD: two quads a step, both
+// read before either is finished (the stores may alias the next reads for the compiler).
+template <class E, class Sm>
+__device__ __forceinline__ void quad_token_walks(const Sm& s, int valid, int tid, E* dq, int64_t dq_stride, E* dk,
+                                                 int64_t dk_stride, float* q_side, float* k_pairs, float* k_state) {
+  constexpr int KD = Sm::kKeys;
+  static_assert(offsetof(Sm, dA) % 16 == 0 && Sm::PA % 4 == 0, "dA's quad rows are 16-byte aligned");
+  if (tid >= 2 * KD) return;
+  const int c = tid % KD;
+  const bool dq_side = tid < KD;
+#pragma unroll 1
+  for (int low = 0; low < valid; low += 8) {  // low + 7 ≤ 63: both quads inside the tiles
+    const QuadRows a = read_quad(s, low, c, dq_side, q_side, k_pairs, k_state);
+    const QuadRows b = read_quad(s, low + 4, c, dq_side, q_side, k_pairs, k_state);
+    finish_quad<E, Sm>(a, low, valid, c, dq_side, dq, dq_stride, dk, dk_stride, q_side, k_pairs, k_state);
+    finish_quad<E, Sm>(b, low + 4, valid, c, dq_side, dq, dq_stride, dk, dk_stride, q_side, k_pairs, k_state);
+  }
+}
+
 // The gradient kernel's phase clocks (profile.hpp kGlaGradient*): the timing thread adds each
 // phase's SM cycles to the device counters as it ends (a fire-and-forget atomic, kept out of
 // the next phase by reading the clock again after it). Does nothing unless profiling.
@@ -408,8 +504,11 @@ struct GradientClock {
   }
 };
 
-template <class E, int KD, bool kQuads>
+// kQuadWalk (with kQuads only): the token walks by quads and the Σ H ⊙ S_0 reads 16 bytes a
+// load (params.hpp GlaBackwardWalk).
+template <class E, int KD, bool kQuads, bool kQuadWalk>
 __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
+  static_assert(kQuads || !kQuadWalk, "the quad walk takes the tensor-core diagonal");
   using Sm = GradSmem<E, KD>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
@@ -520,8 +619,21 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
                    p.scale * attention[nt][3] + carried[nt][3]);
     }
     if (tid < KD) {
+      if constexpr (kQuadWalk) {  // 8 elements a load: lanes 80 bytes apart then hit distinct banks
+        static_assert(PS % 8 == 0, "slice rows are 16-byte aligned");
+#pragma unroll
+        for (int c0 = 0; c0 < kSlice; c0 += 8) {
+          const uint4 hv = *reinterpret_cast<const uint4*>(t.H + tid * PS + c0);
+          const uint4 sv = *reinterpret_cast<const uint4*>(t.S0 + tid * PS + c0);
+          const E* const h8 = reinterpret_cast<const E*>(&hv);
+          const E* const s8 = reinterpret_cast<const E*>(&sv);
+#pragma unroll
+          for (int u = 0; u < 8; ++u) spans += to_float(h8[u]) * to_float(s8[u]);
+        }
+      } else {
 #pragma unroll 8
-      for (int c = 0; c < kSlice; ++c) spans += to_float(t.H[tid * PS + c]) * to_float(t.S0[tid * PS + c]);
+        for (int c = 0; c < kSlice; ++c) spans += to_float(t.H[tid * PS + c]) * to_float(t.S0[tid * PS + c]);
+      }
     }
     __syncthreads();  // the slices are read before the next ones land (or the space is reused)
   }
@@ -616,7 +728,10 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   // together (a loop that stopped at the sub-chunk's edge waited on each step's loads,
   // ≈ 100 cycles a step).
   constexpr int kBlock = kQuads ? 4 : kSub;
-  if (tid < 2 * KD) {
+  if constexpr (kQuadWalk) {
+    quad_token_walks(s, valid, tid, row0(p.dq, key0), p.dq.stride_time, row0(p.dk, key0), p.dk.stride_time, q_side,
+                     k_pairs, k_state);
+  } else if (tid < 2 * KD) {
     const int c = tid % KD;
     auto eg = [&](int t) { return s.u.eg[t * KD + c]; };
     auto q_at = [&](int t) { return to_float(s.q[t * PK + c]); };
@@ -802,14 +917,18 @@ void launch_backward(GlaParams p) {
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));
-  if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores) {
-    allow_shared(gradient_kernel<E, KD, true>, grad_smem, "gla backward shared memory");
+  if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores && gla_backward_walk() == GlaBackwardWalk::quads) {
+    allow_shared(gradient_kernel<E, KD, true, true>, grad_smem, "gla backward shared memory");
+    timed_launch(stream, "gla backward (tensor-core diagonal, quad walk)",
+                 [&] { gradient_kernel<E, KD, true, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  } else if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores) {
+    allow_shared(gradient_kernel<E, KD, true, false>, grad_smem, "gla backward shared memory");
     timed_launch(stream, "gla backward (tensor-core diagonal)",
-                 [&] { gradient_kernel<E, KD, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+                 [&] { gradient_kernel<E, KD, true, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
   } else {
-    allow_shared(gradient_kernel<E, KD, false>, grad_smem, "gla backward shared memory");
+    allow_shared(gradient_kernel<E, KD, false, false>, grad_smem, "gla backward shared memory");
     timed_launch(stream, "gla backward",
-                 [&] { gradient_kernel<E, KD, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+                 [&] { gradient_kernel<E, KD, false, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
   }
   if (p.key_blocks > 1) sum_key_blocks<E>(p, p.dv, stream);
 

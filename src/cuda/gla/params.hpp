@@ -102,6 +102,20 @@ inline constexpr GlaBackwardDiagonal kDefaultBackwardDiagonal = GlaBackwardDiago
 GlaBackwardDiagonal gla_backward_diagonal();
 void gla_set_backward_diagonal(GlaBackwardDiagonal diagonal);
 
+// How the gradient kernel's token walks (the pairs inside each quad, tensor-core diagonal
+// only) read their shared tiles: rows walks a row at a time, each of its three partners'
+// dA, e^{g}, q or k read again for every row; quads reads a quad's 4 × 4 dA block as four
+// 16-byte rows and its e^{g}, q and k once, then forms its four rows (backward.cuh
+// quad_token_walks). quads also reads H and S_0 eight elements a load in the value loop's
+// Σ H ⊙ S_0 (a lane per channel: 2-byte loads there conflict four ways).
+enum class GlaBackwardWalk { rows, quads };
+inline constexpr GlaBackwardWalk kDefaultBackwardWalk = GlaBackwardWalk::quads;
+
+// The token walk in use: process-wide, kDefaultBackwardWalk unless the environment variable
+// SEQMIX_GLA_BACKWARD_WALK is "rows" or "quads" when first asked, or a caller set it.
+GlaBackwardWalk gla_backward_walk();
+void gla_set_backward_walk(GlaBackwardWalk walk);
+
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:
 // process-wide, on unless the environment variable SEQMIX_GLA_FORWARD_PIECES is "0" when

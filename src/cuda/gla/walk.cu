@@ -1,5 +1,5 @@
-// The process-wide choices of the forward's and the backward's diagonal and of the forward's
-// pass 1 in pieces (params.hpp).
+// The process-wide choices of the forward's and the backward's diagonal, the backward's token
+// walk and the forward's pass 1 in pieces (params.hpp).
 #include <cstdlib>
 #include <cstring>
 
@@ -32,6 +32,16 @@ GlaBackwardDiagonal& current_backward_diagonal() {
   return diagonal;
 }
 
+GlaBackwardWalk& current_backward_walk() {
+  static GlaBackwardWalk walk = [] {
+    const char* value = std::getenv("SEQMIX_GLA_BACKWARD_WALK");
+    if (value && std::strcmp(value, "rows") == 0) return GlaBackwardWalk::rows;
+    if (value && std::strcmp(value, "quads") == 0) return GlaBackwardWalk::quads;
+    return kDefaultBackwardWalk;
+  }();
+  return walk;
+}
+
 bool& current_pieces() {
   static bool on = [] {
     const char* value = std::getenv("SEQMIX_GLA_FORWARD_PIECES");
@@ -50,5 +60,8 @@ void gla_set_forward_diagonal(GlaForwardDiagonal diagonal) { current_diagonal() 
 
 GlaBackwardDiagonal gla_backward_diagonal() { return current_backward_diagonal(); }
 void gla_set_backward_diagonal(GlaBackwardDiagonal diagonal) { current_backward_diagonal() = diagonal; }
+
+GlaBackwardWalk gla_backward_walk() { return current_backward_walk(); }
+void gla_set_backward_walk(GlaBackwardWalk walk) { current_backward_walk() = walk; }
 
 }  // namespace seqmix::cuda
