@@ -85,6 +85,14 @@ struct BackwardWalk {
   ~BackwardWalk() { cuda::gla_set_backward_walk(before); }
 };
 
+// Selects the gradient kernel's tail (dg's sums, the quad operands' walk) for one test, and
+// restores it.
+struct BackwardTail {
+  cuda::GlaBackwardTail before = cuda::gla_backward_tail();
+  explicit BackwardTail(cuda::GlaBackwardTail tail) { cuda::gla_set_backward_tail(tail); }
+  ~BackwardTail() { cuda::gla_set_backward_tail(before); }
+};
+
 // The forward (output and final state) against the oracle, by the diagonal selected.
 void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
@@ -160,11 +168,22 @@ TEST_P(GlaCuda, BackwardMatchesOracle) {
 }
 
 // The gradient kernel with the pairs of different 4-token quads on the tensor cores, its
-// token walks a quad at a time.
+// token walks a quad at a time, dg summed on one thread a key channel (the default).
 TEST_P(GlaCuda, BackwardTensorDiagonalMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackwardDiagonal diagonal(cuda::GlaBackwardDiagonal::tensor_cores);
   const BackwardWalk walk(cuda::GlaBackwardWalk::quads);
+  const BackwardTail tail(cuda::GlaBackwardTail::narrow);
+  backward_matches_oracle(GetParam());
+}
+
+// The same with the wide tail: dg summed on every thread, the quad operands read a sub-chunk
+// before they are stored.
+TEST_P(GlaCuda, BackwardWideTailMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const BackwardDiagonal diagonal(cuda::GlaBackwardDiagonal::tensor_cores);
+  const BackwardWalk walk(cuda::GlaBackwardWalk::quads);
+  const BackwardTail tail(cuda::GlaBackwardTail::wide);
   backward_matches_oracle(GetParam());
 }
 

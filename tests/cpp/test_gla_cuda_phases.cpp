@@ -1,7 +1,8 @@
 // Where the GLA CUDA time goes: each launch of a forward (with either diagonal, with its
 // median time over 20 runs) and of a backward timed with events, and the forward walk's chunk
 // step split into its phases (SM cycles), and the backward's gradient kernel's phases, at the
-// benchmark shapes (H 16, K = V = 128, bf16).
+// benchmark shapes (H 16, K = V = 128, bf16); and the backward by each form of its gradient
+// kernel (token walk, tail) side by side.
 // Printed; run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were
 // counted and the outputs are finite.
 #include <cuda_runtime.h>
@@ -145,10 +146,11 @@ void profile_shape(int64_t B, int64_t T) {
   EXPECT_TRUE(std::all_of(grad.begin(), grad.end(), [](double x) { return std::isfinite(x); }));
 }
 
-// The backward by each token walk of the gradient kernel (rows, quads), side by side on the
-// same inputs, alternated twice: medians of 20 event-timed runs after 3 warm-ups, then one
-// profiled run each (launches and the gradient kernel's phases). Asserts that the two
-// walks' gradients agree within the bf16 bound.
+// The backward by each form of the gradient kernel (token walk by rows; by quads with the
+// narrow tail; by quads with the wide tail), side by side on the same inputs, alternated
+// twice: medians of 20 event-timed runs after 3 warm-ups, then one profiled run each
+// (launches and the gradient kernel's phases). Asserts that their gradients agree within
+// the bf16 bound.
 void compare_backward_walks(int64_t B, int64_t T) {
   const int64_t H = 16, K = 128, V = 128;
   HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
@@ -165,30 +167,40 @@ void compare_backward_walks(int64_t B, int64_t T) {
   };
   const cuda::GlaBackwardDiagonal diagonal_before = cuda::gla_backward_diagonal();
   const cuda::GlaBackwardWalk walk_before = cuda::gla_backward_walk();
+  const cuda::GlaBackwardTail tail_before = cuda::gla_backward_tail();
   cuda::gla_set_backward_diagonal(cuda::GlaBackwardDiagonal::tensor_cores);
-  std::printf("gla backward B%lld T%lld H16 K128 V128 bf16 by token walk, median of 20:\n", static_cast<long long>(B),
-              static_cast<long long>(T));
-  std::vector<double> rows[4];  // dq, dk, dv, dg by the row walk
+  struct Form {
+    const char* name;
+    cuda::GlaBackwardWalk walk;
+    cuda::GlaBackwardTail tail;
+  };
+  const Form forms[] = {{"rows", cuda::GlaBackwardWalk::rows, cuda::GlaBackwardTail::narrow},
+                        {"quads, narrow tail", cuda::GlaBackwardWalk::quads, cuda::GlaBackwardTail::narrow},
+                        {"quads, wide tail", cuda::GlaBackwardWalk::quads, cuda::GlaBackwardTail::wide}};
+  std::printf("gla backward B%lld T%lld H16 K128 V128 bf16 by gradient kernel form, median of 20:\n",
+              static_cast<long long>(B), static_cast<long long>(T));
+  std::vector<double> first[4];  // dq, dk, dv, dg of the first form
   for (int round = 0; round < 2; ++round)
-    for (const cuda::GlaBackwardWalk walk : {cuda::GlaBackwardWalk::rows, cuda::GlaBackwardWalk::quads}) {
-      const bool by_rows = walk == cuda::GlaBackwardWalk::rows;
-      cuda::gla_set_backward_walk(walk);
+    for (const Form& form : forms) {
+      cuda::gla_set_backward_walk(form.walk);
+      cuda::gla_set_backward_tail(form.tail);
       const float ms = median_ms(backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
-      std::printf("  %s walk: median %.4f ms\n", by_rows ? "rows " : "quads", ms);
+      std::printf("  %-18s median %.4f ms\n", form.name, ms);
       if (round > 0) continue;
       cuda::gla_profile_start();
       backward();
       const GlaProfile profile = cuda::gla_profile_stop();
-      print_launches(by_rows ? "rows" : "quads", profile);
+      print_launches(form.name, profile);
       print_gradient_phases(profile);
       const std::vector<double> got[4] = {d_dq.values(dq), d_dk.values(dk), d_dv.values(dv), d_dg.values(dg)};
       for (int i = 0; i < 4; ++i) {
-        if (by_rows) rows[i] = got[i];
-        else EXPECT_LT(rel_err(got[i], rows[i]), tolerance(DType::bf16)) << "gradient " << i << ": quads against rows";
+        if (&form == forms) first[i] = got[i];
+        else EXPECT_LT(rel_err(got[i], first[i]), tolerance(DType::bf16)) << "gradient " << i << ": " << form.name;
       }
     }
   cuda::gla_set_backward_diagonal(diagonal_before);
   cuda::gla_set_backward_walk(walk_before);
+  cuda::gla_set_backward_tail(tail_before);
 }
 
 TEST(GlaCudaTiming, BackwardWalksB8T2048) {

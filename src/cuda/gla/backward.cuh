@@ -270,8 +270,10 @@ __host__ __device__ constexpr int quad_operand_row(int I, int width, int index) 
 // tiles: the quad operands above and the factors moving the sub-chunk-level parts to the
 // quad edges, quad_factors()[(4I + Q)·KD + c] = e^{b_{4Q} − b_{i0}} and
 // [(16 + 4I + P)·KD + c] = e^{b_end − b_{4P+3}}. Role 0 walks each sub-chunk forwards (dk's
-// queries), role 1 backwards (dq's keys).
-template <class Sm>
+// queries), role 1 backwards (dq's keys). kReadFirst: each sub-chunk's e^{g} and q or k are
+// read into registers before any of its stores (the stores may alias them for the compiler,
+// and each token's loads would otherwise wait behind the last token's stores).
+template <class Sm, bool kReadFirst = false>
 __device__ __forceinline__ void quad_gradient_operands(Sm& s, int tid) {
   using E = typename Sm::Element;
   constexpr int KD = Sm::kKeys, PK = Sm::PK;
@@ -279,17 +281,36 @@ __device__ __forceinline__ void quad_gradient_operands(Sm& s, int tid) {
   const int c = tid % KD;
   float* const to_quad_start = s.quad_factors();
   float* const from_quad_end = to_quad_start + 16 * KD;
-  auto eg = [&](int t) { return s.u.eg[t * KD + c]; };
+  auto eg_global = [&](int t) { return s.u.eg[t * KD + c]; };
+  float e_sub[kSub], x_sub[kSub];  // kReadFirst: the sub-chunk's e^{g} and q (role 0) or k (role 1)
+  auto read_sub = [&](int I, const E* x) {
+    if constexpr (kReadFirst) {
+#pragma unroll
+      for (int tt = 0; tt < kSub; ++tt) {
+        e_sub[tt] = eg_global(kSub * I + tt);
+        x_sub[tt] = to_float(x[(kSub * I + tt) * PK + c]);
+      }
+    }
+  };
+  // Token tt of sub-chunk I (tt a compile-time index once unrolled: the arrays stay in registers).
+  auto eg = [&](int I, int tt) {
+    if constexpr (kReadFirst) return e_sub[tt];
+    else return eg_global(kSub * I + tt);
+  };
+  auto x_at = [&](const E* x, int I, int tt) {
+    if constexpr (kReadFirst) return x_sub[tt];
+    else return to_float(x[(kSub * I + tt) * PK + c]);
+  };
   if (tid < KD) {
     E* const queries = s.dk_quad_queries();
 #pragma unroll 1
     for (int I = 0; I < 4; ++I) {
+      read_sub(I, s.q);
       float from_first = 1.0f;                    // e^{b_t − b_{i0}}
       float from_end[3] = {0.0f, 0.0f, 0.0f};     // e^{b_t − b_{4P+3}} for t > 4P + 3
 #pragma unroll
       for (int tt = 0; tt < kSub; ++tt) {
-        const int t = kSub * I + tt;
-        const float e = eg(t), q = to_float(s.q[t * PK + c]);
+        const float e = eg(I, tt), q = x_at(s.q, I, tt);
         if (tt > 0) from_first *= e;
         if (tt % 4 == 0) to_quad_start[(4 * I + tt / 4) * KD + c] = from_first;
 #pragma unroll
@@ -305,20 +326,20 @@ __device__ __forceinline__ void quad_gradient_operands(Sm& s, int tid) {
     E* const keys = s.dq_quad_keys();
 #pragma unroll 1
     for (int I = 0; I < 4; ++I) {
+      read_sub(I, s.k);
       float to_last = 1.0f;                          // e^{b_end − b_t}
       float to_quad[4] = {0.0f, 0.0f, 0.0f, 0.0f};  // e^{b_{4Q} − b_t} for t < 4Q
 #pragma unroll
       for (int tt = kSub - 1; tt >= 0; --tt) {
-        const int t = kSub * I + tt;
         if (tt % 4 == 3) from_quad_end[(4 * I + tt / 4) * KD + c] = to_last;
-        const float k = to_float(s.k[t * PK + c]);
+        const float k = x_at(s.k, I, tt);
 #pragma unroll
         for (int Q = 1; Q < 4; ++Q) {
           if (tt >= 4 * Q) continue;
-          to_quad[Q] = tt == 4 * Q - 1 ? eg(kSub * I + 4 * Q) : to_quad[Q] * eg(t + 1);
+          to_quad[Q] = tt == 4 * Q - 1 ? eg(I, 4 * Q) : to_quad[Q] * eg(I, tt + 1);
           keys[quad_operand_row(I, Q, tt) * PK + c] = from_float<E>(k * to_quad[Q]);
         }
-        to_last *= eg(t);
+        to_last *= eg(I, tt);
       }
     }
   }
@@ -488,6 +509,67 @@ __device__ __forceinline__ void quad_token_walks(const Sm& s, int valid, int tid
   }
 }
 
+// dg with every thread of the block (GlaBackwardTail::wide): kParts = kThreads / KD threads a
+// channel, each a run of kChunk / kParts tokens. Each run's totals go through the e^{g} tile's
+// bytes (free once the token walks are done), then each thread sums its run from the totals
+// of the runs after it (the suffix sums) and before it (the prefix sums of k ⊙ dk state):
+// the sums of the narrow form, regrouped by run. Every thread calls it (one barrier).
+template <class E, class Sm>
+__device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid, float spans, E* dg,
+                                                       int64_t dg_stride, const float* q_side, float* k_pairs,
+                                                       const float* k_state) {
+  constexpr int KD = Sm::kKeys, PF = Sm::PF, kParts = kThreads / KD, kRun = kChunk / kParts;
+  static_assert(kThreads % KD == 0 && kChunk % kParts == 0 && kRun % kSub == 0, "runs of whole sub-chunks");
+  static_assert((2 * kParts + 1) * KD <= kChunk * KD, "the run totals fit in the e^{g} tile");
+  const int c = tid % KD, part = tid / KD, lo = part * kRun, hi = min(lo + kRun, valid);
+  float* const run_after = s.u.eg;                 // [kParts][KD]: Σ over the run of q_side + k_pairs
+  float* const run_state = s.u.eg + kParts * KD;   // [kParts][KD]: Σ over the run of k_state
+  float* const channel_spans = s.u.eg + 2 * kParts * KD;  // e^{b_last} Σ_v H ⊙ S_0 (part 0 holds it)
+  float after = 0.0f, state = 0.0f;
+#pragma unroll 8
+  for (int t = lo; t < hi; ++t) {
+    after += q_side[t * PF + c] + k_pairs[t * PF + c];
+    state += k_state[t * PF + c];
+  }
+  run_after[part * KD + c] = after;
+  run_state[part * KD + c] = state;
+  if (part == 0) channel_spans[c] = spans;
+  __syncthreads();
+  after = 0.0f;
+  float before = 0.0f;
+  for (int later = kParts - 1; later > part; --later) after += run_after[later * KD + c];
+  for (int earlier = 0; earlier < part; ++earlier) before += run_state[earlier * KD + c];
+  const float span_term = channel_spans[c];
+  for (int top = hi - 1; top >= lo; top -= kSub) {  // 16 tokens at a time, read before stored
+    float q_part[kSub], k_part[kSub];
+#pragma unroll
+    for (int u = 0; u < kSub; ++u) {
+      const int t = max(top - u, lo);
+      q_part[u] = q_side[t * PF + c], k_part[u] = k_pairs[t * PF + c];
+    }
+#pragma unroll
+    for (int u = 0; u < kSub; ++u) {
+      if (top - u < lo) break;
+      after += q_part[u] + k_part[u];
+      k_pairs[(top - u) * PF + c] = after;
+    }
+  }
+  for (int t0 = lo; t0 < hi; t0 += kSub) {
+    float summed[kSub], carried[kSub];
+#pragma unroll
+    for (int u = 0; u < kSub; ++u) {
+      const int t = min(t0 + u, hi - 1);
+      summed[u] = k_pairs[t * PF + c], carried[u] = k_state[t * PF + c];
+    }
+#pragma unroll
+    for (int u = 0; u < kSub; ++u) {
+      if (t0 + u >= hi) break;
+      dg[(t0 + u) * dg_stride + c] = from_float<E>(summed[u] + before + span_term);
+      before += carried[u];
+    }
+  }
+}
+
 // The gradient kernel's phase clocks (profile.hpp kGlaGradient*): the timing thread adds each
 // phase's SM cycles to the device counters as it ends (a fire-and-forget atomic, kept out of
 // the next phase by reading the clock again after it). Does nothing unless profiling.
@@ -505,10 +587,12 @@ struct GradientClock {
 };
 
 // kQuadWalk (with kQuads only): the token walks by quads and the Σ H ⊙ S_0 reads 16 bytes a
-// load (params.hpp GlaBackwardWalk).
-template <class E, int KD, bool kQuads, bool kQuadWalk>
+// load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
+// thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
+template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false>
 __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
   static_assert(kQuads || !kQuadWalk, "the quad walk takes the tensor-core diagonal");
+  static_assert(kQuadWalk || !kWideTail, "the wide tail comes with the quad walk");
   using Sm = GradSmem<E, KD>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
@@ -678,7 +762,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   {
     __syncthreads();  // e^{g} is in (and with kQuads the raw q, k)
     if (tid < KD) sub_chunk_factors(s, tid);
-    if constexpr (kQuads) quad_gradient_operands(s, tid);
+    if constexpr (kQuads) quad_gradient_operands<Sm, kWideTail>(s, tid);
     __syncthreads();
     phases.mark(kGlaGradientFactors);
     // dq: e^{b_{i0}} ⊙ scale·do S_0ᵀ + Σ_{J<I} dA_IJ (k ⊙ e^{b_{i0} − b})_J, for sub-chunk I = rb.
@@ -821,7 +905,9 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   //        + e^{b_last} Σ_v H ⊙ S_0: every term whose decay spans token t, none that cancel.
   // 16 tokens at a time, read before any is stored (the stores may alias the loads for the
   // compiler, and each token's load would otherwise wait behind the last token's store).
-  if (tid < KD) {
+  if constexpr (kWideTail) {
+    decay_gradient_by_runs(s, valid, tid, spans, row0(p.dg, key0), p.dg.stride_time, q_side, k_pairs, k_state);
+  } else if (tid < KD) {
     const int c = tid;
     E* const dg = row0(p.dg, key0);
     float after = 0.0f;
@@ -917,7 +1003,13 @@ void launch_backward(GlaParams p) {
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));
-  if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores && gla_backward_walk() == GlaBackwardWalk::quads) {
+  const bool quad_walk =
+      gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores && gla_backward_walk() == GlaBackwardWalk::quads;
+  if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide) {
+    allow_shared(gradient_kernel<E, KD, true, true, true>, grad_smem, "gla backward shared memory");
+    timed_launch(stream, "gla backward (quad walk, wide tail)",
+                 [&] { gradient_kernel<E, KD, true, true, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  } else if (quad_walk) {
     allow_shared(gradient_kernel<E, KD, true, true>, grad_smem, "gla backward shared memory");
     timed_launch(stream, "gla backward (tensor-core diagonal, quad walk)",
                  [&] { gradient_kernel<E, KD, true, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });

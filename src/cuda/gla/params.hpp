@@ -109,12 +109,27 @@ void gla_set_backward_diagonal(GlaBackwardDiagonal diagonal);
 // quad_token_walks). quads also reads H and S_0 eight elements a load in the value loop's
 // Σ H ⊙ S_0 (a lane per channel: 2-byte loads there conflict four ways).
 enum class GlaBackwardWalk { rows, quads };
+// Quads by default: on the H100 the gradient kernel took 0.986 ms with them against 1.178 ms
+// by rows (B8 T2048 H16 K=V=128 bf16, one process; NOTES.md v8).
 inline constexpr GlaBackwardWalk kDefaultBackwardWalk = GlaBackwardWalk::quads;
 
 // The token walk in use: process-wide, kDefaultBackwardWalk unless the environment variable
 // SEQMIX_GLA_BACKWARD_WALK is "rows" or "quads" when first asked, or a caller set it.
 GlaBackwardWalk gla_backward_walk();
 void gla_set_backward_walk(GlaBackwardWalk walk);
+
+// The gradient kernel's tail with the quad walk: narrow sums dg on one thread a key channel
+// (4 warps at K = 128) over the chunk's 64 tokens, and walks the quad operands reading each
+// token as it goes; wide sums dg on every thread (runs of 32 tokens at K = 128, 16 at K = 64,
+// joined through shared totals) and reads each sub-chunk before the quad operands' stores.
+enum class GlaBackwardTail { narrow, wide };
+// Narrow by default: the wide tail has not run on a GPU yet (NOTES.md v9).
+inline constexpr GlaBackwardTail kDefaultBackwardTail = GlaBackwardTail::narrow;
+
+// The tail in use: process-wide, kDefaultBackwardTail unless the environment variable
+// SEQMIX_GLA_BACKWARD_TAIL is "narrow" or "wide" when first asked, or a caller set it.
+GlaBackwardTail gla_backward_tail();
+void gla_set_backward_tail(GlaBackwardTail tail);
 
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:

@@ -1,5 +1,5 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
-// walk and the forward's pass 1 in pieces (params.hpp).
+// walk and tail, and the forward's pass 1 in pieces (params.hpp).
 #include <cstdlib>
 #include <cstring>
 
@@ -42,6 +42,16 @@ GlaBackwardWalk& current_backward_walk() {
   return walk;
 }
 
+GlaBackwardTail& current_backward_tail() {
+  static GlaBackwardTail tail = [] {
+    const char* value = std::getenv("SEQMIX_GLA_BACKWARD_TAIL");
+    if (value && std::strcmp(value, "narrow") == 0) return GlaBackwardTail::narrow;
+    if (value && std::strcmp(value, "wide") == 0) return GlaBackwardTail::wide;
+    return kDefaultBackwardTail;
+  }();
+  return tail;
+}
+
 bool& current_pieces() {
   static bool on = [] {
     const char* value = std::getenv("SEQMIX_GLA_FORWARD_PIECES");
@@ -63,5 +73,8 @@ void gla_set_backward_diagonal(GlaBackwardDiagonal diagonal) { current_backward_
 
 GlaBackwardWalk gla_backward_walk() { return current_backward_walk(); }
 void gla_set_backward_walk(GlaBackwardWalk walk) { current_backward_walk() = walk; }
+
+GlaBackwardTail gla_backward_tail() { return current_backward_tail(); }
+void gla_set_backward_tail(GlaBackwardTail tail) { current_backward_tail() = tail; }
 
 }  // namespace seqmix::cuda
