@@ -390,13 +390,15 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     RowState st;
-    int limit[2];
-    for (int r = 0; r < 2; ++r)
-      limit[r] = p.causal ? min(seq.len_k, row0 + 8 * r + seq.len_k - seq.len_q + 1) : seq.len_k;
     auto softmax = [&](float(&s)[kBlockN / 2], int n, float(&correction)[2]) {
       const int key0 = n * kBlockN;
       const bool mask = key0 + kBlockN > seq.len_k ||
                         (p.causal && key0 + kBlockN - 1 > m_block * kBlockM + seq.len_k - seq.len_q);
+      // Formed here, for masked blocks only, rather than held through the main loop: at
+      // D = 128 the persistent schedule's two registers more would spill.
+      int limit[2];
+      for (int r = 0; r < 2; ++r)
+        limit[r] = p.causal ? min(seq.len_k, row0 + 8 * r + seq.len_k - seq.len_q + 1) : seq.len_k;
       if (mask)
         softmax_step<true, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
       else
@@ -455,15 +457,7 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
       output_done(last);
       counters = ((counters & 4) ^ 4) | ((counters + n_blocks) & 3);
     }
-    if constexpr (kPersistent) {
-      // The tile's place is looked up again rather than held in registers through the
-      // main loop (at D = 128 with key blocks of 176 that cuts the spills from 72 to 52 bytes).
-      const ForwardTile again = tile_at(t);
-      store_output<T, D>(p, sequence_of(p, again.sequence), again.head,
-                         again.m_block * kBlockM + wg * 64 + warp * 16 + lane / 4, o, st, lane);
-    } else {
-      store_output<T, D>(p, seq, tile.head, row0, o, st, lane);
-    }
+    store_output<T, D>(p, seq, tile.head, row0, o, st, lane);
   }
 }
 
