@@ -12,7 +12,6 @@ AttentionForwardSchedule from_environment() {
   // Pingpong is the default: on the H100 it measured 1.23-1.64x the standard schedule
   // (AttentionCudaTiming.ForwardSchedulesSideBySide, NOTES.md).
   if (value && std::strcmp(value, "standard") == 0) return AttentionForwardSchedule::standard;
-  if (value && std::strcmp(value, "persistent") == 0) return AttentionForwardSchedule::persistent;
   return AttentionForwardSchedule::pingpong;
 }
 

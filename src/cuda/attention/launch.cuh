@@ -3,8 +3,6 @@
 
 #include <cuda.h>
 
-#include <algorithm>
-
 #include "cuda/attention/forward.cuh"
 #include "cuda/common/runtime.cuh"
 #include "cuda/common/tensor_map.hpp"
@@ -35,34 +33,6 @@ CUtensorMap tensor_map(const AttentionView& view, int64_t rows, int64_t heads, i
   return map;
 }
 
-// The current device's multiprocessor count, asked once per process (one device at a time
-// is enough here: the count only sizes the persistent grid).
-inline int multiprocessor_count() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    return sms;
-  }();
-  return count;
-}
-
-// The persistent schedule's tile list (ForwardTiles). Causal: sections of (head, sequence)
-// pairs whose K and V take about kSectionBytes, so the longest-first order inside a section
-// keeps its K/V in L2. Non-causal: one pair per section, the plain grid's order (every tile
-// is as long; the query blocks of one head run side by side over the same K/V).
-inline ForwardTiles persistent_tiles(const AttentionParams& p, int64_t m_blocks, size_t element_bytes) {
-  constexpr int64_t kSectionBytes = 16 << 20;
-  ForwardTiles tiles;
-  tiles.m_blocks = static_cast<int>(m_blocks);
-  tiles.pairs = static_cast<int>(p.Hq * p.num_sequences);
-  const int64_t kv_bytes = std::max<int64_t>(2 * p.max_seqlen_k * p.D * static_cast<int64_t>(element_bytes), 1);
-  tiles.section_pairs =
-      p.causal ? static_cast<int>(std::clamp<int64_t>(kSectionBytes / kv_bytes, 1, tiles.pairs)) : 1;
-  tiles.count = tiles.m_blocks * tiles.pairs;
-  return tiles;
-}
-
 template <class T, int D, AttentionForwardSchedule kSchedule>
 void launch_forward_schedule(const AttentionParams& p) {
   using Cfg = ForwardConfig<T, D, kSchedule>;
@@ -75,26 +45,18 @@ void launch_forward_schedule(const AttentionParams& p) {
   const auto kernel = forward_kernel<T, D, kSchedule>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention forward)");
-  const int64_t m_blocks = (p.max_seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
-  dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(p.Hq), static_cast<unsigned>(p.num_sequences));
-  if constexpr (kSchedule == AttentionForwardSchedule::persistent) {
-    args.tiles = persistent_tiles(p, m_blocks, sizeof(T));
-    grid = dim3(static_cast<unsigned>(std::clamp<int64_t>(args.tiles.count, 1, multiprocessor_count())), 1, 1);
-  }
+  const dim3 grid(static_cast<unsigned>((p.max_seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM),
+                  static_cast<unsigned>(p.Hq), static_cast<unsigned>(p.num_sequences));
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(args);
   check_launch("attention forward");
 }
 
 template <class T, int D>
 void launch_forward(const AttentionParams& p) {
-  switch (attention_forward_schedule()) {
-    case AttentionForwardSchedule::standard:
-      return launch_forward_schedule<T, D, AttentionForwardSchedule::standard>(p);
-    case AttentionForwardSchedule::pingpong:
-      return launch_forward_schedule<T, D, AttentionForwardSchedule::pingpong>(p);
-    case AttentionForwardSchedule::persistent:
-      return launch_forward_schedule<T, D, AttentionForwardSchedule::persistent>(p);
-  }
+  if (attention_forward_schedule() == AttentionForwardSchedule::pingpong)
+    launch_forward_schedule<T, D, AttentionForwardSchedule::pingpong>(p);
+  else
+    launch_forward_schedule<T, D, AttentionForwardSchedule::standard>(p);
 }
 
 }  // namespace seqmix::cuda::attn
