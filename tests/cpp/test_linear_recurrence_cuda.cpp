@@ -77,6 +77,18 @@ void run_oracle(const GpuCase& c, const GpuData& d, Results& r) {
                              o);
 }
 
+// Every output of a device run (copied back into `got`) against the oracle's, by relative norm.
+void expect_outputs_match(const GpuCase& c, const Results& want, Results& got, const DeviceTensor& h,
+                          const DeviceTensor& final_state, const DeviceTensor& dA, const DeviceTensor& db,
+                          const DeviceTensor& dh0) {
+  const double tol = tolerance(c.dtype);
+  EXPECT_LT(rel_err(h.values(got.h), want.h.values()), tol) << "h";
+  EXPECT_LT(rel_err(final_state.values(got.final_state), want.final_state.values()), tol) << "final_state";
+  EXPECT_LT(rel_err(dA.values(got.dA), want.dA.values()), tol) << "dA";
+  EXPECT_LT(rel_err(db.values(got.db), want.db.values()), tol) << "db";
+  if (c.with_state) EXPECT_LT(rel_err(dh0.values(got.dh0), want.dh0.values()), tol) << "d_initial_state";
+}
+
 // A device f32 buffer for the workspace argument.
 struct DeviceWorkspace {
   float* ptr = nullptr;
@@ -115,12 +127,7 @@ TEST_P(LinearRecurrenceCuda, ForwardAndBackwardMatchOracle) {
   linear_recurrence_backward(in, dh, c.with_d_final ? std::optional<Tensor>(d_final.view) : std::nullopt, grads, o);
   cuda_ok(cudaDeviceSynchronize());
 
-  const double tol = tolerance(c.dtype);
-  EXPECT_LT(rel_err(h.values(got.h), want.h.values()), tol) << "h";
-  EXPECT_LT(rel_err(final_state.values(got.final_state), want.final_state.values()), tol) << "final_state";
-  EXPECT_LT(rel_err(dA.values(got.dA), want.dA.values()), tol) << "dA";
-  EXPECT_LT(rel_err(db.values(got.db), want.db.values()), tol) << "db";
-  if (c.with_state) EXPECT_LT(rel_err(dh0.values(got.dh0), want.dh0.values()), tol) << "d_initial_state";
+  expect_outputs_match(c, want, got, h, final_state, dA, db, dh0);
 }
 
 std::string case_name(const ::testing::TestParamInfo<GpuCase>& info) { return info.param.name; }
@@ -214,12 +221,7 @@ TEST_P(LinearRecurrenceCudaFused, ForwardAndBackwardMatchOracle) {
   linear_recurrence_backward(in, dh, d_final.view, grads, o);
   unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
   cuda_ok(cudaDeviceSynchronize());
-  const double tol = tolerance(c.dtype);
-  EXPECT_LT(rel_err(h.values(got.h), want.h.values()), tol) << "h";
-  EXPECT_LT(rel_err(final_state.values(got.final_state), want.final_state.values()), tol) << "final_state";
-  EXPECT_LT(rel_err(dA.values(got.dA), want.dA.values()), tol) << "dA";
-  EXPECT_LT(rel_err(db.values(got.db), want.db.values()), tol) << "db";
-  if (c.with_state) EXPECT_LT(rel_err(dh0.values(got.dh0), want.dh0.values()), tol) << "d_initial_state";
+  expect_outputs_match(c, want, got, h, final_state, dA, db, dh0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
