@@ -77,18 +77,6 @@ void run_oracle(const GpuCase& c, const GpuData& d, Results& r) {
                              o);
 }
 
-// Every output of a device run (copied back into `got`) against the oracle's, by relative norm.
-void expect_outputs_match(const GpuCase& c, const Results& want, Results& got, const DeviceTensor& h,
-                          const DeviceTensor& final_state, const DeviceTensor& dA, const DeviceTensor& db,
-                          const DeviceTensor& dh0) {
-  const double tol = tolerance(c.dtype);
-  EXPECT_LT(rel_err(h.values(got.h), want.h.values()), tol) << "h";
-  EXPECT_LT(rel_err(final_state.values(got.final_state), want.final_state.values()), tol) << "final_state";
-  EXPECT_LT(rel_err(dA.values(got.dA), want.dA.values()), tol) << "dA";
-  EXPECT_LT(rel_err(db.values(got.db), want.db.values()), tol) << "db";
-  if (c.with_state) EXPECT_LT(rel_err(dh0.values(got.dh0), want.dh0.values()), tol) << "d_initial_state";
-}
-
 // A device f32 buffer for the workspace argument.
 struct DeviceWorkspace {
   float* ptr = nullptr;
@@ -100,17 +88,15 @@ struct DeviceWorkspace {
 
 class LinearRecurrenceCuda : public ::testing::TestWithParam<GpuCase> {};
 
-TEST_P(LinearRecurrenceCuda, ForwardAndBackwardMatchOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const GpuCase c = GetParam();
+// Case `c` forward and backward through the public API on the device with options `o`
+// (workspaces passed in when c.give_workspace), every output against the oracle's.
+void expect_device_run_matches_oracle(const GpuCase& c, const LinearRecurrenceOptions& o) {
   const GpuData d(c);
   Results want(c), got(c);
   run_oracle(c, d, want);
 
   DeviceTensor A(d.A), b(d.b), h0(d.h0), dh(d.dh), d_final(d.d_final);
   DeviceTensor h(got.h), final_state(got.final_state), dA(got.dA), db(got.db), dh0(got.dh0);
-  LinearRecurrenceOptions o;
-  o.method = c.method;
   LinearRecurrenceInputs in{A, b};
   if (c.with_state) in.initial_state = h0.view;
   LinearRecurrenceOutputs out{h, final_state.view};
@@ -127,7 +113,20 @@ TEST_P(LinearRecurrenceCuda, ForwardAndBackwardMatchOracle) {
   linear_recurrence_backward(in, dh, c.with_d_final ? std::optional<Tensor>(d_final.view) : std::nullopt, grads, o);
   cuda_ok(cudaDeviceSynchronize());
 
-  expect_outputs_match(c, want, got, h, final_state, dA, db, dh0);
+  const double tol = tolerance(c.dtype);
+  EXPECT_LT(rel_err(h.values(got.h), want.h.values()), tol) << "h";
+  EXPECT_LT(rel_err(final_state.values(got.final_state), want.final_state.values()), tol) << "final_state";
+  EXPECT_LT(rel_err(dA.values(got.dA), want.dA.values()), tol) << "dA";
+  EXPECT_LT(rel_err(db.values(got.db), want.db.values()), tol) << "db";
+  if (c.with_state) EXPECT_LT(rel_err(dh0.values(got.dh0), want.dh0.values()), tol) << "d_initial_state";
+}
+
+TEST_P(LinearRecurrenceCuda, ForwardAndBackwardMatchOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuCase c = GetParam();
+  LinearRecurrenceOptions o;
+  o.method = c.method;
+  expect_device_run_matches_oracle(c, o);
 }
 
 std::string case_name(const ::testing::TestParamInfo<GpuCase>& info) { return info.param.name; }
@@ -200,28 +199,13 @@ class LinearRecurrenceCudaFused : public ::testing::TestWithParam<FusedCase> {};
 TEST_P(LinearRecurrenceCudaFused, ForwardAndBackwardMatchOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const FusedCase f = GetParam();
-  const GpuCase c{f.name, f.G, f.T, f.n, 1, f.dtype, Method::chunked, f.with_state};
-  const GpuData d(c);
-  Results want(c), got(c);
-  run_oracle(c, d, want);
-  DeviceTensor A(d.A), b(d.b), h0(d.h0), dh(d.dh), d_final(d.d_final);
-  DeviceTensor h(got.h), final_state(got.final_state), dA(got.dA), db(got.db), dh0(got.dh0);
+  const GpuCase c{f.name, f.G, f.T, f.n, 1, f.dtype, Method::chunked, f.with_state, true, true};
   LinearRecurrenceOptions o;
   o.method = Method::chunked;
   o.chunk_size = f.chunk_size;
-  LinearRecurrenceInputs in{A, b};
-  if (c.with_state) in.initial_state = h0.view;
-  LinearRecurrenceGrads grads{dA, db};
-  if (c.with_state) grads.d_initial_state = dh0.view;
-  setenv("SEQMIX_LINREC_CHUNKED_FORWARD", f.setting, 1);
-  DeviceWorkspace forward_ws(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, false, o));
-  DeviceWorkspace backward_ws(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, true, o));
-  linear_recurrence_forward(in, {h, final_state.view, forward_ws.view()}, o);
-  grads.workspace = backward_ws.view();
-  linear_recurrence_backward(in, dh, d_final.view, grads, o);
+  setenv("SEQMIX_LINREC_CHUNKED_FORWARD", f.setting, 1);  // before the workspaces are sized
+  expect_device_run_matches_oracle(c, o);
   unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
-  cuda_ok(cudaDeviceSynchronize());
-  expect_outputs_match(c, want, got, h, final_state, dA, db, dh0);
 }
 
 INSTANTIATE_TEST_SUITE_P(
