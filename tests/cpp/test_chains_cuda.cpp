@@ -71,6 +71,20 @@ struct ProjectionInputs {
   explicit ProjectionInputs(const ProjectionCase& c_) : c(c_) { reference.impl = Impl::reference; }
 };
 
+// Each segment's columns of the [M, N] output `got` against the oracle's segment, by relative norm.
+void expect_segments_match(const std::vector<double>& got, const std::vector<HostTensor>& want, int64_t M,
+                           int64_t N, double tol) {
+  int64_t first = 0;
+  for (size_t s = 0; s < kSegments.size(); ++s) {
+    std::vector<double> columns;
+    for (int64_t i = 0; i < M; ++i)
+      for (int64_t j = 0; j < kSegments[s].width; ++j) columns.push_back(got[i * N + first + j]);
+    EXPECT_LT(rel_err(columns, want[s].values()), tol)
+        << "segment " << s << " (" << activation_name(kSegments[s].activation) << ")";
+    first += kSegments[s].width;
+  }
+}
+
 class ProjectionChainCuda : public ::testing::TestWithParam<ProjectionCase> {};
 
 TEST_P(ProjectionChainCuda, ForwardMatchesOracle) {
@@ -89,15 +103,7 @@ TEST_P(ProjectionChainCuda, ForwardMatchesOracle) {
   projection_chain_forward(in.d_x, in.d_weight, maybe(in.c.bias, in.d_bias), kSegments, column_views(d_out.view));
   const std::vector<double> got = d_out.values(out);
 
-  int64_t first = 0;
-  for (size_t s = 0; s < kSegments.size(); ++s) {
-    std::vector<double> columns;
-    for (int64_t i = 0; i < in.c.M; ++i)
-      for (int64_t j = 0; j < kSegments[s].width; ++j) columns.push_back(got[i * in.N + first + j]);
-    EXPECT_LT(rel_err(columns, want[s].values()), tolerance(DType::bf16))
-        << "segment " << s << " (" << activation_name(kSegments[s].activation) << ")";
-    first += kSegments[s].width;
-  }
+  expect_segments_match(got, want, in.c.M, in.N, tolerance(DType::bf16));
 }
 
 TEST_P(ProjectionChainCuda, BackwardMatchesOracle) {
@@ -149,37 +155,31 @@ struct NarrowCase {
 };
 void PrintTo(const NarrowCase& c, std::ostream* os) { *os << c.name; }
 
-class ProjectionChainCudaNarrowK : public ::testing::TestWithParam<NarrowCase> {};
-
-TEST_P(ProjectionChainCudaNarrowK, ForwardMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const NarrowCase c = GetParam();
-  const int64_t N = total_width(), x_column = c.x_stride - c.K;  // x: the last K columns of each row
+// x as the last K columns of wider bf16 rows (row stride x_stride: strided, and unaligned
+// for odd strides), weight and bias, their float64 copies for the oracle, and the device
+// copies with x's view into the device buffer.
+struct NarrowInputs {
+  const NarrowCase c;
+  const int64_t N = total_width(), x_column = c.x_stride - c.K;
   HostTensor x_buffer = uniform({c.M, c.x_stride}, DType::bf16), weight = uniform({N, c.K}, DType::bf16, -0.5, 0.5);
   HostTensor bias = uniform({N}, DType::bf16);
-  Tensor x_view = x_buffer.view;
-  x_view.data = static_cast<char*>(x_buffer.view.data) + x_column * 2;
-  x_view.shape = {c.M, c.K};
-  HostTensor x64({c.M, c.K}, DType::f64);
-  x64.set(core::to_dense<double>(x_view));
-  const HostTensor weight64 = as_f64(weight), bias64 = as_f64(bias);
-  std::vector<HostTensor> want;
-  std::vector<Tensor> want_views;
-  for (const auto& s : kSegments) {
-    want.emplace_back(std::vector<int64_t>{c.M, s.width}, DType::f64);
-    want_views.push_back(want.back().view);
-  }
-  ProjectionChainOptions reference;
-  reference.impl = Impl::reference;
-  projection_chain_forward(x64, weight64, maybe(c.bias, bias64.view), kSegments, want_views, reference);
+  Tensor x_view = columns_of(x_buffer.view);
+  HostTensor x64{{c.M, c.K}, DType::f64};
+  HostTensor weight64 = as_f64(weight), bias64 = as_f64(bias);
+  DeviceTensor d_x{x_buffer}, d_weight{weight}, d_bias{bias};
+  Tensor d_x_view = columns_of(d_x.view);
 
-  const DType out_dtype = c.f32 ? DType::f32 : DType::bf16;
-  HostTensor out = poisoned({c.M, N}, out_dtype);
-  DeviceTensor d_x(x_buffer), d_weight(weight), d_bias(bias), d_out(out);
-  Tensor d_x_view = x_view;
-  d_x_view.data = static_cast<char*>(d_x.ptr) + x_column * 2;
-  d_x_view.device = Device::cuda(0);
-  if (c.through_launcher) {
+  explicit NarrowInputs(const NarrowCase& c_) : c(c_) { x64.set(core::to_dense<double>(x_view)); }
+
+  // The [M, K] view of the last K columns of a [M, x_stride] buffer.
+  Tensor columns_of(Tensor buffer) const {
+    buffer.data = static_cast<char*>(buffer.data) + x_column * 2;
+    buffer.shape = {c.M, c.K};
+    return buffer;
+  }
+
+  // The launcher's problem for this case: every segment of kSegments, logsigmoid's 1/tau.
+  cuda::ProjectionChainProblem launcher_problem() const {
     cuda::ProjectionChainProblem p;
     p.tokens = c.M, p.d = c.K, p.columns = N;
     p.x = {d_x_view.data, c.x_stride};
@@ -191,22 +191,38 @@ TEST_P(ProjectionChainCudaNarrowK, ForwardMatchesOracle) {
                             s.activation == Activation::logsigmoid ? static_cast<float>(1.0 / s.tau) : 1.f});
       first += s.width;
     }
-    cuda::projection_chain_forward(p, {cuda::OutputRun{0, N, {d_out.ptr, N}, c.f32}});
-  } else {
-    projection_chain_forward(d_x_view, d_weight, maybe(c.bias, d_bias.view), kSegments, column_views(d_out.view));
+    return p;
   }
-  const std::vector<double> got = d_out.values(out);
+};
 
-  int64_t first = 0;
-  for (size_t s = 0; s < kSegments.size(); ++s) {
-    std::vector<double> columns;
-    for (int64_t i = 0; i < c.M; ++i)
-      for (int64_t j = 0; j < kSegments[s].width; ++j) columns.push_back(got[i * N + first + j]);
-    // f32 outputs: only the operands' bf16 rounding is shared with the oracle.
-    EXPECT_LT(rel_err(columns, want[s].values()), c.f32 ? 1e-4 : tolerance(DType::bf16))
-        << "segment " << s << " (" << activation_name(kSegments[s].activation) << ")";
-    first += kSegments[s].width;
+class ProjectionChainCudaNarrowK : public ::testing::TestWithParam<NarrowCase> {};
+
+TEST_P(ProjectionChainCudaNarrowK, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const NarrowCase c = GetParam();
+  NarrowInputs in(c);
+  const int64_t N = in.N;
+  std::vector<HostTensor> want;
+  std::vector<Tensor> want_views;
+  for (const auto& s : kSegments) {
+    want.emplace_back(std::vector<int64_t>{c.M, s.width}, DType::f64);
+    want_views.push_back(want.back().view);
   }
+  ProjectionChainOptions reference;
+  reference.impl = Impl::reference;
+  projection_chain_forward(in.x64, in.weight64, maybe(c.bias, in.bias64.view), kSegments, want_views, reference);
+
+  const DType out_dtype = c.f32 ? DType::f32 : DType::bf16;
+  HostTensor out = poisoned({c.M, N}, out_dtype);
+  DeviceTensor d_out(out);
+  if (c.through_launcher) {
+    cuda::projection_chain_forward(in.launcher_problem(), {cuda::OutputRun{0, N, {d_out.ptr, N}, c.f32}});
+  } else {
+    projection_chain_forward(in.d_x_view, in.d_weight, maybe(c.bias, in.d_bias.view), kSegments,
+                             column_views(d_out.view));
+  }
+  // f32 outputs: only the operands' bf16 rounding is shared with the oracle.
+  expect_segments_match(d_out.values(out), want, c.M, N, c.f32 ? 1e-4 : tolerance(DType::bf16));
 }
 
 // The narrow backward (the derivative recompute and both gradient GEMMs on the tensor
@@ -215,15 +231,8 @@ TEST_P(ProjectionChainCudaNarrowK, ForwardMatchesOracle) {
 TEST_P(ProjectionChainCudaNarrowK, BackwardMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const NarrowCase c = GetParam();
-  const int64_t N = total_width(), x_column = c.x_stride - c.K;
-  HostTensor x_buffer = uniform({c.M, c.x_stride}, DType::bf16), weight = uniform({N, c.K}, DType::bf16, -0.5, 0.5);
-  HostTensor bias = uniform({N}, DType::bf16);
-  Tensor x_view = x_buffer.view;
-  x_view.data = static_cast<char*>(x_buffer.view.data) + x_column * 2;
-  x_view.shape = {c.M, c.K};
-  HostTensor x64({c.M, c.K}, DType::f64);
-  x64.set(core::to_dense<double>(x_view));
-  const HostTensor weight64 = as_f64(weight), bias64 = as_f64(bias);
+  NarrowInputs in(c);
+  const int64_t N = in.N;
   std::vector<HostTensor> d_outputs, d_outputs64;
   std::vector<std::unique_ptr<DeviceTensor>> device_d_outputs;
   std::vector<Tensor> host_views, device_views;
@@ -237,36 +246,22 @@ TEST_P(ProjectionChainCudaNarrowK, BackwardMatchesOracle) {
   HostTensor dx64({c.M, c.K}, DType::f64), dw64({N, c.K}, DType::f64), db64({N}, DType::f64);
   ProjectionChainOptions reference;
   reference.impl = Impl::reference;
-  projection_chain_backward(x64, weight64, maybe(c.bias, bias64.view), kSegments, host_views,
+  projection_chain_backward(in.x64, in.weight64, maybe(c.bias, in.bias64.view), kSegments, host_views,
                             {dx64.view, dw64.view, maybe(c.bias, db64.view)}, reference);
 
   HostTensor dx = poisoned({c.M, c.K}, DType::bf16), dw = poisoned({N, c.K}, DType::bf16);
   HostTensor db = poisoned({N}, DType::bf16);
-  DeviceTensor d_x(x_buffer), d_weight(weight), d_bias(bias), d_dx(dx), d_dw(dw), d_db(db);
-  Tensor d_x_view = x_view;
-  d_x_view.data = static_cast<char*>(d_x.ptr) + x_column * 2;
-  d_x_view.device = Device::cuda(0);
+  DeviceTensor d_dx(dx), d_dw(dw), d_db(db);
   if (c.through_launcher) {
-    cuda::ProjectionChainProblem p;
-    p.tokens = c.M, p.d = c.K, p.columns = N;
-    p.x = {d_x_view.data, c.x_stride};
-    p.weight = {d_weight.ptr, c.K};
-    p.bias = c.bias ? d_bias.ptr : nullptr;
     cuda::ProjectionChainGradients g;
-    int64_t first = 0;
-    for (size_t s = 0; s < kSegments.size(); ++s) {
-      const auto& seg = kSegments[s];
-      p.segments.push_back({first, seg.width, static_cast<int>(seg.activation),
-                            seg.activation == Activation::logsigmoid ? static_cast<float>(1.0 / seg.tau) : 1.f});
-      g.d_outputs.push_back({device_d_outputs[s]->ptr, seg.width, s == 2});
-      first += seg.width;
-    }
+    for (size_t s = 0; s < kSegments.size(); ++s)
+      g.d_outputs.push_back({device_d_outputs[s]->ptr, kSegments[s].width, s == 2});
     g.dx = {d_dx.ptr, c.K};
     g.dweight = {d_dw.ptr, c.K};
     g.dbias = c.bias ? d_db.ptr : nullptr;
-    cuda::projection_chain_backward(p, g);
+    cuda::projection_chain_backward(in.launcher_problem(), g);
   } else {
-    projection_chain_backward(d_x_view, d_weight.view, maybe(c.bias, d_bias.view), kSegments, device_views,
+    projection_chain_backward(in.d_x_view, in.d_weight.view, maybe(c.bias, in.d_bias.view), kSegments, device_views,
                               {d_dx.view, d_dw.view, maybe(c.bias, d_db.view)});
   }
   EXPECT_LT(rel_err(d_dx.values(dx), dx64.values()), tolerance(DType::bf16)) << "dx";
