@@ -168,7 +168,7 @@ TEST_P(GlaCuda, BackwardMatchesOracle) {
 }
 
 // The gradient kernel with the pairs of different 4-token quads on the tensor cores, its
-// token walks a quad at a time, dg summed on one thread a key channel (the default).
+// token walks a quad at a time, dg summed on one thread a key channel (the narrow tail).
 TEST_P(GlaCuda, BackwardTensorDiagonalMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackwardDiagonal diagonal(cuda::GlaBackwardDiagonal::tensor_cores);
@@ -177,8 +177,8 @@ TEST_P(GlaCuda, BackwardTensorDiagonalMatchesOracle) {
   backward_matches_oracle(GetParam());
 }
 
-// The same with the wide tail: dg summed on every thread, the quad operands read a sub-chunk
-// before they are stored.
+// The same with the wide tail (the default): dg summed on every thread, the quad operands
+// read a sub-chunk before they are stored.
 TEST_P(GlaCuda, BackwardWideTailMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackwardDiagonal diagonal(cuda::GlaBackwardDiagonal::tensor_cores);

@@ -113,6 +113,13 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
     copy_async_wait_all();
     __syncthreads();  // this chunk's tiles are in; the other stage was read by the last step
     if (chunk > plan.first_chunk) issue_loads(chunk - 1, stage ^ 1);
+    if (p.prefetch && chunk - 2 >= plan.first_chunk) {  // the chunk before that: into L2 while this step runs
+      const int64_t t0 = (chunk - 2) * kChunk;
+      const int rows = plan.valid(chunk - 2);
+      prefetch_rows(row0(p.q, t0, key0), p.q.stride_time, rows, KD * sizeof(E), tid);
+      prefetch_rows(row0(p.g, t0, key0), p.g.stride_time, rows, KD * sizeof(E), tid);
+      prefetch_rows(row0(p.d_o, t0, vb0), p.d_o.stride_time, rows, VB * sizeof(E), tid);
+    }
     if (tid < KD) {  // rows past the sequence's end hold zeros: e^{0} = 1, q = 0
       const E* const q = s.q[stage];
       const E* const g = s.g[stage];
@@ -570,6 +577,38 @@ __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid
   }
 }
 
+// The inputs of the gradient block p.prefetch_blocks places after this one in launch order
+// (blockIdx.x fastest), into L2: with one block an SM and blocks started in order, that is
+// about the block the GPU starts when this one ends, so its loads and value slices read L2
+// instead of waiting on DRAM while nothing else on the SM overlaps them. Lines of rows past
+// its sequence's end are not touched.
+template <class E, int KD>
+__device__ __forceinline__ void prefetch_later_block(const GlaParams& p, int tid) {
+  const int64_t columns = gridDim.x, heads = gridDim.y;
+  const int64_t later = blockIdx.x + columns * (blockIdx.y + heads * blockIdx.z) + p.prefetch_blocks;
+  const int64_t n = later / (columns * heads);
+  if (n >= gridDim.z) return;
+  const int64_t x = later % columns, h = later / columns % heads, chunk = x / p.key_blocks;
+  const KeyBlock kb{(x % p.key_blocks) * KD, 0, x % p.key_blocks};
+  const Span seq = sequence_span(p, n);
+  const int64_t t0 = chunk * kChunk;
+  if (t0 >= seq.length) return;
+  const int rows = static_cast<int>(min(static_cast<int64_t>(kChunk), seq.length - t0));
+  auto row0 = [&](const GlaTokens& x, int64_t col) {
+    return static_cast<const E*>(x.data) + seq.batch * x.stride_batch + (seq.start + t0) * x.stride_time +
+           h * x.stride_head + col;
+  };
+  prefetch_rows(row0(p.q, kb.key0), p.q.stride_time, rows, KD * sizeof(E), tid);
+  prefetch_rows(row0(p.k, kb.key0), p.k.stride_time, rows, KD * sizeof(E), tid);
+  prefetch_rows(row0(p.g, kb.key0), p.g.stride_time, rows, KD * sizeof(E), tid);
+  prefetch_rows(row0(p.v, 0), p.v.stride_time, rows, static_cast<int>(p.V * sizeof(E)), tid);
+  prefetch_rows(row0(p.d_o, 0), p.d_o.stride_time, rows, static_cast<int>(p.V * sizeof(E)), tid);
+  const int64_t slot = chunk_slot(p, n, h, chunk);
+  const int state_bytes = static_cast<int>(KD * p.V * sizeof(E));  // KD rows of V: contiguous
+  prefetch_rows(static_cast<const E*>(p.chunk_states) + kb.state(p, slot), 0, 1, state_bytes, tid);
+  prefetch_rows(static_cast<const E*>(p.chunk_state_grads) + kb.state(p, slot), 0, 1, state_bytes, tid);
+}
+
 // The gradient kernel's phase clocks (profile.hpp kGlaGradient*): the timing thread adds each
 // phase's SM cycles to the device counters as it ends (a fire-and-forget atomic, kept out of
 // the next phase by reading the clock again after it). Does nothing unless profiling.
@@ -721,6 +760,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     }
     __syncthreads();  // the slices are read before the next ones land (or the space is reused)
   }
+  if (p.prefetch_blocks > 0) prefetch_later_block<E, KD>(p, tid);
   phases.mark(kGlaGradientValues);
 
   // dA into shared memory, e^{g} in float over the released slices.
@@ -968,6 +1008,7 @@ template <class E, int KD, int VB>
 void launch_backward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   p.key_blocks = p.K / KD;
+  p.prefetch = gla_prefetch();
   plan_segments(p, column_blocks<VB>(p));
   const size_t table = state_table_bytes(p), segment_bytes = segment_table_floats(p) * sizeof(float);
   const size_t bytes = 2 * table + segment_bytes + partial_bytes(p);
@@ -1003,25 +1044,27 @@ void launch_backward(GlaParams p) {
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));
+  auto launch_gradient = [&](auto kernel, const char* name) {
+    allow_shared(kernel, grad_smem, "gla backward shared memory");
+    p.prefetch_blocks = 0;
+    if (p.prefetch) {  // the blocks the GPU runs at once: the prefetch's distance
+      int per_sm = 1;
+      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, grad_smem),
+            "gla backward occupancy");
+      p.prefetch_blocks = static_cast<int64_t>(per_sm) * multiprocessors();
+    }
+    timed_launch(stream, name, [&] { kernel<<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  };
   const bool quad_walk =
       gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores && gla_backward_walk() == GlaBackwardWalk::quads;
-  if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide) {
-    allow_shared(gradient_kernel<E, KD, true, true, true>, grad_smem, "gla backward shared memory");
-    timed_launch(stream, "gla backward (quad walk, wide tail)",
-                 [&] { gradient_kernel<E, KD, true, true, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
-  } else if (quad_walk) {
-    allow_shared(gradient_kernel<E, KD, true, true>, grad_smem, "gla backward shared memory");
-    timed_launch(stream, "gla backward (tensor-core diagonal, quad walk)",
-                 [&] { gradient_kernel<E, KD, true, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
-  } else if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores) {
-    allow_shared(gradient_kernel<E, KD, true, false>, grad_smem, "gla backward shared memory");
-    timed_launch(stream, "gla backward (tensor-core diagonal)",
-                 [&] { gradient_kernel<E, KD, true, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
-  } else {
-    allow_shared(gradient_kernel<E, KD, false, false>, grad_smem, "gla backward shared memory");
-    timed_launch(stream, "gla backward",
-                 [&] { gradient_kernel<E, KD, false, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
-  }
+  if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide)
+    launch_gradient(gradient_kernel<E, KD, true, true, true>, "gla backward (quad walk, wide tail)");
+  else if (quad_walk)
+    launch_gradient(gradient_kernel<E, KD, true, true>, "gla backward (tensor-core diagonal, quad walk)");
+  else if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores)
+    launch_gradient(gradient_kernel<E, KD, true, false>, "gla backward (tensor-core diagonal)");
+  else
+    launch_gradient(gradient_kernel<E, KD, false, false>, "gla backward");
   if (p.key_blocks > 1) sum_key_blocks<E>(p, p.dv, stream);
 
   if (owned) check(cudaFreeAsync(scratch, stream), "gla backward workspace");

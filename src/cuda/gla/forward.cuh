@@ -95,6 +95,19 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
   }
 }
 
+// A hint that the 128-byte line holding `at` will be read soon: the memory system fetches it
+// into L2 (prefetch.L2, generic address). It changes no result.
+__device__ __forceinline__ void prefetch_line(const void* at) { asm volatile("prefetch.L2 [%0];\n" ::"l"(at)); }
+
+// Rows [0, rows) of `bytes` bytes each, the first at row0, `stride` elements apart, into L2:
+// the block's threads share the lines.
+template <class E>
+__device__ __forceinline__ void prefetch_rows(const E* row0, int64_t stride, int rows, int bytes, int tid) {
+  const int lines = (bytes + 127) / 128;
+  for (int i = tid; i < rows * lines; i += kThreads)
+    prefetch_line(reinterpret_cast<const unsigned char*>(row0 + (i / lines) * stride) + 128 * (i % lines));
+}
+
 // The decayed operands of one chunk. Thread (channel c, role): role 0 walks the tokens
 // forward (q_sub, q_start, e^{g}, e^{b_last}), role 1 backward (k_end, k_pair); both take
 // e^{g} from g and multiply, so each factor is a product of values ≤ 1.
@@ -661,6 +674,13 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       if (more) {  // into the stage the last step read
         issue_decay_loads(chunk + 1, stage ^ 1);
         issue_token_loads(chunk + 1, stage ^ 1);
+      }
+      if (p.prefetch && chunk + 2 < plan.end_chunk) {  // the chunk after: into L2 while this step runs
+        const int64_t t = (chunk + 2) * kChunk;
+        const int rows = plan.valid(chunk + 2);
+        prefetch_rows(row0(p.k, t, key0), p.k.stride_time, rows, KD * sizeof(E), tid);
+        prefetch_rows(row0(p.g, t, key0), p.g.stride_time, rows, KD * sizeof(E), tid);
+        prefetch_rows(row0(p.v, t, vb0), p.v.stride_time, rows, VB * sizeof(E), tid);
       }
       StatePassView<E, KD> view{g_tile(stage), k_tile(stage), s.k_end, s.decay_all};
       decay_operands<false>(view, tid);

@@ -210,6 +210,7 @@ template <class E, int KD, int VB>
 void launch_forward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   p.key_blocks = p.K / KD;
+  p.prefetch = gla_prefetch();
   plan_segments(p, column_blocks<VB>(p));
   const bool in_pieces = p.segments > 1 && gla_forward_pieces();
   const PiecePlan pieces = in_pieces ? plan_pieces(p, column_blocks<VB>(p)) : PiecePlan{};

@@ -43,6 +43,11 @@ struct GlaParams {
   // Set by the launchers while profiling (profile.hpp): device counters [kGlaPhaseCount]
   // the chunk walks add their phase cycles to; nullptr otherwise.
   unsigned long long* phase_cycles = nullptr;
+  // Set by the launchers (gla_prefetch): the state walks hint the chunk after the one their
+  // copies are fetching into L2, and the backward's gradient kernel the inputs of the block
+  // `prefetch_blocks` places later in launch order (0: no hints).
+  bool prefetch = false;
+  int64_t prefetch_blocks = 0;
 
   // Backward only. do, dq, dk, dv, dg: the layouts of o, q, k, v, g.
   GlaTokens d_o, dq, dk, dv, dg;
@@ -123,8 +128,9 @@ void gla_set_backward_walk(GlaBackwardWalk walk);
 // token as it goes; wide sums dg on every thread (runs of 32 tokens at K = 128, 16 at K = 64,
 // joined through shared totals) and reads each sub-chunk before the quad operands' stores.
 enum class GlaBackwardTail { narrow, wide };
-// Narrow by default: the wide tail has not run on a GPU yet (NOTES.md v9).
-inline constexpr GlaBackwardTail kDefaultBackwardTail = GlaBackwardTail::narrow;
+// Wide by default: on the H100 the gradient kernel took 0.9125 ms with it against 0.9748 ms
+// with the narrow tail (B8 T2048 H16 K=V=128 bf16, one process; NOTES.md v9).
+inline constexpr GlaBackwardTail kDefaultBackwardTail = GlaBackwardTail::wide;
 
 // The tail in use: process-wide, kDefaultBackwardTail unless the environment variable
 // SEQMIX_GLA_BACKWARD_TAIL is "narrow" or "wide" when first asked, or a caller set it.
@@ -137,6 +143,18 @@ void gla_set_backward_tail(GlaBackwardTail tail);
 // first asked, or a caller (the timing tests) set it.
 bool gla_forward_pieces();
 void gla_set_forward_pieces(bool on);
+
+// Whether the memory-bound walks and the gradient kernel hint upcoming inputs into L2
+// (prefetch.L2, no effect on any result): the state walks (the forward's pass 1 when split,
+// the backward's chunk states and dL/dS walk) the chunk after the one their copies fetch,
+// the gradient kernel, once its value loop is done, the inputs of the block that the GPU
+// starts about when this one ends (one SM count later in launch order).
+inline constexpr bool kDefaultPrefetch = false;
+
+// The prefetch in use: process-wide, kDefaultPrefetch unless the environment variable
+// SEQMIX_GLA_PREFETCH is "0" or "1" when first asked, or a caller set it.
+bool gla_prefetch();
+void gla_set_prefetch(bool on);
 
 template <GlaDtype dtype>
 void gla_forward(const GlaParams& p);
