@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import _C
-from .._backend import NUMPY, is_torch, state_dtype
+from .._backend import NUMPY, is_torch, state_dtype, torch_module
 
 
 def default_scale(q, softmax_scale):
@@ -77,9 +77,8 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
     tensors go through ``seqmix.torch`` and are differentiable in q, k and v.
     """
     if is_torch(q):
-        from ..torch.attention import flash_attn_func as torch_flash_attn_func
-
-        return torch_flash_attn_func(q, k, v, softmax_scale, causal, return_lse, deterministic, impl)
+        return torch_module("attention").flash_attn_func(
+            q, k, v, softmax_scale, causal, return_lse, deterministic, impl)
     out, lse = forward(NUMPY, q, k, v, None, None, 0, 0, default_scale(q, softmax_scale), causal, impl)
     return (out, lse) if return_lse else out
 
@@ -114,10 +113,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         ``[Hq, total_q]`` (float32, float64 for float64 inputs).
     """
     if is_torch(q):
-        from ..torch.attention import flash_attn_varlen_func as torch_varlen
-
-        return torch_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal,
-                            return_lse, deterministic, impl)
+        return torch_module("attention").flash_attn_varlen_func(
+            q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, softmax_scale, causal, return_lse,
+            deterministic, impl)
     out, lse = forward(NUMPY, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                        default_scale(q, softmax_scale), causal, impl)
     return (out, lse) if return_lse else out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import _C
-from .._backend import NUMPY, is_torch
+from .._backend import NUMPY, is_torch, torch_module
 
 ACTIVATIONS = ("identity", "silu", "sigmoid", "logsigmoid", "softplus")
 
@@ -58,6 +58,47 @@ def parse_segments(segments):
     return widths, activations, taus, dtypes
 
 
+class SegmentSpec:
+    """A segment list, parsed and checked once: what every call of the chain needs.
+
+    widths, activations, taus, dtypes: as ``parse_segments`` returns them; heads: as
+    ``segment_heads``; activation_names: the activations joined by commas (custom op
+    schemas have no list of strings)."""
+
+    def __init__(self, segments):
+        self.widths, self.activations, self.taus, self.dtypes = parse_segments(segments)
+        self.heads = segment_heads(segments)
+        self.has_heads = any(h is not None for h in self.heads)
+        self.activation_names = ",".join(self.activations)
+        self._dtype_names = {}
+
+    def dtype_names(self, default: str) -> str:
+        """The segments' dtype names joined by commas, absent ones given as ``default``
+        (the name of x's dtype); remembered per default."""
+        names = self._dtype_names.get(default)
+        if names is None:
+            names = self._dtype_names[default] = ",".join(default if d is None else d for d in self.dtypes)
+        return names
+
+
+def segments_key(segments):
+    """A key equal for segment lists that parse alike (a tuple of the tuple segments and of
+    each dict segment's items, marked by ``dict``, which no valid tuple segment holds), or
+    None for a container or segment of another kind (those are parsed on every call). The
+    key may still hold something unhashable: looking it up raises TypeError then."""
+    if type(segments) not in (list, tuple):
+        return None
+    parts = []
+    for seg in segments:
+        if type(seg) is tuple:
+            parts.append(seg)
+        elif type(seg) is dict:
+            parts.append((dict, *seg.items()))
+        else:
+            return None
+    return tuple(parts)
+
+
 def _numpy_dtype(name):
     import numpy as np
 
@@ -97,10 +138,8 @@ def _allocate_outputs(xp, x, widths, dtypes):
         end = s
         while end < len(widths) and dtypes[end] == dtypes[s]:
             end += 1
-        buffer, first = xp.empty((tokens, sum(widths[s:end])), dtypes[s], x), 0
-        for w in widths[s:end]:
-            outputs.append(buffer[:, first:first + w])
-            first += w
+        run = widths[s:end]
+        outputs.extend(xp.split_columns(xp.empty((tokens, sum(run)), dtypes[s], x), run))
         s = end
     return outputs
 
@@ -110,8 +149,7 @@ def projection_forward(xp, x, weight, bias, widths, activations, taus, dtypes, i
     segment (on a CUDA device: column views of one buffer, see ``_allocate_outputs``)."""
     outputs = _allocate_outputs(xp, x, widths, dtypes)
     _C.projection_chain_forward(xp.arg(x), xp.arg(weight), xp.arg(bias), widths, activations, taus,
-                                [xp.arg(o) for o in outputs], impl,
-                                xp.stream(x))
+                                [xp.arg(o) for o in outputs], impl, xp.stream(x))
     return outputs
 
 
@@ -196,9 +234,7 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic"):
     ``seqmix.torch`` custom ops (autograd, torch.compile).
     """
     if is_torch(x):
-        from ..torch.chains import projection_chain as torch_projection_chain
-
-        return torch_projection_chain(x, weight, segments, bias, impl)
+        return torch_module("chains").projection_chain(x, weight, segments, bias, impl)
     widths, activations, taus, dtypes = parse_segments(segments)
     dtypes = [x.dtype if d is None else _numpy_dtype(d) for d in dtypes]
     outputs = projection_forward(NUMPY, _flatten_tokens(x), weight, bias, widths, activations, taus, dtypes, impl)
@@ -259,9 +295,7 @@ def output_chain(o, g, norm_weight, out_weight, eps=1e-5, impl="automatic"):
         gated heads are recomputed in the backward, not stored).
     """
     if is_torch(o):
-        from ..torch.chains import output_chain as torch_output_chain
-
-        return torch_output_chain(o, g, norm_weight, out_weight, eps, impl)
+        return torch_module("chains").output_chain(o, g, norm_weight, out_weight, eps, impl)
     return output_forward(NUMPY, o, g, norm_weight, out_weight, eps, impl)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import _C
-from .._backend import NUMPY, is_torch, num_sequences, state_dtype
+from .._backend import NUMPY, is_torch, num_sequences, state_dtype, torch_module
 
 
 def state_shape(q, v, cu_seqlens):
@@ -70,10 +70,8 @@ def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, out
     torch tensors go through ``seqmix.torch`` with autograd and torch.compile support.
     """
     if is_torch(q):
-        from ..torch.delta_rule import chunk_gated_delta_rule as torch_chunk_gated_delta_rule
-
-        return torch_chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_final_state,
-                                            use_qk_l2norm_in_kernel, cu_seqlens, impl)
+        return torch_module("delta_rule").chunk_gated_delta_rule(
+            q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel, cu_seqlens, impl)
     o, final_state = forward(NUMPY, q, k, v, g, beta, initial_state, cu_seqlens, default_scale(q, scale),
                              use_qk_l2norm_in_kernel, impl)
     return o, (final_state if output_final_state else None)

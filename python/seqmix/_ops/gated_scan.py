@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import _C
-from .._backend import NUMPY, is_torch, num_sequences, state_dtype
+from .._backend import NUMPY, is_torch, num_sequences, state_dtype, torch_module
 
 
 def _workspace(xp, b, cu_seqlens):
@@ -73,9 +73,8 @@ def gated_scan(a, b, z=None, initial_state=None, output_final_state=False, cu_se
     tensors go through ``seqmix.torch`` with autograd and torch.compile support.
     """
     if is_torch(b):
-        from ..torch.gated_scan import gated_scan as torch_gated_scan
-
-        return torch_gated_scan(a, b, z, initial_state, output_final_state, cu_seqlens, decay, impl)
+        return torch_module("gated_scan").gated_scan(
+            a, b, z, initial_state, output_final_state, cu_seqlens, decay, impl)
     y, final_state, _ = forward(NUMPY, a, b, z, initial_state, cu_seqlens, decay, impl)
     return (y, final_state) if output_final_state else y
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .._backend import is_torch
+from .._backend import is_torch, torch_module
 from .gated_scan import gated_scan
 
 
@@ -29,9 +29,7 @@ def gated_scan_layer(x, weight, decay="logit", impl="automatic"):
         and trace under torch.compile.
     """
     if is_torch(x):
-        from ..torch.gated_scan_layer import gated_scan_layer as torch_layer
-
-        return torch_layer(x, weight, decay, impl)
+        return torch_module("gated_scan_layer").gated_scan_layer(x, weight, decay, impl)
     return composed(x, weight, decay, impl)
 
 

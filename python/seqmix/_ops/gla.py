@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import _C
-from .._backend import NUMPY, is_torch, num_sequences, state_dtype
+from .._backend import NUMPY, is_torch, num_sequences, state_dtype, torch_module
 
 
 def state_shape(q, v, cu_seqlens):
@@ -63,9 +63,7 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     tensors go through ``seqmix.torch`` with autograd and torch.compile support.
     """
     if is_torch(q):
-        from ..torch.gla import chunk_gla as torch_chunk_gla
-
-        return torch_chunk_gla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens, impl)
+        return torch_module("gla").chunk_gla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens, impl)
     o, final_state = forward(NUMPY, q, k, v, g, initial_state, cu_seqlens, default_scale(q, scale), impl)
     return o, (final_state if output_final_state else None)
 

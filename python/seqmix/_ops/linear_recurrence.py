@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .. import _C
-from .._backend import NUMPY, is_torch
+from .._backend import NUMPY, is_torch, torch_module
 
 METHODS = ("auto", "sequential", "chunked", "scan", "cyclic_reduction")
 
@@ -79,9 +79,7 @@ def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, im
     with torch.compile support.
     """
     if is_torch(b):
-        from ..torch.linear_recurrence import linear_recurrence as torch_linear_recurrence
-
-        return torch_linear_recurrence(A, b, h0, method, output_final_state, impl)
+        return torch_module("linear_recurrence").linear_recurrence(A, b, h0, method, output_final_state, impl)
     h, final_state = forward(NUMPY, A, b, h0, method, impl)
     return (h, final_state) if output_final_state else h
 

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 import typing
+from typing import Optional
 
 import torch
 
 from .._backend import TorchBackend, num_sequences  # noqa: F401  (re-exported for the op modules)
 
 XP = TorchBackend(torch)
+
+# The three questions every eager call asks, bound once (each ~0.1 µs).
+is_compiling = torch.compiler.is_compiling
+_transforms_active = torch._C._are_functorch_transforms_active
+_grad_enabled = torch.is_grad_enabled
 
 
 def state_dtype(x: torch.Tensor) -> torch.dtype:
@@ -19,6 +26,12 @@ def state_dtype(x: torch.Tensor) -> torch.dtype:
 def present(x, like: torch.Tensor) -> torch.Tensor:
     """custom_op outputs cannot be None: an absent gradient travels as an empty tensor."""
     return like.new_empty((0,)) if x is None else x
+
+
+def contiguous_or_none(grad):
+    """An output's gradient for the implementation: contiguous, or None where the loss did
+    not use the output (eager ops built with ``materialize_grads=False``)."""
+    return None if grad is None else grad.contiguous()
 
 
 def absent(grad: torch.Tensor, input_):
@@ -38,7 +51,15 @@ def _returns_list(function) -> bool:
     return typing.get_origin(typing.get_type_hints(function).get("return")) is list
 
 
-def eager_function(forward, setup_context, backward, returns_list=False):
+def _tensor_positions(function) -> tuple:
+    """Positions of the parameters annotated ``torch.Tensor`` or ``Optional[torch.Tensor]``:
+    the arguments whose ``requires_grad`` decides whether a call needs autograd."""
+    hints = typing.get_type_hints(function)
+    names = inspect.signature(function).parameters
+    return tuple(i for i, name in enumerate(names) if hints.get(name) in (torch.Tensor, Optional[torch.Tensor]))
+
+
+def eager_function(forward, setup_context, backward, returns_list=False, materialize_grads=True):
     """An autograd.Function that runs an op's forward, setup_context and backward
     directly. A torch.library custom op costs tens of µs of host time per eager call
     (dispatcher, schema, autograd wrapper); the ops use this Function in eager mode and
@@ -50,11 +71,15 @@ def eager_function(forward, setup_context, backward, returns_list=False):
     which ``TorchOp`` calls the custom ops instead (and reports what they report).
 
     With `returns_list` the Function returns the forward's list as a tuple and gives the
-    backward the gradients as one list, as the custom op's autograd does."""
+    backward the gradients as one list, as the custom op's autograd does. Without
+    `materialize_grads` an output the loss never used sends None to the backward instead
+    of a tensor of zeros (which costs an allocation and a fill kernel per call)."""
 
     class EagerOp(torch.autograd.Function):
         @staticmethod
         def forward(ctx, *inputs):
+            if not materialize_grads:
+                ctx.set_materialize_grads(False)
             outputs = forward(*inputs)
             setup_context(ctx, inputs, outputs)
             return tuple(outputs) if returns_list else outputs
@@ -94,9 +119,13 @@ class TorchOp:
             torch.compiler.is_compiling() inside the backward, which does not reliably
             say that AOTAutograd/inductor is tracing it (a fake trace must never reach
             the implementation).
+        materialize_grads: False when the backward takes None for the gradient of an
+            output the loss did not use (the eager path then sends None; see
+            ``eager_function``).
     """
 
-    def __init__(self, name, forward, forward_fake, backward, backward_fake, setup_context, make_backward):
+    def __init__(self, name, forward, forward_fake, backward, backward_fake, setup_context, make_backward,
+                 materialize_grads=True):
         self.implementation = forward
         self.forward_op = torch.library.custom_op(f"seqmix::{name}_fwd", forward, mutates_args=())
         self.forward_op.register_fake(forward_fake)
@@ -104,7 +133,18 @@ class TorchOp:
         self.backward_op.register_fake(backward_fake)
         self.forward_op.register_autograd(make_backward(self.backward_op), setup_context=setup_context)
         self.returns_list = _returns_list(forward)
-        self.eager = eager_function(forward, setup_context, make_backward(backward), self.returns_list)
+        self.tensor_positions = _tensor_positions(forward)
+        self.eager = eager_function(forward, setup_context, make_backward(backward), self.returns_list,
+                                    materialize_grads)
+
+    def needs_autograd(self, args) -> bool:
+        """Whether grad mode is on and a tensor argument requires grad."""
+        if _grad_enabled():
+            for i in self.tensor_positions:
+                a = args[i]
+                if a is not None and a.requires_grad:
+                    return True
+        return False
 
     def __call__(self, *args):
         """Runs the forward with the custom op's positional arguments: the custom op while
@@ -112,9 +152,9 @@ class TorchOp:
         eager autograd.Function when grad mode is on and a tensor argument requires grad;
         otherwise the implementation itself, without autograd's bookkeeping. Returns what
         the forward implementation returns."""
-        if torch.compiler.is_compiling() or torch._C._are_functorch_transforms_active():
+        if is_compiling() or _transforms_active():
             return self.forward_op(*args)
-        if torch.is_grad_enabled() and any(isinstance(a, torch.Tensor) and a.requires_grad for a in args):
+        if self.needs_autograd(args):
             outputs = self.eager.apply(*args)
             return list(outputs) if self.returns_list else outputs
         return self.implementation(*args)

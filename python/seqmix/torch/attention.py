@@ -48,6 +48,9 @@ def _make_backward(run_backward):
     def backward(ctx, dout, d_lse):
         q, k, v, cu_seqlens_q, cu_seqlens_k, out, lse = ctx.saved_tensors
         # lse is an output too: a caller that uses it downstream sends its gradient here.
+        # An unused output's gradient is None in eager mode (no zeros are materialized).
+        if dout is None:
+            dout = torch.zeros_like(out)
         dq, dk, dv = run_backward(q, k, v, cu_seqlens_q, cu_seqlens_k, *ctx.max_seqlen, out, lse, dout.contiguous(),
                                   None if d_lse is None else d_lse.contiguous(), ctx.scale, ctx.causal,
                                   ctx.deterministic, ctx.impl)
@@ -56,7 +59,8 @@ def _make_backward(run_backward):
     return backward
 
 
-_op = TorchOp("attention", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward)
+_op = TorchOp("attention", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward,
+              materialize_grads=False)
 
 
 def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False, deterministic=False,

@@ -4,13 +4,14 @@ eager path."""
 
 from __future__ import annotations
 
+import functools
 from typing import Optional
 
 import torch
 
 from .._ops import chains as ops
 from .._ops.chains import low_rank_gate  # noqa: F401  (serves torch tensors through projection_chain)
-from ._common import XP, TorchOp, absent, eager_function, fake_grad, present
+from ._common import XP, TorchOp, absent, eager_function, fake_grad, is_compiling, present
 
 
 def _dtype(name: str) -> torch.dtype:
@@ -18,13 +19,15 @@ def _dtype(name: str) -> torch.dtype:
 
 
 # Custom op schemas have no list of strings: activation and dtype names travel as one
-# comma-separated string each.
-def _join(names) -> str:
-    return ",".join(names)
+# comma-separated string each, split again here (remembered: a model repeats a few).
+@functools.lru_cache(maxsize=256)
+def _split(names: str) -> tuple[str, ...]:
+    return tuple(names.split(","))
 
 
-def _split(names: str) -> list[str]:
-    return names.split(",")
+@functools.lru_cache(maxsize=256)
+def _dtypes(names: str) -> tuple[torch.dtype, ...]:
+    return tuple(_dtype(d) for d in _split(names))
 
 
 # ---- projection chain ----
@@ -32,8 +35,7 @@ def _split(names: str) -> list[str]:
 
 def _projection_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], widths: list[int],
                         activations: str, taus: list[float], dtypes: str, impl: str) -> list[torch.Tensor]:
-    return ops.projection_forward(XP, x, weight, bias, widths, _split(activations), taus,
-                                  [_dtype(d) for d in _split(dtypes)], impl)
+    return ops.projection_forward(XP, x, weight, bias, widths, _split(activations), taus, _dtypes(dtypes), impl)
 
 
 def _projection_forward_unaliased(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor],
@@ -50,7 +52,7 @@ def _projection_forward_unaliased(x: torch.Tensor, weight: torch.Tensor, bias: O
 
 
 def _projection_forward_fake(x, weight, bias, widths, activations, taus, dtypes, impl):
-    return [x.new_empty((x.shape[0], w), dtype=_dtype(d)) for w, d in zip(widths, _split(dtypes))]
+    return [x.new_empty((x.shape[0], w), dtype=d) for w, d in zip(widths, _dtypes(dtypes))]
 
 
 def _projection_backward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], widths: list[int],
@@ -75,8 +77,8 @@ def _make_projection_backward(run_backward):
     def backward(ctx, d_outputs):
         x, weight, bias = ctx.saved_tensors
         # A segment the loss never used has no gradient: it contributes zeros.
-        d_outputs = [x.new_zeros((x.shape[0], w), dtype=_dtype(d)) if g is None else g
-                     for g, w, d in zip(d_outputs, ctx.widths, _split(ctx.dtypes))]
+        d_outputs = [x.new_zeros((x.shape[0], w), dtype=d) if g is None else g
+                     for g, w, d in zip(d_outputs, ctx.widths, _dtypes(ctx.dtypes))]
         dx, dweight, dbias = run_backward(x, weight, bias, ctx.widths, ctx.activations, ctx.taus, d_outputs, ctx.impl)
         return dx, dweight, absent(dbias, bias), None, None, None, None, None
 
@@ -93,17 +95,43 @@ _projection.eager = eager_function(_projection_forward, _projection_setup_contex
                                    _make_projection_backward(_projection_backward), returns_list=True)
 
 
+# Parsed segment lists by content (see ops.segments_key): parsing and checking a list costs
+# ~5 µs, a model passes the same list on every call.
+_SPECS: dict = {}
+_MAX_SPECS = 256
+
+
+def _segment_spec(segments) -> ops.SegmentSpec:
+    """The parsed segments, from the cache in eager mode; torch.compile traces the parse."""
+    if is_compiling():
+        return ops.SegmentSpec(segments)
+    key = ops.segments_key(segments)
+    try:
+        spec = None if key is None else _SPECS.get(key)
+    except TypeError:  # a segment holds something unhashable
+        key = spec = None
+    if spec is None:
+        spec = ops.SegmentSpec(segments)
+        if key is not None:
+            if len(_SPECS) >= _MAX_SPECS:
+                _SPECS.clear()
+            _SPECS[key] = spec
+    return spec
+
+
 def projection_chain(x, weight, segments, bias=None, impl="automatic"):
     """torch version of :func:`seqmix.projection_chain` (same arguments), differentiable in
     x, weight and bias. Returns a list of ``[..., width]`` tensors (``[..., heads, width /
     heads]`` where a segment names its heads); on a CUDA device, in eager mode, column views
     of one ``[..., W_total]`` buffer."""
-    widths, activations, taus, dtypes = ops.parse_segments(segments)
-    dtypes = [str(x.dtype).removeprefix("torch.") if d is None else d for d in dtypes]
+    spec = _segment_spec(segments)
+    dtypes = spec.dtype_names(str(x.dtype)[6:])  # "torch.bfloat16" -> "bfloat16"
+    if x.dim() <= 2 and not spec.has_heads:
+        return _projection(x, weight, bias, spec.widths, spec.activation_names, spec.taus, dtypes, impl)
     flat = x.reshape(-1, x.shape[-1]) if x.dim() > 2 else x
-    outputs = _projection(flat, weight, bias, widths, _join(activations), taus, _join(dtypes), impl)
+    outputs = _projection(flat, weight, bias, spec.widths, spec.activation_names, spec.taus, dtypes, impl)
     outputs = [y.reshape(*x.shape[:-1], y.shape[-1]) if x.dim() > 2 else y for y in outputs]
-    return ops.split_heads(outputs, ops.segment_heads(segments))
+    return ops.split_heads(outputs, spec.heads)
 
 
 # ---- output chain ----

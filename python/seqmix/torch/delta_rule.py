@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from .._ops import delta_rule as ops
-from ._common import XP, TorchOp, absent, fake_grad, present, state_dtype
+from ._common import XP, TorchOp, absent, contiguous_or_none, fake_grad, present, state_dtype
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor, beta: torch.Tensor,
@@ -43,14 +43,19 @@ def _setup_context(ctx, inputs, output):
 def _make_backward(run_backward):
     def backward(ctx, do, d_final_state):
         q, k, v, g, beta, initial_state, cu_seqlens = ctx.saved_tensors
+        if do is None:  # only the final state reached the loss (eager mode, see TorchOp)
+            do = v.new_zeros(v.shape, dtype=q.dtype)
         dq, dk, dv, dg, dbeta, dh0 = run_backward(q, k, v, g, beta, initial_state, cu_seqlens, do.contiguous(),
-                                                  d_final_state.contiguous(), ctx.scale, ctx.use_qk_l2norm, ctx.impl)
+                                                  contiguous_or_none(d_final_state), ctx.scale, ctx.use_qk_l2norm,
+                                                  ctx.impl)
         return dq, dk, dv, dg, dbeta, absent(dh0, initial_state), None, None, None, None
 
     return backward
 
 
-_op = TorchOp("delta_rule", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward)
+# An unused final state sends no gradient: the backward skips its zeros.
+_op = TorchOp("delta_rule", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward,
+              materialize_grads=False)
 
 
 def chunk_gated_delta_rule(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,

@@ -7,7 +7,7 @@ from typing import Optional
 import torch
 
 from .._ops import gla as ops
-from ._common import XP, TorchOp, absent, fake_grad, present, state_dtype
+from ._common import XP, TorchOp, absent, contiguous_or_none, fake_grad, present, state_dtype
 
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -42,14 +42,18 @@ def _setup_context(ctx, inputs, output):
 def _make_backward(run_backward):
     def backward(ctx, do, d_final_state):
         q, k, v, g, initial_state, cu_seqlens = ctx.saved_tensors
+        if do is None:  # only the final state reached the loss (eager mode, see TorchOp)
+            do = v.new_zeros(v.shape, dtype=q.dtype)
         dq, dk, dv, dg, dh0 = run_backward(q, k, v, g, initial_state, cu_seqlens, do.contiguous(),
-                                           d_final_state.contiguous(), ctx.scale, ctx.impl)
+                                           contiguous_or_none(d_final_state), ctx.scale, ctx.impl)
         return dq, dk, dv, dg, absent(dh0, initial_state), None, None, None
 
     return backward
 
 
-_op = TorchOp("gla", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward)
+# An unused final state sends no gradient: the backward skips its zeros.
+_op = TorchOp("gla", _forward, _forward_fake, _backward, _backward_fake, _setup_context, _make_backward,
+              materialize_grads=False)
 
 
 def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
