@@ -604,9 +604,11 @@ __device__ __forceinline__ void prefetch_later_block(const GlaParams& p, int tid
   prefetch_rows(row0(p.v, 0), p.v.stride_time, rows, static_cast<int>(p.V * sizeof(E)), tid);
   prefetch_rows(row0(p.d_o, 0), p.d_o.stride_time, rows, static_cast<int>(p.V * sizeof(E)), tid);
   const int64_t slot = chunk_slot(p, n, h, chunk);
-  const int state_bytes = static_cast<int>(KD * p.V * sizeof(E));  // KD rows of V: contiguous
-  prefetch_rows(static_cast<const E*>(p.chunk_states) + kb.state(p, slot), 0, 1, state_bytes, tid);
-  prefetch_rows(static_cast<const E*>(p.chunk_state_grads) + kb.state(p, slot), 0, 1, state_bytes, tid);
+  // KD rows of V: contiguous, KD·V·2 bytes (a multiple of 8 KB), as 4 KB pieces.
+  constexpr int kPiece = 4096 / sizeof(E);
+  const int pieces = static_cast<int>(KD * p.V / kPiece);
+  prefetch_rows(static_cast<const E*>(p.chunk_states) + kb.state(p, slot), kPiece, pieces, 4096, tid);
+  prefetch_rows(static_cast<const E*>(p.chunk_state_grads) + kb.state(p, slot), kPiece, pieces, 4096, tid);
 }
 
 // The gradient kernel's phase clocks (profile.hpp kGlaGradient*): the timing thread adds each

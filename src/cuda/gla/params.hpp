@@ -145,7 +145,7 @@ bool gla_forward_pieces();
 void gla_set_forward_pieces(bool on);
 
 // Whether the memory-bound walks and the gradient kernel hint upcoming inputs into L2
-// (prefetch.L2, no effect on any result): the state walks (the forward's pass 1 when split,
+// (bulk prefetches by the copy engine, no effect on any result): the state walks (the forward's pass 1 when split,
 // the backward's chunk states and dL/dS walk) the chunk after the one their copies fetch,
 // the gradient kernel, once its value loop is done, the inputs of the block that the GPU
 // starts about when this one ends (one SM count later in launch order).
