@@ -1,12 +1,14 @@
 // The CUDA attention forward against the float64 oracle (the CPU reference on the same
-// stored inputs), outputs poisoned first, under both forward schedules. Cases named Small*
-// are the ones the GPU check runs under compute-sanitizer. The backward likewise, the
-// Hopper backward under both of its schedules. Last, timings of both forward schedules and
-// of both backward schedules side by side at the D = 128 shapes.
+// stored inputs), outputs poisoned first, under each of the three forward schedules. Cases
+// named Small* are the ones the GPU check runs under compute-sanitizer. The backward likewise,
+// the Hopper backward under both of its schedules. Last, timings side by side at the issue's
+// D = 128 shapes: the pingpong and persistent forward schedules, both backward schedules.
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <tuple>
 
 #include "cuda/attention/params.hpp"
@@ -16,7 +18,10 @@
 namespace seqmix::cuda {
 // Test names and messages say which schedule ran.
 void PrintTo(AttentionForwardSchedule schedule, std::ostream* os) {
-  *os << (schedule == AttentionForwardSchedule::pingpong ? "pingpong" : "standard");
+  *os << (schedule == AttentionForwardSchedule::by_shape     ? "by_shape"
+          : schedule == AttentionForwardSchedule::persistent ? "persistent"
+          : schedule == AttentionForwardSchedule::pingpong   ? "pingpong"
+                                                              : "standard");
 }
 void PrintTo(AttentionBackwardSchedule schedule, std::ostream* os) {
   *os << (schedule == AttentionBackwardSchedule::pingpong ? "pingpong" : "standard");
@@ -34,6 +39,7 @@ struct GpuAttnCase {
   std::vector<int64_t> cu_q, cu_k;  // non-empty: variable length (B = 1)
   int64_t pad = 0;                  // q, k, v, out read through views of rows D + pad wide
   DType cu_dtype = DType::i32;
+  double scale = 0.0;  // softmax scale; 0: 1/sqrt(D)
 };
 
 void PrintTo(const GpuAttnCase& c, std::ostream* os) { *os << c.name; }
@@ -83,7 +89,10 @@ double lse_error(const std::vector<double>& got, const std::vector<double>& want
 using cuda::AttentionForwardSchedule;
 
 const char* schedule_name(AttentionForwardSchedule schedule) {
-  return schedule == AttentionForwardSchedule::pingpong ? "pingpong" : "standard";
+  return schedule == AttentionForwardSchedule::by_shape     ? "by_shape"
+         : schedule == AttentionForwardSchedule::persistent ? "persistent"
+         : schedule == AttentionForwardSchedule::pingpong   ? "pingpong"
+                                                             : "standard";
 }
 
 // Runs the forward under `schedule` while in scope, then puts the process's choice back.
@@ -125,6 +134,7 @@ TEST_P(AttentionCuda, ForwardMatchesOracle) {
 
   AttentionOptions options;
   options.causal = c.causal;
+  options.scale = c.scale;
   AttentionInputs host_in{q.view, k.view, v.view};
   if (varlen(c)) {
     host_in.cu_seqlens_q = cu_q.view;
@@ -185,6 +195,12 @@ INSTANTIATE_TEST_SUITE_P(
         GpuAttnCase{"Small_f16_d64_varlen_i64", 1, 0, 0, 2, 2, 64, DType::f16, false, {0, 63, 64, 300},
                     {0, 129, 130, 200}, 0, DType::i64},
         GpuAttnCase{"Small_bf16_d128_strided", 2, 90, 140, 4, 2, 128, DType::bf16, true, {}, {}, 64},
+        // A negative scale: the row maximum of the scaled scores is the scale times the row
+        // minimum of the raw ones, and masked scores must still vanish.
+        GpuAttnCase{"Small_f16_d128_causal_negative_scale", 1, 150, 200, 2, 1, 128, DType::f16, true, {}, {}, 0,
+                    DType::i32, -0.11},
+        GpuAttnCase{"Small_bf16_d64_large_scale", 2, 70, 90, 2, 1, 64, DType::bf16, false, {}, {}, 0, DType::i32,
+                    0.6},
         GpuAttnCase{"bf16_d128_S1000_causal", 1, 1000, 1000, 2, 2, 128, DType::bf16, true, {}, {}},
         GpuAttnCase{"bf16_d128_S1000_gqa8", 1, 1000, 1000, 8, 1, 128, DType::bf16, false, {}, {}},
         GpuAttnCase{"f16_d128_S700", 2, 700, 700, 2, 2, 128, DType::f16, false, {}, {}},
@@ -192,8 +208,13 @@ INSTANTIATE_TEST_SUITE_P(
         GpuAttnCase{"bf16_d256_S600", 1, 600, 600, 2, 2, 256, DType::bf16, false, {}, {}},
         GpuAttnCase{"bf16_d256_S513_causal_strided", 1, 513, 513, 2, 1, 256, DType::bf16, true, {}, {}, 64},
         GpuAttnCase{"bf16_d128_varlen_long", 1, 0, 0, 4, 1, 128, DType::bf16, true, {0, 1000, 1001, 1700},
-                    {0, 900, 1200, 2000}}),
-                       ::testing::Values(AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong)),
+                    {0, 900, 1200, 2000}},
+        // More tiles than an H100 has SMs, so persistent CTAs walk several tiles of 1 or 2
+        // key blocks (stage phases carried from tile to tile, the Q tile reloaded).
+        GpuAttnCase{"Small_bf16_d128_causal_gqa4_tiles144", 2, 260, 260, 24, 6, 128, DType::bf16, true, {}, {}},
+        GpuAttnCase{"f16_d64_causal_gqa8_tiles240", 2, 600, 600, 24, 3, 64, DType::f16, true, {}, {}}),
+                       ::testing::Values(AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong,
+                                         AttentionForwardSchedule::persistent)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
     });
@@ -408,38 +429,61 @@ std::array<float, 2> alternating_medians_ms(const Launch& launch, const DeviceBu
   return medians;
 }
 
-// Prints one table row: TFLOP/s of both schedules for `flops` and their ratio.
+// Prints one table row: TFLOP/s of two schedules for `flops` and the second's speed-up.
 void print_schedule_row(int64_t S, bool causal, double flops, const std::array<float, 2>& ms) {
-  const double standard = flops / (ms[0] * 1e-3) / 1e12, pingpong = flops / (ms[1] * 1e-3) / 1e12;
-  std::printf("%8lld %7s %10.1f %10.1f %18.3f\n", static_cast<long long>(S), causal ? "yes" : "no", standard, pingpong,
-              pingpong / standard);
+  const double first = flops / (ms[0] * 1e-3) / 1e12, second = flops / (ms[1] * 1e-3) / 1e12;
+  std::printf("%8lld %7s %10.1f %10.1f %18.3f\n", static_cast<long long>(S), causal ? "yes" : "no", first, second,
+              second / first);
 }
 
-// Forward TFLOP/s of both schedules side by side (bf16, D = 128, H = 16, B·S = 16384,
-// S = 2048 and 16384, causal and not): CUDA events around each launch, L2 flushed before
-// it, the schedules alternating run by run, median of kTimedRuns. FLOPs 4·B·H·S²·D, half for
+// The two forward schedules the timing below compares: pingpong and persistent, or the pair
+// SEQMIX_ATTENTION_TIMING_FORWARD=first,second names (standard|pingpong|persistent|by_shape), e.g. to
+// time one schedule of two builds against the same partner: the runs alternate, and the
+// partner's power draw can move the clock the other one runs at.
+std::array<AttentionForwardSchedule, 2> timed_forward_schedules() {
+  std::array<AttentionForwardSchedule, 2> pair{AttentionForwardSchedule::pingpong, AttentionForwardSchedule::persistent};
+  const char* value = std::getenv("SEQMIX_ATTENTION_TIMING_FORWARD");
+  if (!value) return pair;
+  const std::string names(value);
+  const size_t comma = names.find(',');
+  for (int which = 0; which < 2; ++which) {
+    const std::string name = which == 0 ? names.substr(0, comma) : names.substr(comma == std::string::npos ? names.size() : comma + 1);
+    for (AttentionForwardSchedule schedule : {AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong,
+                                              AttentionForwardSchedule::persistent, AttentionForwardSchedule::by_shape})
+      if (name == schedule_name(schedule)) pair[which] = schedule;
+  }
+  return pair;
+}
+
+// Forward TFLOP/s of the pingpong and persistent schedules (or the pair named above) side by
+// side (bf16, B·S = 16384, H·D = 2048; D = 128 at S = 2048, 4096 and 16384, D = 64 and 256 at
+// S = 2048 and 16384; causal and not): CUDA events around each launch, L2 flushed before it,
+// the schedules alternating run by run, median of kTimedRuns. FLOPs 4·B·H·S²·D, half for
 // causal. Asserts that both schedules give the same out and lse (the oracle is out of reach
 // at these sizes; the cases above compare each schedule with it).
 TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  constexpr int64_t kTokens = 16384, H = 16, D = 128;
-  const size_t operand_bytes = static_cast<size_t>(kTokens * H * D) * 2;
+  constexpr int64_t kTokens = 16384, kWidth = 2048;  // B·S and H·D
+  const size_t operand_bytes = static_cast<size_t>(kTokens * kWidth) * 2;
   DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes),
-      lse(static_cast<size_t>(kTokens * H) * sizeof(float)), flush(kFlushBytes);
+      lse(static_cast<size_t>(kTokens * kWidth / 64) * sizeof(float)), flush(kFlushBytes);
   fill_random(q.ptr, operand_bytes, DType::bf16);
   fill_random(k.ptr, operand_bytes, DType::bf16);
   fill_random(v.ptr, operand_bytes, DType::bf16);
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0));
-  const AttentionForwardSchedule schedules[] = {AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong};
+  const std::array<AttentionForwardSchedule, 2> schedules = timed_forward_schedules();
 
-  std::printf("attention forward on %s, bf16 D=%lld H=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
-              prop.name, static_cast<long long>(D), static_cast<long long>(H), static_cast<long long>(kTokens),
-              kTimedRuns);
-  std::printf("%8s %7s %10s %10s %18s\n", "S", "causal", "standard", "pingpong", "pingpong/standard");
-  for (int64_t S : {int64_t{2048}, int64_t{16384}}) {
+  std::printf("attention forward on %s, bf16 H*D=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
+              prop.name, static_cast<long long>(kWidth), static_cast<long long>(kTokens), kTimedRuns);
+  const std::string ratio = std::string(schedule_name(schedules[1])) + "/" + schedule_name(schedules[0]);
+  std::printf("%4s %8s %7s %10s %10s %18s\n", "D", "S", "causal", schedule_name(schedules[0]),
+              schedule_name(schedules[1]), ratio.c_str());
+  const std::array<int64_t, 2> shapes[] = {{128, 2048}, {128, 4096}, {128, 16384}, {64, 2048},
+                                           {64, 16384}, {256, 2048}, {256, 16384}};
+  for (const auto& [D, S] : shapes) {
     for (bool causal : {false, true}) {
-      const int64_t B = kTokens / S;
+      const int64_t B = kTokens / S, H = kWidth / D;
       const Device gpu = Device::cuda(0);
       const AttentionInputs in{Tensor::contiguous(q.ptr, DType::bf16, {B, S, H, D}, gpu),
                                Tensor::contiguous(k.ptr, DType::bf16, {B, S, H, D}, gpu),
@@ -455,6 +499,7 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
             attention_forward(in, outputs, options);
           },
           flush);
+      std::printf("%4lld", static_cast<long long>(D));
       print_schedule_row(S, causal, 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0), ms);
 
       // The same result from both schedules.
@@ -470,11 +515,11 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
         cuda_ok(cudaMemcpy(got_lse[which].data(), lse.ptr, got_lse[which].size() * sizeof(float),
                            cudaMemcpyDeviceToHost));
       }
-      EXPECT_LT(relative_difference_bf16(got_out[1], got_out[0]), tolerance(DType::bf16)) << "S " << S;
+      EXPECT_LT(relative_difference_bf16(got_out[1], got_out[0]), tolerance(DType::bf16)) << "D " << D << " S " << S;
       EXPECT_LT(rel_err(std::vector<double>(got_lse[1].begin(), got_lse[1].end()),
                         std::vector<double>(got_lse[0].begin(), got_lse[0].end())),
                 1e-5)
-          << "S " << S;
+          << "D " << D << " S " << S;
     }
   }
 }

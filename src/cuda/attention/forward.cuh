@@ -12,6 +12,10 @@
 // copies the next K one iteration earlier), makes the two consumer warpgroups take turns
 // issuing their products (named barriers), so one warpgroup's softmax runs while the
 // other's products occupy the tensor cores, and at D = 128 walks key blocks of 176.
+// `persistent` is pingpong in a grid of one CTA per SM that walks an ordered list of tiles
+// (ForwardTiles): the producer loads the next tile's Q as soon as the current tile's last
+// QKᵀ product is in and its first K/V blocks as stages free up, so the next tile's copies
+// run under this tile's last PV product and epilogue.
 // Key blocks run from the last to the first, so the masked ones (the sequence end, the
 // causal diagonal) come first and the rest skip the mask.
 #pragma once
@@ -29,8 +33,8 @@ struct ForwardConfig {
   static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
   // Keys per pipeline stage. Pingpong at D = 128: 176 (fewer turns, barriers and O
   // rescales per key; S, P and O then take 196 of the consumers' 240 registers).
-  static constexpr int kBlockN =
-      D == 128 && kSchedule == AttentionForwardSchedule::pingpong ? 176 : D <= 128 ? 128 : 64;
+  static constexpr bool kPingpong = kSchedule != AttentionForwardSchedule::standard;
+  static constexpr int kBlockN = D == 128 && kPingpong ? 176 : D <= 128 ? 128 : 64;
   static constexpr int kStages = 2;
   static constexpr int kChunks = D / 64;  // 128-byte swizzle atoms across the head dim
   static constexpr int kThreads = 384;
@@ -42,7 +46,8 @@ struct ForwardConfig {
   static constexpr uint32_t kKOffset = kQOffset + kQBytes;
   static constexpr uint32_t kVOffset = kKOffset + kStages * kKVBytes;
   static constexpr uint32_t kBarrierOffset = kVOffset + kStages * kKVBytes;
-  static constexpr uint32_t kBarriers = 1 + 4 * kStages;  // q_full, k_full[], v_full[], k_empty[], v_empty[]
+  // q_full, q_empty, k_full[], v_full[], k_empty[], v_empty[]
+  static constexpr uint32_t kBarriers = 2 + 4 * kStages;
   static constexpr uint32_t kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
 };
@@ -58,10 +63,67 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
 
+// One tile of work: 128 query rows of one query head of one sequence.
+struct ForwardTile {
+  int m_block, head, sequence;
+};
+
+// The persistent schedule's list of tiles. The (head, sequence) pairs are cut into sections
+// of `section_pairs`; a section's tiles come before the next section's. Causal: within a
+// section the query blocks from the last (the longest tile) to the first, pairs fastest, so
+// the tiles start longest first inside each section, and a section's K and V stay small
+// enough for L2 (the host sizes it). Non-causal (`pair_major`, one section): the plain
+// grid's order, a pair's query blocks last to first, then the next pair's, so the CTAs of a
+// round share few pairs' K and V.
+//
+// Which CTA takes which tile: a section's list is dealt to the CTAs in rounds of gridDim.x
+// tiles, the rounds counted over the whole walk going forward and backward in turn (a
+// snake), the first round of each section starting where the previous section's last round
+// stopped. With tiles sorted long to short inside a section, the CTA that drew the longest
+// tile of one round draws the shortest of the next, so every CTA gets about the same number
+// of key blocks. Dealing plainly (CTA c takes tiles c, c + gridDim.x, ...) gave the causal
+// CTAs up to 1.3x the mean work, the sections restarting long to short: measured 0.77-0.89x
+// the plain grid's speed. (Alternating per section-local round instead left sections of a
+// single round, D = 256, always dealt forward: 0.58-0.67x.)
+struct ForwardTiles {
+  int m_blocks = 0;       // query tiles per (head, sequence)
+  int pairs = 0;          // Hq · sequences
+  int section_pairs = 1;  // (head, sequence) pairs per section
+  int count = 0;          // m_blocks · pairs
+  int rounds = 1;         // rounds of gridDim.x tiles per section (the last section may use fewer)
+  int steps = 0;          // sections · rounds: the length of every CTA's walk
+  bool pair_major = false;  // the order inside a section: query blocks fastest (else pairs)
+};
+
+// The tile index a CTA takes at step `k` of its walk (section k / rounds, round k % rounds;
+// the deal's direction flips with every step), or -1 where the step deals it none (the
+// section's last round is short).
+__device__ __forceinline__ int persistent_tile_index(const ForwardTiles& t, int k, int cta, int ctas) {
+  const int section = k / t.rounds, round = k - section * t.rounds;
+  const int section_tiles = t.section_pairs * t.m_blocks;
+  const int tiles_here = min(t.section_pairs, t.pairs - section * t.section_pairs) * t.m_blocks;
+  int seat = cta - (section * section_tiles) % ctas;  // this CTA's seat in the section's deal
+  if (seat < 0) seat += ctas;
+  const int place = round * ctas + ((k & 1) ? ctas - 1 - seat : seat);
+  return place < tiles_here ? section * section_tiles + place : -1;
+}
+
+__device__ __forceinline__ ForwardTile persistent_tile(const ForwardTiles& t, int index, int Hq) {
+  const int section_tiles = t.section_pairs * t.m_blocks;
+  const int section = index / section_tiles;
+  const int first_pair = section * t.section_pairs;
+  const int pairs_here = min(t.section_pairs, t.pairs - first_pair);  // the last section may be short
+  const int i = index - section * section_tiles;
+  const int pair = first_pair + (t.pair_major ? i / t.m_blocks : i % pairs_here);
+  const int m_block = t.m_blocks - 1 - (t.pair_major ? i % t.m_blocks : i / pairs_here);
+  return {m_block, pair % Hq, pair / Hq};
+}
+
 // The kernel's arguments: tensor maps live in parameter space (__grid_constant__).
 struct ForwardArgs {
   CUtensorMap q_map, k_map, v_map;  // 4-d: (D, rows, heads, batch), box (64, rows of a tile, 1, 1)
   AttentionParams p;
+  ForwardTiles tiles;  // persistent schedule only
 };
 
 // One sequence's place in the tensors.
@@ -116,35 +178,58 @@ struct RowState {
   float sum[2] = {0.f, 0.f};              // this thread's share of Σ exp2(· − max)
 };
 
+// The largest of a row's scores in s (the thread's kBlockN / 4 values of row r), or the
+// smallest when kSmallest: a pairwise tree, 6 dependent steps at kBlockN = 176 instead of 22.
+template <bool kSmallest, int kBlockN>
+__device__ __forceinline__ float row_extreme(const float (&s)[kBlockN / 2], int r) {
+  constexpr int kGroups = kBlockN / 8;
+  float m[kGroups];
+#pragma unroll
+  for (int c = 0; c < kGroups; ++c)
+    m[c] = kSmallest ? fminf(s[4 * c + 2 * r], s[4 * c + 2 * r + 1]) : fmaxf(s[4 * c + 2 * r], s[4 * c + 2 * r + 1]);
+#pragma unroll
+  for (int width = 1; width < kGroups; width *= 2)
+#pragma unroll
+    for (int c = 0; c + width < kGroups; c += 2 * width)
+      m[c] = kSmallest ? fminf(m[c], m[c + width]) : fmaxf(m[c], m[c + width]);
+  return m[0];
+}
+
 // Scores s (64 x kBlockN accumulator fragment) -> unnormalised probabilities in place;
 // returns in correction[r] the factor the output rows must be rescaled by.
 // limit[r]: keys at or past it are masked (only when kMask).
+// The scores stay unscaled until the exponent: the row's largest scaled score is the scale
+// times its largest raw score (its smallest when the scale is negative), and each
+// probability is exp2(s · scale·log2(e) − max), one FFMA before the ex2 instead of a
+// multiply of every score up front and a subtraction after.
 template <bool kMask, int kBlockN>
 __device__ __forceinline__ void softmax_step(float (&s)[kBlockN / 2], RowState& st, float (&correction)[2],
                                              float scale_log2, int key0, const int (&limit)[2], int lane) {
-#pragma unroll
-  for (int i = 0; i < kBlockN / 2; ++i) s[i] *= scale_log2;
+  const bool positive = scale_log2 > 0.f;
   if constexpr (kMask) {
+    const float hidden = positive ? -INFINITY : INFINITY;  // becomes -inf once scaled
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) {
       const int key = key0 + (i / 4) * 8 + 2 * (lane % 4) + (i & 1);
-      if (key >= limit[(i >> 1) & 1]) s[i] = -INFINITY;
+      if (key >= limit[(i >> 1) & 1]) s[i] = hidden;
     }
   }
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int c = 0; c < kBlockN / 8; ++c) mx = fmaxf(mx, fmaxf(s[4 * c + 2 * r], s[4 * c + 2 * r + 1]));
-    const float new_max = fmaxf(st.max[r], quad_max(mx));
+    float block_max;  // of the scaled scores, in the log2 domain
+    if (positive)
+      block_max = quad_max(row_extreme<false, kBlockN>(s, r)) * scale_log2;
+    else
+      block_max = -quad_max(-row_extreme<true, kBlockN>(s, r)) * scale_log2;
+    const float new_max = fmaxf(st.max[r], block_max);
     const float base = new_max == -INFINITY ? 0.f : new_max;  // a row with nothing visible yet
     correction[r] = fast_exp2(st.max[r] - base);
     st.max[r] = new_max;
     float sum = st.sum[r] * correction[r];
 #pragma unroll
     for (int c = 0; c < kBlockN / 8; ++c) {
-      s[4 * c + 2 * r] = fast_exp2(s[4 * c + 2 * r] - base);
-      s[4 * c + 2 * r + 1] = fast_exp2(s[4 * c + 2 * r + 1] - base);
+      s[4 * c + 2 * r] = fast_exp2(fmaf(s[4 * c + 2 * r], scale_log2, -base));
+      s[4 * c + 2 * r + 1] = fast_exp2(fmaf(s[4 * c + 2 * r + 1], scale_log2, -base));
       sum += s[4 * c + 2 * r] + s[4 * c + 2 * r + 1];
     }
     st.sum[r] = sum;
@@ -198,18 +283,30 @@ __device__ __forceinline__ void store_output(const AttentionParams& p, const Seq
   }
 }
 
+
 template <class T, int D, AttentionForwardSchedule kSchedule>
 __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__ ForwardArgs args) {
   using Cfg = ForwardConfig<T, D, kSchedule>;
-  constexpr bool kPingpong = kSchedule == AttentionForwardSchedule::pingpong;
+  constexpr bool kPingpong = Cfg::kPingpong;
+  constexpr bool kPersistent = kSchedule == AttentionForwardSchedule::persistent;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   const AttentionParams& p = args.p;
 
-  const int m_block = gridDim.x - 1 - blockIdx.x;  // longest (causal) tiles first
-  const int head = blockIdx.y;
-  const Sequence seq = sequence_of(p, blockIdx.z);
-  if (m_block * kBlockM >= seq.len_q) return;
-  const int n_blocks = key_blocks<kBlockM, kBlockN>(seq, m_block, p.causal);
+  // The tiles of this CTA: its grid cell (x reversed: longest causal tiles first), or, when
+  // persistent, the steps of its walk through the ordered list (ForwardTiles). Producer and
+  // consumers call this with the same steps and skip the same ones.
+  const int walk_steps = kPersistent ? args.tiles.steps : 1;
+  auto tile_at = [&](int step) -> ForwardTile {
+    if constexpr (kPersistent) {
+      const int index =
+          persistent_tile_index(args.tiles, step, static_cast<int>(blockIdx.x), static_cast<int>(gridDim.x));
+      if (index < 0) return {args.tiles.m_blocks, 0, 0};  // no tile: past every sequence's end
+      return persistent_tile(args.tiles, index, static_cast<int>(p.Hq));
+    } else {
+      return {static_cast<int>(gridDim.x - 1 - blockIdx.x), static_cast<int>(blockIdx.y),
+              static_cast<int>(blockIdx.z)};
+    }
+  };
 
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
@@ -217,7 +314,8 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
   uint8_t* k_tiles = smem + Cfg::kKOffset;
   uint8_t* v_tiles = smem + Cfg::kVOffset;
   uint64_t* q_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
-  uint64_t* k_full = q_full + 1;
+  uint64_t* q_empty = q_full + 1;  // persistent: the Q tile may be overwritten
+  uint64_t* k_full = q_empty + 1;
   uint64_t* v_full = k_full + kStages;
   // standard: k_empty guards the whole stage (K and V); pingpong: K and V separately.
   uint64_t* k_empty = v_full + kStages;
@@ -225,6 +323,7 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
 
   if (threadIdx.x == 0) {
     tma::barrier_init(q_full, 1);
+    tma::barrier_init(q_empty, Cfg::kConsumerWarps);
     for (int s = 0; s < kStages; ++s) {
       tma::barrier_init(&k_full[s], 1);
       tma::barrier_init(&v_full[s], 1);
@@ -237,32 +336,45 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
 
   const int warpgroup = threadIdx.x / 128;
   const int lane = threadIdx.x % 32;
-  const int kv_head = head / static_cast<int>(p.Hq / p.Hkv);
+  const int heads_per_kv = static_cast<int>(p.Hq / p.Hkv);
 
+  // Producer and consumers walk the same tiles and count the same two things: tiles with
+  // work (the Q tile's phase) and key blocks over all tiles (the K/V stages' phases).
   if (warpgroup == 0) {  // producer
     release_registers<24>();
-    if (threadIdx.x == 0 && n_blocks > 0) {
+    if (threadIdx.x == 0) {
       prefetch_tensor_map(&args.q_map);
       prefetch_tensor_map(&args.k_map);
       prefetch_tensor_map(&args.v_map);
-      const int q_row = static_cast<int>(seq.q_start) + m_block * kBlockM;
-      tma::arrive_expect_bytes(q_full, Cfg::kQBytes);
-      for (int c = 0; c < Cfg::kChunks; ++c)
-        tma::load_box(q_tile + c * kBlockM * 128, args.q_map, 64 * c, q_row, head, seq.batch, q_full);
-      for (int it = 0; it < n_blocks; ++it) {
-        const int n = n_blocks - 1 - it, stage = it % kStages;
-        const uint32_t phase = (it / kStages) & 1;
-        tma::wait(&k_empty[stage], phase ^ 1);
-        const int k_row = static_cast<int>(seq.k_start) + n * kBlockN;
-        uint8_t* k_dst = k_tiles + stage * Cfg::kKVBytes;
-        uint8_t* v_dst = v_tiles + stage * Cfg::kKVBytes;
-        tma::arrive_expect_bytes(&k_full[stage], Cfg::kKVBytes);
+      int tiles_loaded = 0, blocks_loaded = 0;
+      for (int step = 0; step < walk_steps; ++step) {
+        const ForwardTile tile = tile_at(step);
+        const Sequence seq = sequence_of(p, tile.sequence);
+        if (tile.m_block * kBlockM >= seq.len_q) continue;
+        const int n_blocks = key_blocks<kBlockM, kBlockN>(seq, tile.m_block, p.causal);
+        if (n_blocks == 0) continue;
+        const int kv_head = tile.head / heads_per_kv;
+        tma::wait(q_empty, (tiles_loaded & 1) ^ 1);
+        ++tiles_loaded;
+        const int q_row = static_cast<int>(seq.q_start) + tile.m_block * kBlockM;
+        tma::arrive_expect_bytes(q_full, Cfg::kQBytes);
         for (int c = 0; c < Cfg::kChunks; ++c)
-          tma::load_box(k_dst + c * kBlockN * 128, args.k_map, 64 * c, k_row, kv_head, seq.batch, &k_full[stage]);
-        if constexpr (kPingpong) tma::wait(&v_empty[stage], phase ^ 1);
-        tma::arrive_expect_bytes(&v_full[stage], Cfg::kKVBytes);
-        for (int c = 0; c < Cfg::kChunks; ++c)
-          tma::load_box(v_dst + c * kBlockN * 128, args.v_map, 64 * c, k_row, kv_head, seq.batch, &v_full[stage]);
+          tma::load_box(q_tile + c * kBlockM * 128, args.q_map, 64 * c, q_row, tile.head, seq.batch, q_full);
+        for (int it = 0; it < n_blocks; ++it, ++blocks_loaded) {
+          const int n = n_blocks - 1 - it, stage = blocks_loaded % kStages;
+          const uint32_t phase = (blocks_loaded / kStages) & 1;
+          tma::wait(&k_empty[stage], phase ^ 1);
+          const int k_row = static_cast<int>(seq.k_start) + n * kBlockN;
+          uint8_t* k_dst = k_tiles + stage * Cfg::kKVBytes;
+          uint8_t* v_dst = v_tiles + stage * Cfg::kKVBytes;
+          tma::arrive_expect_bytes(&k_full[stage], Cfg::kKVBytes);
+          for (int c = 0; c < Cfg::kChunks; ++c)
+            tma::load_box(k_dst + c * kBlockN * 128, args.k_map, 64 * c, k_row, kv_head, seq.batch, &k_full[stage]);
+          if constexpr (kPingpong) tma::wait(&v_empty[stage], phase ^ 1);
+          tma::arrive_expect_bytes(&v_full[stage], Cfg::kKVBytes);
+          for (int c = 0; c < Cfg::kChunks; ++c)
+            tma::load_box(v_dst + c * kBlockN * 128, args.v_map, 64 * c, k_row, kv_head, seq.batch, &v_full[stage]);
+        }
       }
     }
     return;
@@ -272,19 +384,14 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
   claim_registers<240>();
   const int wg = warpgroup - 1;
   const int warp = (threadIdx.x % 128) / 32;
-  const int row0 = m_block * kBlockM + wg * 64 + warp * 16 + lane / 4;  // and row0 + 8
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  float o[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-  RowState st;
-  int limit[2];
-  for (int r = 0; r < 2; ++r)
-    limit[r] = p.causal ? min(seq.len_k, row0 + 8 * r + seq.len_k - seq.len_q + 1) : seq.len_k;
-
+  const uint8_t* q_rows = q_tile + wg * 64 * 128;
+  auto release = [&](uint64_t* empty) {
+    __syncwarp();
+    if (lane == 0) tma::arrive(empty);
+  };
   // S_j = Q·K_jᵀ is issued before O += P_{j-1}·V_{j-1}, so the softmax of block j runs
   // while the tensor cores still work on the previous block's PV product.
-  const uint8_t* q_rows = q_tile + wg * 64 * 128;
   auto issue_scores = [&](float(&s)[kBlockN / 2], int stage) {
     const uint8_t* k_tile = k_tiles + stage * Cfg::kKVBytes;
 #pragma unroll
@@ -295,34 +402,25 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
     }
     wgmma_commit();
   };
-  auto issue_output = [&](const uint32_t(&prob)[kBlockN / 16][4], int stage) {
+  auto issue_output = [&](const uint32_t(&prob)[kBlockN / 16][4], float(&o)[D / 2], int stage) {
     const uint8_t* v_tile = v_tiles + stage * Cfg::kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk)
       gmma_rs<T, D>(prob[kk], smem_descriptor(v_tile + kk * 16 * 128, kBlockN * 128), o);
     wgmma_commit();
   };
-  auto softmax = [&](float(&s)[kBlockN / 2], int n, float(&correction)[2]) {
-    const int key0 = n * kBlockN;
-    const bool mask = key0 + kBlockN > seq.len_k ||
-                      (p.causal && key0 + kBlockN - 1 > m_block * kBlockM + seq.len_k - seq.len_q);
-    if (mask)
-      softmax_step<true, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
-    else
-      softmax_step<false, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
-  };
-  auto release = [&](uint64_t* empty) {
-    __syncwarp();
-    if (lane == 0) tma::arrive(empty);
-  };
-  // After the QKᵀ product of a stage (pingpong: K is free) and after its PV product.
-  auto scores_done = [&](int stage) {
+  // After the QKᵀ product of a stage (pingpong: K is free; persistent, after the tile's
+  // last one: Q is free) and after its PV product.
+  auto scores_done = [&](int stage, bool last_scores) {
     if constexpr (kPingpong) release(&k_empty[stage]);
+    if constexpr (kPersistent)
+      if (last_scores) release(q_empty);
   };
   auto output_done = [&](int stage) { release(kPingpong ? &v_empty[stage] : &k_empty[stage]); };
-  // Pingpong turns around each issue of products: n_blocks + 1 issues per warpgroup.
+  // Pingpong turns around each issue of products: n_blocks + 1 issues per warpgroup and tile.
   // Warpgroup 1 lets warpgroup 0 go first and does not pass the turn after its last issue,
-  // so each barrier completes exactly n_blocks + 1 times (128 waiting + 128 arriving).
+  // so each barrier completes exactly n_blocks + 1 times per tile (128 waiting + 128
+  // arriving) and the next tile starts from the same state.
   auto take_turn = [&] {
     if constexpr (kPingpong) named_barrier_sync(kTurnBarrier + wg, 256);
   };
@@ -331,55 +429,90 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
       if (wg == 0 || !last_issue) named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
   };
 
-  if (n_blocks > 0) {
-    tma::wait(q_full, 0);
-    float s[kBlockN / 2];
-    uint32_t prob[kBlockN / 16][4];
-    float correction[2];
-    tma::wait(&k_full[0], 0);
-    if (kPingpong && wg == 1) named_barrier_arrive(kTurnBarrier, 256);  // warpgroup 0 first
-    take_turn();
-    wgmma_fence();
-    issue_scores(s, 0);
-    pass_turn(false);
-    wgmma_wait<0>();
-    fence_registers(s);
-    scores_done(0);
-    softmax(s, n_blocks - 1, correction);  // o is still zero: no rescale
-    probabilities_to_operand<T, kBlockN>(s, prob);
-    for (int it = 1; it < n_blocks; ++it) {
-      const int stage = it % kStages, previous = (it - 1) % kStages;
-      tma::wait(&k_full[stage], (it / kStages) & 1);
-      if constexpr (kPingpong) tma::wait(&v_full[previous], ((it - 1) / kStages) & 1);  // before the turn
+  // Only the parities matter: bits 0-1 count key blocks mod 4 (stage and stage phase of
+  // 2 stages), bit 2 tiles mod 2 (the Q tile's phase). One register through the main loop.
+  static_assert(kStages == 2, "the packed counter holds key blocks mod 2 · kStages");
+  uint32_t counters = 0;
+  for (int step = 0; step < walk_steps; ++step) {
+    const ForwardTile tile = tile_at(step);
+    const int m_block = tile.m_block;
+    const Sequence seq = sequence_of(p, tile.sequence);
+    if (m_block * kBlockM >= seq.len_q) continue;
+    const int n_blocks = key_blocks<kBlockM, kBlockN>(seq, m_block, p.causal);
+    const int row0 = m_block * kBlockM + wg * 64 + warp * 16 + lane / 4;  // and row0 + 8
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    RowState st;
+    auto softmax = [&](float(&s)[kBlockN / 2], int n, float(&correction)[2]) {
+      const int key0 = n * kBlockN;
+      const bool mask = key0 + kBlockN > seq.len_k ||
+                        (p.causal && key0 + kBlockN - 1 > m_block * kBlockM + seq.len_k - seq.len_q);
+      // Formed here, for masked blocks only, rather than held through the main loop: at
+      // D = 128 the persistent schedule's two registers more would spill.
+      int limit[2];
+      for (int r = 0; r < 2; ++r)
+        limit[r] = p.causal ? min(seq.len_k, row0 + 8 * r + seq.len_k - seq.len_q + 1) : seq.len_k;
+      if (mask)
+        softmax_step<true, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
+      else
+        softmax_step<false, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
+    };
+    // Stage and phase of this tile's key block `it`, counted over all of the CTA's tiles.
+    auto stage_of = [&](int it) { return static_cast<int>((counters + it) % kStages); };
+    auto phase_of = [&](int it) { return ((counters + it) / kStages) & 1; };
+
+    if (n_blocks > 0) {
+      tma::wait(q_full, (counters >> 2) & 1);
+      float s[kBlockN / 2];
+      uint32_t prob[kBlockN / 16][4];
+      float correction[2];
+      tma::wait(&k_full[stage_of(0)], phase_of(0));
+      if (kPingpong && wg == 1) named_barrier_arrive(kTurnBarrier, 256);  // warpgroup 0 first
       take_turn();
       wgmma_fence();
-      issue_scores(s, stage);
-      if constexpr (!kPingpong) tma::wait(&v_full[previous], ((it - 1) / kStages) & 1);
-      issue_output(prob, previous);
+      issue_scores(s, stage_of(0));
       pass_turn(false);
-      wgmma_wait<1>();  // the scores are in; the PV product may still run
+      wgmma_wait<0>();
       fence_registers(s);
-      scores_done(stage);
-      softmax(s, n_blocks - 1 - it, correction);
+      scores_done(stage_of(0), n_blocks == 1);
+      softmax(s, n_blocks - 1, correction);  // o is still zero: no rescale
+      probabilities_to_operand<T, kBlockN>(s, prob);
+      for (int it = 1; it < n_blocks; ++it) {
+        const int stage = stage_of(it), previous = stage_of(it - 1);
+        tma::wait(&k_full[stage], phase_of(it));
+        if constexpr (kPingpong) tma::wait(&v_full[previous], phase_of(it - 1));  // before the turn
+        take_turn();
+        wgmma_fence();
+        issue_scores(s, stage);
+        if constexpr (!kPingpong) tma::wait(&v_full[previous], phase_of(it - 1));
+        issue_output(prob, o, previous);
+        pass_turn(false);
+        wgmma_wait<1>();  // the scores are in; the PV product may still run
+        fence_registers(s);
+        scores_done(stage, it == n_blocks - 1);
+        softmax(s, n_blocks - 1 - it, correction);
+        wgmma_wait<0>();
+        fence_registers(o);
+        fence_registers(prob);
+        output_done(previous);
+        rescale_output<D>(o, correction);
+        probabilities_to_operand<T, kBlockN>(s, prob);
+      }
+      const int last = stage_of(n_blocks - 1);
+      tma::wait(&v_full[last], phase_of(n_blocks - 1));
+      take_turn();
+      wgmma_fence();
+      issue_output(prob, o, last);
+      pass_turn(true);
       wgmma_wait<0>();
       fence_registers(o);
       fence_registers(prob);
-      output_done(previous);
-      rescale_output<D>(o, correction);
-      probabilities_to_operand<T, kBlockN>(s, prob);
+      output_done(last);
+      counters = ((counters & 4) ^ 4) | ((counters + n_blocks) & 3);
     }
-    const int last = (n_blocks - 1) % kStages;
-    tma::wait(&v_full[last], ((n_blocks - 1) / kStages) & 1);
-    take_turn();
-    wgmma_fence();
-    issue_output(prob, last);
-    pass_turn(true);
-    wgmma_wait<0>();
-    fence_registers(o);
-    fence_registers(prob);
-    output_done(last);
+    store_output<T, D>(p, seq, tile.head, row0, o, st, lane);
   }
-  store_output<T, D>(p, seq, head, row0, o, st, lane);
 }
 
 }  // namespace seqmix::cuda::attn

@@ -3,6 +3,8 @@
 
 #include <cuda.h>
 
+#include <algorithm>
+
 #include "cuda/attention/forward.cuh"
 #include "cuda/common/runtime.cuh"
 #include "cuda/common/tensor_map.hpp"
@@ -33,6 +35,43 @@ CUtensorMap tensor_map(const AttentionView& view, int64_t rows, int64_t heads, i
   return map;
 }
 
+// The current device's multiprocessor count, asked once per process (one device at a time
+// is enough here: the count only sizes the persistent grid).
+inline int multiprocessor_count() {
+  static const int count = [] {
+    int device = 0, sms = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    return sms;
+  }();
+  return count;
+}
+
+// The persistent schedule's tile list (ForwardTiles) for a grid of `ctas`. Causal: sections
+// of (head, sequence) pairs whose K and V take about kSectionBytes, so the longest-first
+// order inside a section keeps its K/V in L2. Non-causal: one section in the plain grid's
+// order (every tile is as long; the query blocks of one head run side by side over the same
+// K/V). One section, not one per pair: a walk step that deals a CTA no tile costs a few
+// hundred clocks of index arithmetic, and with sections of one pair (16 tiles at S2048)
+// seven steps in eight were empty (measured: persistent 3 % slower at S2048 than with the
+// plain deal, 1 % at S4096).
+inline ForwardTiles persistent_tiles(const AttentionParams& p, int64_t m_blocks, size_t element_bytes, int ctas) {
+  constexpr int64_t kSectionBytes = 16 << 20;
+  ForwardTiles tiles;
+  tiles.m_blocks = static_cast<int>(m_blocks);
+  tiles.pairs = static_cast<int>(p.Hq * p.num_sequences);
+  const int64_t kv_bytes = std::max<int64_t>(2 * p.max_seqlen_k * p.D * static_cast<int64_t>(element_bytes), 1);
+  tiles.section_pairs =
+      p.causal ? static_cast<int>(std::clamp<int64_t>(kSectionBytes / kv_bytes, 1, tiles.pairs)) : tiles.pairs;
+  tiles.pair_major = !p.causal;
+  tiles.count = tiles.m_blocks * tiles.pairs;
+  const int section_tiles = tiles.section_pairs * tiles.m_blocks;
+  const int sections = (tiles.pairs + tiles.section_pairs - 1) / tiles.section_pairs;
+  tiles.rounds = (section_tiles + ctas - 1) / ctas;
+  tiles.steps = sections * tiles.rounds;
+  return tiles;
+}
+
 template <class T, int D, AttentionForwardSchedule kSchedule>
 void launch_forward_schedule(const AttentionParams& p) {
   using Cfg = ForwardConfig<T, D, kSchedule>;
@@ -45,18 +84,43 @@ void launch_forward_schedule(const AttentionParams& p) {
   const auto kernel = forward_kernel<T, D, kSchedule>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention forward)");
-  const dim3 grid(static_cast<unsigned>((p.max_seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM),
-                  static_cast<unsigned>(p.Hq), static_cast<unsigned>(p.num_sequences));
+  const int64_t m_blocks = (p.max_seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
+  dim3 grid(static_cast<unsigned>(m_blocks), static_cast<unsigned>(p.Hq), static_cast<unsigned>(p.num_sequences));
+  if constexpr (kSchedule == AttentionForwardSchedule::persistent) {
+    const int ctas = static_cast<int>(std::clamp<int64_t>(m_blocks * p.Hq * p.num_sequences, 1, multiprocessor_count()));
+    args.tiles = persistent_tiles(p, m_blocks, sizeof(T), ctas);
+    grid = dim3(static_cast<unsigned>(ctas), 1, 1);
+  }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(args);
   check_launch("attention forward");
 }
 
+// by_shape: persistent where it measured faster than pingpong on the H100 (NOTES.md): causal
+// (its tiles dealt evenly, +5-7 % at S2048-4096, D = 64 and 128) and D = 256 (+2-5 %), both
+// only where a CTA has more than one tile to walk; with one wave or less it would launch the
+// same CTAs as pingpong and add its walk's index arithmetic. Non-causal D = 64 and 128 stay
+// pingpong (persistent measured 0.98-1.01x there).
+template <class T, int D>
+AttentionForwardSchedule resolved_schedule(const AttentionParams& p) {
+  const AttentionForwardSchedule schedule = attention_forward_schedule();
+  if (schedule != AttentionForwardSchedule::by_shape) return schedule;
+  constexpr int kBlockM = ForwardConfig<T, D, AttentionForwardSchedule::persistent>::kBlockM;
+  const int64_t tiles = (p.max_seqlen_q + kBlockM - 1) / kBlockM * p.Hq * p.num_sequences;
+  const bool walks = tiles > multiprocessor_count();
+  return walks && (p.causal || D == 256) ? AttentionForwardSchedule::persistent : AttentionForwardSchedule::pingpong;
+}
+
 template <class T, int D>
 void launch_forward(const AttentionParams& p) {
-  if (attention_forward_schedule() == AttentionForwardSchedule::pingpong)
-    launch_forward_schedule<T, D, AttentionForwardSchedule::pingpong>(p);
-  else
-    launch_forward_schedule<T, D, AttentionForwardSchedule::standard>(p);
+  switch (resolved_schedule<T, D>(p)) {
+    case AttentionForwardSchedule::standard:
+      return launch_forward_schedule<T, D, AttentionForwardSchedule::standard>(p);
+    case AttentionForwardSchedule::pingpong:
+      return launch_forward_schedule<T, D, AttentionForwardSchedule::pingpong>(p);
+    case AttentionForwardSchedule::persistent:
+    case AttentionForwardSchedule::by_shape:  // resolved above
+      return launch_forward_schedule<T, D, AttentionForwardSchedule::persistent>(p);
+  }
 }
 
 }  // namespace seqmix::cuda::attn

@@ -49,11 +49,16 @@ enum class AttentionDtype { bf16, f16 };
 // How the forward kernel orders its work (forward.cuh). standard: the two consumer
 // warpgroups run in phase and a K/V stage is freed after its PV product. pingpong: K is
 // freed after its QKᵀ product and the warpgroups take turns on the tensor cores, one
-// warpgroup's softmax beside the other's products.
-enum class AttentionForwardSchedule { standard, pingpong };
+// warpgroup's softmax beside the other's products. persistent: pingpong in a grid of one
+// CTA per SM that walks a list of tiles (causal: longest first, dealt so that every CTA gets
+// about as many key blocks), the next tile's copies overlapping the current tile's end.
+// by_shape: persistent for causal attention and for D = 256 where the query tiles outnumber
+// the SMs, else pingpong (launch.cuh, NOTES.md).
+enum class AttentionForwardSchedule { standard, pingpong, persistent, by_shape };
 
-// The schedule attention_forward launches: SEQMIX_ATTENTION_FORWARD=standard|pingpong,
-// read once on first use (unset or any other value: pingpong), until set below.
+// The schedule attention_forward launches:
+// SEQMIX_ATTENTION_FORWARD=standard|pingpong|persistent|by_shape, read once on first use
+// (unset or any other value: by_shape), until set below.
 AttentionForwardSchedule attention_forward_schedule();
 // Overrides the schedule for the rest of the process (tests, timing).
 void attention_set_forward_schedule(AttentionForwardSchedule schedule);
