@@ -7,8 +7,9 @@
 // method with each gradient kernel, SEQMIX_LINREC_TIMING_REWALKS=1,2 the chunked method
 // with its re-walk at one and two blocks per SM, SEQMIX_LINREC_TIMING_FORWARDS=split,fused16
 // its forward in three launches and in one pass (chunks of 16) side by side (any other
-// value, e.g. "auto", times the default). SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the default) picks the chunk-transfer
-// product for every other test.
+// value, e.g. "auto", times the default), SEQMIX_LINREC_TIMING_FUSED_BLOCKS=2,3 the one
+// pass of f32 at two and three blocks per SM. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma,
+// the default) picks the chunk-transfer product for every other test.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -183,6 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
 // against the oracle: chunk lengths that do not divide T, one chunk, a
 // single step, padded n, with and without an initial state, a chunk length from the
 // options, and many chunks per group (every block waits for its predecessor's state).
+// f32 at padded n = 64 also with the compact layout at three blocks per SM
+// (SEQMIX_LINREC_FUSED_BLOCKS=3).
 struct FusedCase {
   const char* name;
   int64_t G, T, n;
@@ -190,6 +193,7 @@ struct FusedCase {
   const char* setting;     // SEQMIX_LINREC_CHUNKED_FORWARD
   int64_t chunk_size = 0;  // the option, 0: the setting's
   bool with_state = true;
+  const char* blocks = nullptr;  // SEQMIX_LINREC_FUSED_BLOCKS, null: the default
 };
 
 void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name; }
@@ -204,8 +208,10 @@ TEST_P(LinearRecurrenceCudaFused, ForwardAndBackwardMatchOracle) {
   o.method = Method::chunked;
   o.chunk_size = f.chunk_size;
   setenv("SEQMIX_LINREC_CHUNKED_FORWARD", f.setting, 1);  // before the workspaces are sized
+  if (f.blocks) setenv("SEQMIX_LINREC_FUSED_BLOCKS", f.blocks, 1);
   expect_device_run_matches_oracle(c, o);
   unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
+  unsetenv("SEQMIX_LINREC_FUSED_BLOCKS");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -217,6 +223,11 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"SmallF32N24OneChunk", 2, 11, 24, f32, "fused"},
                       FusedCase{"SmallF32T1", 2, 1, 16, f32, "fused"},
                       FusedCase{"SmallF32ChunkOption", 1, 29, 64, f32, "fused", 5},
+                      FusedCase{"SmallF32N64ThreeBlocks", 2, 100, 64, f32, "fused", 0, true, "3"},
+                      FusedCase{"SmallF32N40ThreeBlocksNoState", 3, 53, 40, f32, "fused8", 0, false, "3"},
+                      FusedCase{"SmallF32N64ThreeBlocksChunkOption", 1, 29, 64, f32, "fused", 5, true, "3"},
+                      FusedCase{"SmallF32N64ThreeBlocksOneChunk", 2, 11, 64, f32, "fused", 0, true, "3"},
+                      FusedCase{"F32ManyChunksThreeBlocks", 16, 1500, 64, f32, "fused8", 0, true, "3"},
                       FusedCase{"F32ManyChunks", 16, 1500, 64, f32, "fused8"},
                       FusedCase{"Bf16ManyChunks", 16, 1500, 64, bf16, "fused8"},
                       FusedCase{"F32Long", 4, 4000, 64, f32, "fused32"},
@@ -567,6 +578,7 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const char* gradients = std::getenv("SEQMIX_LINREC_TIMING_GRADIENTS");  // "tiles,stream"
     const char* rewalks = std::getenv("SEQMIX_LINREC_TIMING_REWALKS");      // "1,2" blocks per SM
     const char* forwards = std::getenv("SEQMIX_LINREC_TIMING_FORWARDS");    // "split,fused16,fused32"
+    const char* fused_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS");  // "2,3" (f32, n ≤ 64)
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);
@@ -577,7 +589,10 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
                            [&](const std::string& product) {
             for_each_setting("SEQMIX_LINREC_CHUNKED_FORWARD", method == chunked ? forwards : nullptr,
                              [&](const std::string& forward) {
-              time_method(method, name + product + rewalk + forward + gradient);
+              for_each_setting("SEQMIX_LINREC_FUSED_BLOCKS", method == chunked ? fused_blocks : nullptr,
+                               [&](const std::string& blocks) {
+                time_method(method, name + product + rewalk + forward + blocks + gradient);
+              });
             });
           });
         });

@@ -29,6 +29,10 @@
 // A_s (and b_s) stream through a ring of kStages shared-memory stages by cp.async.
 // blockIdx.z picks one of up to two chains (the backward summarizes its forward and
 // reverse-time chains in one launch).
+// The first step forms no product: [P | v] = [A_first | b_first] (the identity step:
+// [I | b_first]) is read straight from its stage, and [P | v] needs no [I | 0] start.
+// kCompact (the one-pass kernel of f32, m = 1; NOTES.md, version 8): two stages and a b
+// stage of N elements, so that three blocks share an SM (≤ 75 KB each).
 #pragma once
 
 #include "cuda/linear_recurrence/common.cuh"
@@ -57,7 +61,7 @@ struct ChunkTransferParams {
   int n = 0, m = 0;
 };
 
-template <class T, int N, bool kTransposed, bool kWgmma = false>
+template <class T, int N, bool kTransposed, bool kWgmma = false, bool kCompact = false>
 struct ChunkTransferConfig {
   static_assert(N == 32 || N == 64, "padded state sizes 32 and 64 (128 would not fit shared memory)");
   static_assert(!kWgmma || N == 64, "wgmma's 64 rows: N = 64 only");
@@ -71,19 +75,20 @@ struct ChunkTransferConfig {
   // (r + gid) × columns (k + tig) need ≡ 4 words, its transposed reads ≡ 8.
   static constexpr int kStrideP = kCols;
   static constexpr int kStrideA = sizeof(T) == 4 ? (kTransposed ? N + 8 : N + 4) : (kTransposed ? N + 16 : N + 8);
-  static constexpr int kStageA = N * kStrideA;  // elements of T
-  static constexpr int kStageB = N * 8;         // elements of T: b_s flat [n·m], m ≤ 8
+  static constexpr int kStageA = N * kStrideA;            // elements of T
+  static constexpr int kStageB = kCompact ? N : N * 8;     // elements of T: b_s flat [n·m], m ≤ 8 (compact: 1)
   static constexpr int kStageElems = kStageA + kStageB;
-  static constexpr int kStages = 3;
+  static constexpr int kStages = kCompact ? 2 : 3;
   static constexpr int kPiecesPerRow = N * int(sizeof(T)) / 16;
   static constexpr int kPieceElems = 16 / int(sizeof(T));
   static constexpr int kPiecesPerThread = N * kPiecesPerRow / kThreads;
-  // wgmma's swizzled atoms need 1024-byte alignment: room to round the base up.
+  // Shared memory: [P | v] hi and lo first (wgmma's swizzled atoms need 1024-byte
+  // alignment: room to round the base up), then the stages.
   static constexpr int kAlignSlack = kWgmma ? 1024 : 0;
-  static constexpr int smem_bytes() {
-    return kStages * kStageElems * int(sizeof(T)) + 2 * N * kStrideP * int(sizeof(float)) + kAlignSlack;
-  }
-  static_assert(!kWgmma || kStages * kStageElems * int(sizeof(T)) % 1024 == 0, "P's atoms 1024-byte aligned");
+  static constexpr int kSplitBytes = 2 * N * kStrideP * int(sizeof(float));
+  static constexpr int smem_bytes() { return kAlignSlack + kSplitBytes + kStages * kStageElems * int(sizeof(T)); }
+  static_assert(!kWgmma || (N * kStrideP * int(sizeof(float))) % 1024 == 0, "P_lo's atoms 1024-byte aligned");
+  static_assert(kStageElems * int(sizeof(T)) % 16 == 0, "16-byte stages");
   // Where element (k, col) of [P | v] lives (floats from the start of P_hi or P_lo).
   // mma.sync: row-major, stride N+8. wgmma: K-major, column col a row of N k values in
   // halves of 32 (128 bytes, one swizzle-atom row); rows col and col+8·j are 1024·j bytes
@@ -149,18 +154,18 @@ __device__ __forceinline__ void issue_chunk_step(T* stage, const SeqChain& c, co
 // row < N and column < N + 8 of [P | v] (columns from N: v), from the accumulators of the
 // thread that holds them. Every thread leaves the walk after a barrier that follows the
 // last read of [P | v] and of the stages, so the caller may reuse that shared memory.
-template <class T, int N, bool kTransposed, bool kWgmma, class Emit>
+template <class T, int N, bool kTransposed, bool kWgmma, bool kCompact = false, class Emit>
 __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& p, const SeqChain& c, int64_t g,
                                                      int64_t chunk_index, Emit&& emit) {
-  using Cfg = ChunkTransferConfig<T, N, kTransposed, kWgmma>;
+  using Cfg = ChunkTransferConfig<T, N, kTransposed, kWgmma, kCompact>;
   constexpr int S = Cfg::kStages, NT = Cfg::kTiles, LDP = Cfg::kStrideP, LDA = Cfg::kStrideA;
   constexpr bool kExactA = sizeof(T) == 2;  // bf16 is exact in tf32
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw;
   if constexpr (kWgmma) smem += (1024 - static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024;
-  T* stages = reinterpret_cast<T*>(smem);                                               // [S][A | b]
-  float* P_hi = reinterpret_cast<float*>(smem + S * Cfg::kStageElems * int(sizeof(T)));  // [P | v], p_index
+  float* P_hi = reinterpret_cast<float*>(smem);  // [P | v], p_index
   float* P_lo = P_hi + N * LDP;
+  T* stages = reinterpret_cast<T*>(smem + Cfg::kSplitBytes);  // [S][A | b]
 
   const int64_t s_begin = chunk_index * p.chunk;
   const int64_t len = min(p.chunk, c.steps - s_begin);
@@ -182,11 +187,6 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
 
 #pragma unroll
   for (int d = 0; d < S - 1; ++d) issue(d, d);
-  for (int e = tid; e < N * Cfg::kCols; e += Cfg::kThreads) {  // [P | v] = [I | 0]
-    const int k = e / Cfg::kCols, col = e % Cfg::kCols;
-    P_hi[Cfg::p_index(k, col)] = k == col ? 1.f : 0.f;
-    P_lo[Cfg::p_index(k, col)] = 0.f;
-  }
 
   // Rows row0 + gid (+8) × columns k0 + tig (+4) of A_s (of A_sᵀ when transposed), the
   // m16n8k8 tf32 A fragment (also wgmma's, per warp), split into tf32 hi and lo.
@@ -201,17 +201,22 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
   };
 
   float acc[RT][kHalf][4];
-  for (int64_t i = 0; i < len; ++i) {
+  // Step i begins: its stage landed for everyone, [P | v] of step i-1 written.
+  const auto begin_step = [&](int64_t i) {
     issue(i + S - 1, static_cast<int>((i + S - 1) % S));
     copy_async_wait<S - 1>();
 #if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
     if constexpr (kWgmma) fence_async_shared();  // [P | v] stored by this thread, read by wgmma
 #endif
-    __syncthreads();  // step i landed for everyone; [P | v] of step i-1 written
-    const T* stage = stages + (i % S) * Cfg::kStageElems;
+    __syncthreads();
+    return stages + (i % S) * Cfg::kStageElems;
+  };
+  // acc = [0 | b_s] before a product; at the first step, which forms none, [A_s | b_s]
+  // (A_sᵀ when transposed; [I | b_s] for the identity step). The stage holds zeros
+  // outside n×n.
+  const auto start_acc = [&](const T* stage, bool first) {
     const T* b_s = stage + Cfg::kStageA;
-    const bool identity = c.identity_first && s_begin + i == 0;
-    // acc = [0 | b_s] (or [I | b_s] for the identity step, where [P | v] = [I | 0]).
+    const bool identity = first && c.identity_first && s_begin == 0;
 #pragma unroll
     for (int rt = 0; rt < RT; ++rt)
 #pragma unroll
@@ -222,10 +227,36 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
           float x = 0.f;
           if (t0 + t == NT - 1) x = (row < n && col - N < m) ? to_float(b_s[row * m + col - N]) : 0.f;
           else if (identity) x = row == col ? 1.f : 0.f;
+          else if (first) x = to_float(kTransposed ? stage[col * LDA + row] : stage[row * LDA + col]);
           acc[rt][t][k] = x;
         }
-    if (identity) {
-    } else if constexpr (!kWgmma) {
+  };
+  // Step i ends: every read of [P | v] and of its stage done, then the new [P | v], split.
+  const auto end_step = [&](int64_t i) {
+    __syncthreads();
+    if (i + 1 < len) {
+#pragma unroll
+      for (int rt = 0; rt < RT; ++rt)
+#pragma unroll
+        for (int t = 0; t < kHalf; ++t) {
+          if (t >= t_count) break;
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            const int row = r0 + 16 * rt + gid + 8 * (k / 2), col = 8 * (t0 + t) + 2 * tig + (k % 2);
+            const float x = acc[rt][t][k], hi = __uint_as_float(to_tf32(x));
+            P_hi[Cfg::p_index(row, col)] = hi;
+            P_lo[Cfg::p_index(row, col)] = __uint_as_float(to_tf32(x - hi));
+          }
+        }
+    }
+  };
+
+  start_acc(begin_step(0), true);  // peeled, so the loop below carries no first-step case
+  end_step(0);
+  for (int64_t i = 1; i < len; ++i) {
+    const T* stage = begin_step(i);
+    start_acc(stage, false);
+    if constexpr (!kWgmma) {
 #pragma unroll
       for (int k0 = 0; k0 < N; k0 += 8) {
         unsigned a_hi[RT][4], a_lo[RT][4];
@@ -269,22 +300,7 @@ __device__ __forceinline__ void chunk_transfer_block(const ChunkTransferParams& 
       if constexpr (!kExactA) attn::fence_registers(a_lo);
 #endif
     }
-    __syncthreads();  // every read of [P | v] and of this stage is done
-    if (i + 1 < len) {  // the new [P | v], split
-#pragma unroll
-      for (int rt = 0; rt < RT; ++rt)
-#pragma unroll
-        for (int t = 0; t < kHalf; ++t) {
-          if (t >= t_count) break;
-#pragma unroll
-          for (int k = 0; k < 4; ++k) {
-            const int row = r0 + 16 * rt + gid + 8 * (k / 2), col = 8 * (t0 + t) + 2 * tig + (k % 2);
-            const float x = acc[rt][t][k], hi = __uint_as_float(to_tf32(x));
-            P_hi[Cfg::p_index(row, col)] = hi;
-            P_lo[Cfg::p_index(row, col)] = __uint_as_float(to_tf32(x - hi));
-          }
-        }
-    }
+    end_step(i);
   }
   copy_async_wait<0>();
 
@@ -321,10 +337,10 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false>::kThreads)
   else chunk_transfer_block<T, N, false, kWgmma>(p, c, g, chunk, emit);
 }
 
-template <class T, int N, bool kWgmma>
+template <class T, int N, bool kWgmma, bool kCompact = false>
 inline constexpr int chunk_transfer_smem_bytes() {
-  const int a = ChunkTransferConfig<T, N, false, kWgmma>::smem_bytes();
-  const int b = ChunkTransferConfig<T, N, true, kWgmma>::smem_bytes();
+  const int a = ChunkTransferConfig<T, N, false, kWgmma, kCompact>::smem_bytes();
+  const int b = ChunkTransferConfig<T, N, true, kWgmma, kCompact>::smem_bytes();
   return a > b ? a : b;
 }
 

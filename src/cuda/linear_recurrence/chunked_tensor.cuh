@@ -106,11 +106,28 @@ void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G,
   launch_sequential<T>(s, G * chunks, stream_ptr);
 }
 
-template <class T, int N, bool kWgmma>
+// Blocks per SM of the one-pass kernel for f32 at N = 64 on wgmma: 2 (three stages, 96 KB,
+// 220–254 registers) or 3 (the compact layout: two stages, ≤ 75 KB, 168 registers).
+// SEQMIX_LINREC_FUSED_BLOCKS=2|3 overrides the default, read at every call so one process
+// can time both. 3 measured faster on the H100 (NOTES.md, version 8; G16 T4096 n64 m1:
+// forward 0.899 → 0.813 ms, backward 2.43–2.64 → 2.06 ms). bf16 runs at 3 blocks per SM
+// either way.
+inline constexpr int kDefaultFusedBlocksF32 = 3;
+
+inline int fused_blocks_f32() {
+  if (const char* value = std::getenv("SEQMIX_LINREC_FUSED_BLOCKS")) return std::strcmp(value, "3") == 0 ? 3 : 2;
+  return kDefaultFusedBlocksF32;
+}
+
+template <class T, int N, bool kWgmma, bool kCompact = false>
 void launch_fused_chunk(const FusedChunkParams& p, cudaStream_t stream) {
+  if constexpr (sizeof(T) == 4 && N == 64 && kWgmma && !kCompact) {
+    if (fused_blocks_f32() == 3) return launch_fused_chunk<T, N, kWgmma, true>(p, stream);
+  }
   const bool reverse = p.count > 1;  // the backward's two chains (float states, one transposed)
-  const auto kernel = reverse ? fused_chunk_kernel<T, N, kWgmma, true> : fused_chunk_kernel<T, N, kWgmma, false>;
-  const int smem = fused_chunk_smem_bytes<T, N, kWgmma>();
+  const auto kernel = reverse ? fused_chunk_kernel<T, N, kWgmma, true, kCompact>
+                              : fused_chunk_kernel<T, N, kWgmma, false, kCompact>;
+  const int smem = fused_chunk_smem_bytes<T, N, kWgmma, kCompact>();
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (fused chunks)");
   kernel<<<static_cast<unsigned>(p.count * p.G * p.chunks), ChunkTransferConfig<T, N, false, kWgmma>::kThreads, smem, stream>>>(

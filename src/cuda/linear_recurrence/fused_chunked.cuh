@@ -10,6 +10,7 @@
 //      hand-off (version 7 measured ~1.9 µs a hand-off with a released flag);
 //   3. the chunk re-walked from s_c through the same ring of stages, writing h: its
 //      transitions were read by step 1 moments before, so short chunks find them in L2.
+//      Its first stages are requested before the wait for s_c, so the wait hides them.
 // Chunks are taken in the order of an atomic ticket (chunk-major over groups), not of
 // blockIdx: a block waits only for a chunk with a smaller ticket, whose block already
 // runs or has finished, so the waits cannot deadlock whichever blocks are resident.
@@ -77,20 +78,31 @@ __device__ __forceinline__ float dot_row(const T* row, const float* x) {
 // backward's reverse-time chain (A_sᵀ, identity first step). kFloatStates: the
 // backward's chains, whose states go to float scratch (the forward's: the input type).
 // Both compile-time, so the forward's kernel keeps its registers (bf16: 3 blocks per SM).
-template <class T, int N, bool kTransposed, bool kWgmma, bool kFloatStates>
+// kCompact: the transfer block's two-stage layout (three blocks per SM; f32).
+template <class T, int N, bool kTransposed, bool kWgmma, bool kFloatStates, bool kCompact>
 __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, const SeqChain& c, int z, int64_t chunk,
                                                   int64_t g) {
-  using Cfg = ChunkTransferConfig<T, N, kTransposed, kWgmma>;
+  using Cfg = ChunkTransferConfig<T, N, kTransposed, kWgmma, kCompact>;
   constexpr int S = Cfg::kStages, LDA = Cfg::kStrideA, LDF = Cfg::kCols;
   static_assert(Cfg::kThreads == 2 * N, "two threads a row in the matvecs");
   extern __shared__ __align__(16) unsigned char smem_raw[];
   unsigned char* smem = smem_raw;
   if constexpr (kWgmma) smem += (1024 - static_cast<unsigned>(__cvta_generic_to_shared(smem_raw)) % 1024) % 1024;
-  T* stages = reinterpret_cast<T*>(smem);
   // After the transfer: [P | v] in f32, row-major (stride N + 8), over P_hi; the states
-  // (two buffers of N) over P_lo.
-  float* summary = reinterpret_cast<float*>(smem + S * Cfg::kStageElems * int(sizeof(T)));
-  float* state = summary + N * Cfg::kStrideP;
+  // (two buffers of N) at the end of P_lo; then the stages.
+  float* summary = reinterpret_cast<float*>(smem);
+  float* state = reinterpret_cast<float*>(smem + Cfg::kSplitBytes) - 2 * N;
+  T* stages = reinterpret_cast<T*>(smem + Cfg::kSplitBytes);
+  // The re-walk's ring: the transfer's stages, and in the forward's compact layout (two
+  // stages) also slots over [P | v] once the summary has been read, so it looks R − 1
+  // steps ahead (measured: forward 0.840 → 0.814 ms at G16 T4096 n64 f32; the backward's
+  // two chains, 2.13 → 2.21 ms, keep the two stages).
+  constexpr int kStageBytes = Cfg::kStageElems * int(sizeof(T));
+  constexpr bool kRing = kCompact && !kFloatStates;
+  constexpr int R = S + (kRing ? (Cfg::kSplitBytes - 2 * N * int(sizeof(float))) / kStageBytes : 0);
+  const auto slot = [&](int j) {
+    return j < S ? stages + j * Cfg::kStageElems : reinterpret_cast<T*>(smem + (j - S) * kStageBytes);
+  };
 
   const int tid = threadIdx.x, n = p.n;
   const int64_t s_begin = chunk * p.chunk, len = min(p.chunk, c.steps - s_begin);
@@ -100,10 +112,16 @@ __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, con
   if (!last_chunk) {
     ChunkTransferParams t;
     t.chunk = p.chunk, t.chunks = p.chunks, t.n = n, t.m = 1;
-    chunk_transfer_block<T, N, kTransposed, kWgmma>(t, c, g, chunk, [&](int row, int col, float value) {
+    chunk_transfer_block<T, N, kTransposed, kWgmma, kCompact>(t, c, g, chunk, [&](int row, int col, float value) {
       summary[row * LDF + col] = value;
     });
   }
+  // The re-walk's first steps into the stages (free: the transfer ended with a barrier
+  // after its last read of them), before the wait for s_c.
+  const T* A = static_cast<const T*>(c.A) + g * c.a_group;
+  const T* b = static_cast<const T*>(c.b) + g * c.b_group;
+#pragma unroll
+  for (int d = 0; d < R - 1 && d < S; ++d) issue_chunk_step<Cfg>(slot(d), c, A, b, s_begin + d, d < len, n, n, tid);
   // s_c into state[0..N) (zeros beyond n).
   if (tid < N) {
     float x = 0.f;
@@ -121,28 +139,37 @@ __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, con
     const float next = pair_sum(dot_row<float, N / 2>(summary + row * LDF + k0, state + k0)) + summary[row * LDF + N];
     if (half == 0 && row < n) publish(slots + chunk * n + row, next);
   }
+  if constexpr (R - 1 > S) {  // the rest of the look-ahead, over the summary once read
+    __syncthreads();
+#pragma unroll
+    for (int d = S; d < R - 1; ++d) issue_chunk_step<Cfg>(slot(d), c, A, b, s_begin + d, d < len, n, n, tid);
+  }
 
   // The re-walk: h_i = A_i·h_{i-1} + b_i from s_c, stages as in the transfer.
-  const T* A = static_cast<const T*>(c.A) + g * c.a_group;
-  const T* b = static_cast<const T*>(c.b) + g * c.b_group;
-#pragma unroll
-  for (int d = 0; d < S - 1; ++d)
-    issue_chunk_step<Cfg>(stages + d * Cfg::kStageElems, c, A, b, s_begin + d, d < len, n, n, tid);
   float h = 0.f;
   for (int64_t i = 0; i < len; ++i) {
-    copy_async_wait<S - 2>();
-    __syncthreads();  // step i landed for everyone; h_{i-1} written; step i-1's stage free
-    issue_chunk_step<Cfg>(stages + ((i + S - 1) % S) * Cfg::kStageElems, c, A, b, s_begin + i + S - 1,
-                          i + S - 1 < len, n, n, tid);
-    const T* stage = stages + (i % S) * Cfg::kStageElems;
+    copy_async_wait<R - 2>();
+    __syncthreads();  // step i landed for everyone; h_{i-1} written; step i-1's slot (and the summary) free
+    issue_chunk_step<Cfg>(slot(static_cast<int>((i + R - 1) % R)), c, A, b, s_begin + i + R - 1, i + R - 1 < len, n,
+                          n, tid);
+    const T* stage = slot(static_cast<int>(i % R));
     const float* h_prev = state + (i % 2) * N;
     if (kTransposed && c.identity_first && s_begin + i == 0) {
       h = h_prev[row];
     } else if constexpr (kTransposed) {  // row `row` of A_sᵀ: column `row` of the stage
-      float sum = 0.f;
-#pragma unroll 8
-      for (int k = k0; k < k0 + N / 2; ++k) sum += to_float(stage[k * LDA + row]) * h_prev[k];
-      h = pair_sum(sum);
+      // Thread `half` takes the stage rows k ≡ 2·half, 2·half + 1 (mod 4), not a contiguous
+      // half: the row stride is ≡ 8 words (mod 32), so the two halves' 16 columns then fall
+      // in distinct banks (contiguous halves 32 rows apart collided two-way). Offsets are
+      // compile-time; two partial sums shorten the chain of FMA.
+      const T* column = stage + 2 * half * LDA + row;
+      const float* x = h_prev + 2 * half;
+      float even = 0.f, odd = 0.f;
+#pragma unroll
+      for (int k = 0; k < N; k += 4) {
+        even += to_float(column[k * LDA]) * x[k];
+        odd += to_float(column[(k + 1) * LDA]) * x[k + 1];
+      }
+      h = pair_sum(even + odd);
     } else {
       h = pair_sum(dot_row<T, N / 2>(stage + row * LDA + k0, h_prev + k0));
     }
@@ -165,13 +192,13 @@ __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, con
 // two chains (float states, one of them transposed); else the forward's one chain.
 // The bf16 wgmma kernels are held to 168 registers (no spills) so that three blocks share
 // an SM, as their ~70 KB of shared memory allows (measured forward at G16 T4096 n64:
-// 0.61 ms at 3 blocks per SM, 0.75 at 2).
-template <class T, int N, bool kWgmma>
-inline constexpr int kFusedMinBlocks = sizeof(T) == 2 && kWgmma ? 3 : 1;
+// 0.61 ms at 3 blocks per SM, 0.75 at 2); so are the compact f32 ones (≤ 75 KB).
+template <class T, int N, bool kWgmma, bool kCompact>
+inline constexpr int kFusedMinBlocks = (sizeof(T) == 2 && kWgmma) || kCompact ? 3 : 1;
 
-template <class T, int N, bool kWgmma, bool kReverse>
+template <class T, int N, bool kWgmma, bool kReverse, bool kCompact>
 __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThreads,
-                                  kFusedMinBlocks<T, N, kWgmma>)
+                                  kFusedMinBlocks<T, N, kWgmma, kCompact>)
     fused_chunk_kernel(const FusedChunkParams p) {
   static_assert(ChunkTransferConfig<T, N, false, kWgmma>::kThreads == ChunkTransferConfig<T, N, true, kWgmma>::kThreads);
   __shared__ unsigned ticket;
@@ -181,13 +208,13 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThr
   const int z = static_cast<int>(rest / p.G);
   const int64_t g = rest % p.G;
   const SeqChain c = z ? p.chains[1] : p.chains[0];  // constant indices: registers, not local memory
-  if (kReverse && c.transposed) fused_chunk_block<T, N, kReverse, kWgmma, kReverse>(p, c, z, chunk, g);
-  else fused_chunk_block<T, N, false, kWgmma, kReverse>(p, c, z, chunk, g);
+  if (kReverse && c.transposed) fused_chunk_block<T, N, kReverse, kWgmma, kReverse, kCompact>(p, c, z, chunk, g);
+  else fused_chunk_block<T, N, false, kWgmma, kReverse, kCompact>(p, c, z, chunk, g);
 }
 
-template <class T, int N, bool kWgmma>
+template <class T, int N, bool kWgmma, bool kCompact>
 inline constexpr int fused_chunk_smem_bytes() {
-  return chunk_transfer_smem_bytes<T, N, kWgmma>();
+  return chunk_transfer_smem_bytes<T, N, kWgmma, kCompact>();
 }
 
 }  // namespace seqmix::cuda::linrec

@@ -135,10 +135,10 @@ inline bool tensor_chunks(const LinearRecurrenceParams& p) {
 // T4096 n64 f32).
 inline constexpr int64_t kFusedForwardMinGroups = 5;
 
-inline int64_t fused_chunk_length(const LinearRecurrenceParams& p) {
+inline int64_t fused_chunk_length(const LinearRecurrenceParams& p, bool backward) {
   if (!tensor_chunks(p) || p.m != 1) return 0;
   bool fused = p.G >= kFusedForwardMinGroups;
-  int64_t L = kDefaultFusedChunk;
+  int64_t L = backward ? kDefaultFusedChunkBackward : kDefaultFusedChunk;
   if (const char* value = std::getenv("SEQMIX_LINREC_CHUNKED_FORWARD")) {
     if (std::strcmp(value, "split") == 0) fused = false;
     if (std::strncmp(value, "fused", 5) == 0) {
@@ -153,7 +153,7 @@ inline int64_t fused_chunk_length(const LinearRecurrenceParams& p) {
 template <class T>
 void forward(const LinearRecurrenceParams& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  if (const int64_t fused_chunk = fused_chunk_length(p); fused_chunk > 0) {
+  if (const int64_t fused_chunk = fused_chunk_length(p, false); fused_chunk > 0) {
     const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
     SeqChain c = forward_chain<T>(p, p.h, false);
     c.last = p.final_state, c.last_group = p.n;
@@ -204,7 +204,7 @@ void backward(const LinearRecurrenceParams& p) {
     w.reverse = w.forward + p.G * p.T * p.n * p.m;
     const SeqChain chains[2] = {forward_chain<T>(p, w.forward, true), reverse_chain<T>(p, w.reverse)};
     float* chain_scratch = w.reverse + p.G * p.T * p.n * p.m;
-    if (const int64_t fused_chunk = fused_chunk_length(p); fused_chunk > 0)
+    if (const int64_t fused_chunk = fused_chunk_length(p, true); fused_chunk > 0)
       solve_fused_chunked<T>(chains, 2, p.G, p.T, p.n, fused_chunk, chain_scratch, p.stream);
     else
       solve_chunked_on_tensor_cores<T>(chains, 2, p.G, p.T, p.n, p.m, chunk_of(p), chain_scratch, p.stream);

@@ -66,7 +66,10 @@ inline constexpr bool chunked_on_tensor_cores(int64_t n, int64_t m) {
 // the environment), and its scratch in 4-byte words: the state after every chunk as
 // 8-byte (mark, value) words, and the ticket counter (one word spare to align the first
 // to 8 bytes in a caller's workspace).
+// The backward's two chains take chunks of kDefaultFusedChunkBackward: measured faster
+// than 16 (NOTES.md, version 8), where the forward's one chain is slower with them.
 inline constexpr int64_t kDefaultFusedChunk = 16;
+inline constexpr int64_t kDefaultFusedChunkBackward = 32;
 inline constexpr int64_t kMinFusedChunk = 8;
 inline constexpr int64_t fused_chunk_scratch_floats(int64_t G, int64_t T, int64_t n, int64_t chunk) {
   const int64_t chunks = (T + chunk - 1) / chunk;
