@@ -76,19 +76,40 @@ NOTES = (
     "bytes / median time, % of the measured copy bandwidth.",
     f"max rel err: ‖out − ref‖/‖ref‖ on the first {REFERENCE_GROUPS} group(s) against a float64 step-by-step "
     "loop on the same stored inputs: h for fwd; dA, db for bwd.",
+    "Full suite: a method whose forward is slow (predicted, or measured by its first call) is timed with a few "
+    "repetitions when the case's inputs are made (CUDA events, L2 flushed, median) instead of the suite's 50 + 5: "
+    "its forward ms is the case parameter `fwd_ms_few` (and for auto its backward ms `bwd_ms_few`), and it has "
+    "no row; stderr says which and why.",
 )
 
 
+FEW_REPS = 3  # repetitions of a method timed in the probe (the full suite's slow entries)
+_few_timer = None
+
+
+def _timer():
+    """One CUDA-event timer (with its L2-flush buffer) for the probes of this process."""
+    global _few_timer
+    if _few_timer is None:
+        from .timing import CudaTimer, flush_bytes
+
+        _few_timer = CudaTimer(torch, flush_bytes(torch))
+    return _few_timer
+
+
 def recurrence_case(G, T, n, m, device="cuda", dtype=torch.float32, baselines=True, seed=0,
-                    methods=METHODS, call_limit_ms=None, forward_only=()) -> Case:
+                    methods=METHODS, call_limit_ms=None, forward_only=(), few=(), case_cap_s=None) -> Case:
     """The recurrence on [G, T, n, m]: the named seqmix methods, and the PyTorch baselines.
 
     On a CUDA device every seqmix method is first called once on the case's inputs
     (``probe``): its peak memory goes into the case's parameters (so into every row), and
     a method whose single forward took longer than ``call_limit_ms`` (one limit, or a
-    dict of limits by method name) is left out of the timing with a printed reason (the
-    suite has no time limit of its own per case). Methods named in ``forward_only`` are
-    timed in the forward direction only."""
+    dict of limits by method name) is left out of the timing with a printed reason.
+    Methods named in ``forward_only`` are timed in the forward direction only. Methods
+    named in ``few``, and any whose suite timing that first call predicts over
+    ``case_cap_s`` seconds, are timed right there instead: the median of ``FEW_REPS``
+    forwards goes into the parameter ``fwd_ms_few`` and the suite leaves them out, with a
+    printed reason (the suite itself repeats every measurement 50 + 5 times)."""
     ref = slice(0, REFERENCE_GROUPS)
     params = {"G": G, "T": T, "n": n, "m": m, "dtype": _dtype_name(dtype)}
 
@@ -116,6 +137,35 @@ def recurrence_case(G, T, n, m, device="cuda", dtype=torch.float32, baselines=Tr
                 method.directions = ()
                 print(f"linear_recurrence {shape}: {method.name} skipped: one forward took {ms:.0f} ms, over the "
                       f"{limit:.0f} ms limit per call", file=sys.stderr)
+                continue
+            calls = _FORWARD_ONLY_CALLS if method.directions == ("fwd",) else _ALL_DIRECTIONS_CALLS
+            if name not in few and case_cap_s is not None and calls * ms / 1e3 > case_cap_s:
+                ms = min(ms, _timer().median_ms(lambda: method.run(inputs), 1, 0))  # the first call's setup aside
+            why = ("predicted slow" if name in few else
+                   f"its suite timing would take ~{calls * ms / 1e3:.0f} s, over the case's {case_cap_s:.0f} s"
+                   if case_cap_s is not None and calls * ms / 1e3 > case_cap_s else None)
+            if why:
+                time_few(method, inputs, backward=name == "auto")
+                method.directions = ()
+                timed = ", ".join(f"{d} {params[d + '_ms_few'][method.name]:.2f} ms"
+                                  for d in ("fwd", "bwd") if method.name in params.get(d + "_ms_few", {}))
+                print(f"linear_recurrence {shape}: {method.name} timed in {FEW_REPS} repetitions ({timed}; {why})",
+                      file=sys.stderr)
+
+    def time_few(method, inputs, backward):
+        # The forward's median of FEW_REPS (after the probe's call), and for "auto", whose
+        # backward the criteria compare, the backward's on one kept graph.
+        timer = _timer()
+        params.setdefault("fwd_ms_few", {})[method.name] = timer.median_ms(lambda: method.run(inputs), FEW_REPS, 0)
+        if backward:
+            leaves = inputs["leaves"]
+            y = method.run(inputs)
+            params.setdefault("bwd_ms_few", {})[method.name] = timer.median_ms(
+                lambda: torch.autograd.backward(y, inputs["dy"], retain_graph=True), FEW_REPS, 0,
+                before=lambda: [setattr(t, "grad", None) for t in leaves])
+            del y
+            for t in leaves:
+                t.grad = None
 
     def references(inputs, name):
         A, b = (t[ref].detach().to(torch.float64).requires_grad_() for t in inputs["leaves"])
@@ -172,13 +222,16 @@ ANCHOR = (16, 4096, 64, 1, torch.float32)  # the acceptance point: the only one 
 # Forward times measured at the anchor on the H100 (bench/results/.../linear_recurrence-quick):
 # the cost model below scales them by each method's work to skip what would take absurdly
 # long; it only decides what to time, never what "auto" picks.
-_ANCHOR_MS = {"sequential": 1.9, "chunked": 1.3, "scan": 24.5, "cyclic_reduction": 4.5}
+_ANCHOR_MS = {"sequential": 1.9, "chunked": 0.94, "scan": 24.5, "cyclic_reduction": 4.5}
 
 
 def predicted_forward_ms(method, G, T, n, m) -> float:
     """A rough forward time: the anchor's, scaled by the method's work (products of
     n×n maps: G·T·n²·(n+m), times log2 T for the scan; the sequential method's depth T
-    times its waves of blocks, its step cost growing with n²)."""
+    times its waves of blocks, its step cost growing with n²). "auto" runs the fastest
+    measured method: the least of the four predictions."""
+    if method == "auto":
+        return min(predicted_forward_ms(k, G, T, n, m) for k in METHODS if k != "auto")
     products = G * T * n * n * (n + m) / (16 * 4096 * 64 * 64 * 65)
     if method == "sequential":
         waves = math.ceil(G * math.ceil(m / 8) / 132)
@@ -204,19 +257,27 @@ def _device_bytes() -> int:
     return torch.cuda.get_device_properties(0).total_memory if torch.cuda.is_available() else 80 * 2**30
 
 
-# Full suite: every method is timed wherever its case fits memory. One whose predicted
-# forward is under FULL_PREDICTED_LIMIT_MS is timed in every direction (50 + 5 calls in
-# each of fwd, bwd, fwd+bwd and graph replays: ~8 forwards' worth × 55); a slower one
-# forward only (eager and graph replays: ~2 forwards' worth × 55), which is what the
-# criteria compare (cyclic reduction against the scan at every grid point, the fastest
-# method against the floor). A probe call over FULL_CALL_LIMIT_MS, or over 3× its
-# prediction for the slow ones, leaves the method out (the prediction was wrong: the
-# suite has no time limit of its own per case).
-FULL_PREDICTED_LIMIT_MS = 25.0
+# Full suite: every method is timed wherever its case fits memory, in one of three ways
+# by its predicted forward, which is what the criteria compare (cyclic reduction against
+# the scan at every grid point, the fastest method against the floor):
+# - "auto" (the fastest method, whose backward the criteria also compare), and any method
+#   predicted under FULL_PREDICTED_LIMIT_MS: every direction (50 + 5 calls in each of fwd,
+#   bwd, fwd+bwd and graph replays: ~8 forwards' worth × 55);
+# - up to FEW_LIMIT_MS: forward only (eager and graph replays: ~2 forwards' worth × 55);
+# - slower: forward only, FEW_REPS repetitions taken when the case's inputs are made
+#   (`recurrence_case`'s probe), the result a case parameter.
+# The probe's first call also caps each case: a method whose suite timing it predicts
+# over CASE_CAP_S is timed the few-repetition way too, and one over FULL_CALL_LIMIT_MS,
+# or over 3× its prediction for the slow ones, is left out (the prediction was wrong).
+# Every such choice is printed with its reason. Predicted duration: expected_full_seconds.
+FULL_PREDICTED_LIMIT_MS = 1.0
+FEW_LIMIT_MS = 3.0
+CASE_CAP_S = 3.0
 FULL_CALL_LIMIT_MS = 60.0
 MEMORY_FRACTION = 0.8  # of the device's memory a case may use
 
 _ALL_DIRECTIONS_CALLS, _FORWARD_ONLY_CALLS = 440, 110  # forwards' worth per timed method
+_CALL_OVERHEAD_MS = 0.15  # per timed call: the L2 flush, the launch and Python
 
 
 def grid_plan(limit_ms=FULL_PREDICTED_LIMIT_MS):
@@ -233,9 +294,8 @@ def grid_plan(limit_ms=FULL_PREDICTED_LIMIT_MS):
                     for T in GRID["T"]:
                         timed, skipped, forward_only = [], {}, {}
                         for name in METHODS:
-                            resolved = "chunked" if name == "auto" else name  # auto's cost: at most the chunked one's
                             need = case_bytes(G, T, n, m, itemsize, name)
-                            ms = predicted_forward_ms(resolved, G, T, n, m)
+                            ms = predicted_forward_ms(name, G, T, n, m)
                             if need > MEMORY_FRACTION * _device_bytes():
                                 skipped[name] = (f"needs {need / 2**30:.0f} GiB, over {MEMORY_FRACTION:.0%} of the "
                                                  f"device's {_device_bytes() / 2**30:.0f} GiB")
@@ -249,20 +309,31 @@ def grid_plan(limit_ms=FULL_PREDICTED_LIMIT_MS):
 
 def call_limit_ms(name, G, T, n, m) -> float:
     """The longest probe call that keeps ``name`` in the full suite's timing."""
-    resolved = "chunked" if name == "auto" else name
-    return max(FULL_CALL_LIMIT_MS, 3 * predicted_forward_ms(resolved, G, T, n, m))
+    return max(FULL_CALL_LIMIT_MS, 3 * predicted_forward_ms(name, G, T, n, m))
+
+
+def few_repetitions(G, T, n, m, timed) -> tuple:
+    """The timed methods the full suite times in FEW_REPS repetitions at this point:
+    those predicted over FEW_LIMIT_MS a forward ("auto" never)."""
+    return tuple(k for k in timed if k != "auto" and predicted_forward_ms(k, G, T, n, m) > FEW_LIMIT_MS)
 
 
 def expected_full_seconds(plan=None) -> float:
-    """The full suite's predicted duration for this op: every method timed in all
-    directions ~8 forwards' worth × 55 calls, forward only ~2 × 55, plus each case's
-    float64 reference (a Python loop of T steps at about 0.1 ms a step, forward and
-    backward) and its inputs."""
+    """The full suite's predicted duration for this op: each timed method's first
+    (probe) call, then in all directions ~8 forwards' worth × 55 calls, forward only
+    ~2 × 55, or (predicted slow, or over the case cap) FEW_REPS forwards, and for "auto"
+    FEW_REPS backwards at ~2.5 forwards each; every call with its overhead. Plus each
+    case's float64 reference (a Python loop of T steps at about 0.1 ms a step, forward
+    and backward) and its inputs."""
     total = 0.0
     for G, T, n, m, dtype, timed, _, forward_only in plan or grid_plan():
+        few = few_repetitions(G, T, n, m, timed)
         for k in timed:
+            ms = predicted_forward_ms(k, G, T, n, m) + _CALL_OVERHEAD_MS
             calls = _FORWARD_ONLY_CALLS if k in forward_only else _ALL_DIRECTIONS_CALLS
-            total += calls * predicted_forward_ms("chunked" if k == "auto" else k, G, T, n, m) / 1e3
+            if k in few or calls * ms > CASE_CAP_S * 1e3:
+                calls = FEW_REPS * (3.5 if k == "auto" else 1)
+            total += ms * (1 + calls) / 1e3
         total += 0.1e-3 * T + 1.0
     return total
 
@@ -288,7 +359,8 @@ def cases(quick: bool = False) -> list:
             continue
         grid.append(recurrence_case(G, T, n, m, dtype=dtype, baselines=(G, T, n, m, dtype) == ANCHOR, methods=timed,
                                     call_limit_ms={k: call_limit_ms(k, G, T, n, m) for k in timed},
-                                    forward_only=tuple(forward_only)))
+                                    forward_only=tuple(forward_only), few=few_repetitions(G, T, n, m, timed),
+                                    case_cap_s=CASE_CAP_S))
     return grid
 
 
@@ -395,9 +467,12 @@ def _main(argv=None) -> int:
         plan = [p for p in plan if _dtype_name(p[4]) == args.dtype]
     if args.what == "plan":
         for G, T, n, m, dtype, timed, skipped, forward_only in plan:
+            few = few_repetitions(G, T, n, m, timed)
             print(f"G{G} T{T} n{n} m{m} {_dtype_name(dtype)}: {', '.join(timed) or '-'}"
                   + "".join(f"; {k} skipped ({why})" for k, why in skipped.items())
-                  + "".join(f"; {k} forward only ({why})" for k, why in forward_only.items()))
+                  + "".join(f"; {k} forward only ({why})" for k, why in forward_only.items() if k not in few)
+                  + "".join(f"; {k} forward in {FEW_REPS} repetitions (predicted "
+                            f"{predicted_forward_ms(k, G, T, n, m):.0f} ms, over {FEW_LIMIT_MS:.0f} ms)" for k in few))
         print(f"full suite, this op: about {expected_full_seconds(plan) / 60:.0f} min (predicted)")
     elif args.what == "summary":
         with open(args.sweep_file) as f:
