@@ -79,7 +79,7 @@ struct StateGradSmem {
 // Otherwise: from dL/dS at the segment's end (p.d_final_state, or the chained slot), every
 // chunk's dL/dS_end into p.chunk_state_grads, and d initial state after the first chunk.
 template <class E, int KD, int VB, bool kOwn>
-__global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams p) {
+__global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const __grid_constant__ GlaParams p) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<StateGradSmem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = StateGradSmem<E, KD, VB>::PK, PV = StateGradSmem<E, KD, VB>::PV;
@@ -113,12 +113,9 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
     copy_async_wait_all();
     __syncthreads();  // this chunk's tiles are in; the other stage was read by the last step
     if (chunk > plan.first_chunk) issue_loads(chunk - 1, stage ^ 1);
-    if (p.prefetch && chunk - 2 >= plan.first_chunk) {  // the chunk before that: into L2 while this step runs
-      const int64_t t0 = (chunk - 2) * kChunk;
-      const int rows = plan.valid(chunk - 2);
-      prefetch_rows(row0(p.q, t0, key0), p.q.stride_time, rows, KD * sizeof(E), tid);
-      prefetch_rows(row0(p.g, t0, key0), p.g.stride_time, rows, KD * sizeof(E), tid);
-      prefetch_rows(row0(p.d_o, t0, vb0), p.d_o.stride_time, rows, VB * sizeof(E), tid);
+    if (p.prefetch && tid < 3 && chunk - 2 >= plan.first_chunk) {  // the chunk before that: into L2 while this step runs
+      const GlaMap map = tid == 0 ? kGlaMapQ : tid == 1 ? kGlaMapG : kGlaMapDo;
+      prefetch_box(p, map, tid == 2 ? vb0 : key0, plan.seq.start + (chunk - 2) * kChunk, h, plan.seq.batch);
     }
     if (tid < KD) {  // rows past the sequence's end hold zeros: e^{0} = 1, q = 0
       const E* const q = s.q[stage];
@@ -584,6 +581,7 @@ __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid
 // its sequence's end are not touched.
 template <class E, int KD>
 __device__ __forceinline__ void prefetch_later_block(const GlaParams& p, int tid) {
+  if (tid >= 32) return;  // one warp issues the block's few hints
   const int64_t columns = gridDim.x, heads = gridDim.y;
   const int64_t later = blockIdx.x + columns * (blockIdx.y + heads * blockIdx.z) + p.prefetch_blocks;
   const int64_t n = later / (columns * heads);
@@ -593,22 +591,20 @@ __device__ __forceinline__ void prefetch_later_block(const GlaParams& p, int tid
   const Span seq = sequence_span(p, n);
   const int64_t t0 = chunk * kChunk;
   if (t0 >= seq.length) return;
-  const int rows = static_cast<int>(min(static_cast<int64_t>(kChunk), seq.length - t0));
-  auto row0 = [&](const GlaTokens& x, int64_t col) {
-    return static_cast<const E*>(x.data) + seq.batch * x.stride_batch + (seq.start + t0) * x.stride_time +
-           h * x.stride_head + col;
-  };
-  prefetch_rows(row0(p.q, kb.key0), p.q.stride_time, rows, KD * sizeof(E), tid);
-  prefetch_rows(row0(p.k, kb.key0), p.k.stride_time, rows, KD * sizeof(E), tid);
-  prefetch_rows(row0(p.g, kb.key0), p.g.stride_time, rows, KD * sizeof(E), tid);
-  prefetch_rows(row0(p.v, 0), p.v.stride_time, rows, static_cast<int>(p.V * sizeof(E)), tid);
-  prefetch_rows(row0(p.d_o, 0), p.d_o.stride_time, rows, static_cast<int>(p.V * sizeof(E)), tid);
-  const int64_t slot = chunk_slot(p, n, h, chunk);
-  // KD rows of V: contiguous, KD·V·2 bytes (a multiple of 8 KB), as 4 KB pieces.
-  constexpr int kPiece = 4096 / sizeof(E);
-  const int pieces = static_cast<int>(KD * p.V / kPiece);
-  prefetch_rows(static_cast<const E*>(p.chunk_states) + kb.state(p, slot), kPiece, pieces, 4096, tid);
-  prefetch_rows(static_cast<const E*>(p.chunk_state_grads) + kb.state(p, slot), kPiece, pieces, 4096, tid);
+  // Lanes 0–2: q, k, g; lanes 3.. the value blocks of v and do (p.V / value block each);
+  // lanes 16, 17: S_0 and H, KD rows of V (contiguous) in one bulk hint each.
+  const int value_blocks = static_cast<int>(p.V / p.prefetch_value_block);
+  if (tid < 3) {
+    prefetch_box(p, tid == 0 ? kGlaMapQ : tid == 1 ? kGlaMapK : kGlaMapG, kb.key0, seq.start + t0, h, seq.batch);
+  } else if (tid < 3 + 2 * value_blocks) {
+    const int i = tid - 3;
+    prefetch_box(p, i % 2 == 0 ? kGlaMapV : kGlaMapDo, (i / 2) * p.prefetch_value_block, seq.start + t0, h,
+                 seq.batch);
+  } else if (tid == 16 || tid == 17) {
+    const void* table = tid == 16 ? p.chunk_states : p.chunk_state_grads;
+    prefetch_bulk(static_cast<const E*>(table) + kb.state(p, chunk_slot(p, n, h, chunk)),
+                  static_cast<unsigned>(KD * p.V * sizeof(E)));
+  }
 }
 
 // The gradient kernel's phase clocks (profile.hpp kGlaGradient*): the timing thread adds each
@@ -631,7 +627,7 @@ struct GradientClock {
 // load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
 // thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
 template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false>
-__global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
+__global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const __grid_constant__ GlaParams p) {
   static_assert(kQuads || !kQuadWalk, "the quad walk takes the tensor-core diagonal");
   static_assert(kQuadWalk || !kWideTail, "the wide tail comes with the quad walk");
   using Sm = GradSmem<E, KD>;
@@ -1010,7 +1006,7 @@ template <class E, int KD, int VB>
 void launch_backward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   p.key_blocks = p.K / KD;
-  p.prefetch = gla_prefetch();
+  plan_prefetch<E, KD, VB>(p);
   plan_segments(p, column_blocks<VB>(p));
   const size_t table = state_table_bytes(p), segment_bytes = segment_table_floats(p) * sizeof(float);
   const size_t bytes = 2 * table + segment_bytes + partial_bytes(p);

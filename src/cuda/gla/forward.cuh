@@ -14,6 +14,8 @@
 // The next chunk's inputs stream into shared memory (cp.async) while this one multiplies.
 #pragma once
 
+#include <cuda.h>
+
 #include "cuda/common/runtime.cuh"
 #include "cuda/gla/mma.cuh"
 #include "cuda/gla/params.hpp"
@@ -96,8 +98,7 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
 }
 
 // A hint that `bytes` bytes from `at` (16-byte aligned, a multiple of 16) will be read soon:
-// the copy engine fetches them into L2 (cp.async.bulk.prefetch), off the SM's load pipeline.
-// It changes no result. (Per-line prefetch.L2 hints were measured 2x slower: NOTES.md v10.)
+// the copy engine fetches them into L2 (cp.async.bulk.prefetch). It changes no result.
 __device__ __forceinline__ void prefetch_bulk(const void* at, unsigned bytes) {
   asm volatile(
       "{\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n cp.async.bulk.prefetch.L2.global [g], %1;\n}\n" ::"l"(at),
@@ -105,11 +106,17 @@ __device__ __forceinline__ void prefetch_bulk(const void* at, unsigned bytes) {
       : "memory");
 }
 
-// Rows [0, rows) of `bytes` bytes each, the first at row0, `stride` elements apart, into L2:
-// a thread a row (the rows of load_chunk: 16-byte aligned, whole 16-byte vectors).
-template <class E>
-__device__ __forceinline__ void prefetch_rows(const E* row0, int64_t stride, int rows, int bytes, int tid) {
-  for (int r = tid; r < rows; r += kThreads) prefetch_bulk(row0 + r * stride, static_cast<unsigned>(bytes));
+// The same for one box of a chunk's rows through a tensor map of GlaParams::prefetch_maps
+// (coordinates: column, token row, head, batch; rows past the tensor's end are skipped).
+// One instruction a box: hints a row at a time (a request each) were measured 2x slower
+// (NOTES.md v10).
+__device__ __forceinline__ void prefetch_box(const GlaParams& p, GlaMap map, int64_t col, int64_t row, int64_t h,
+                                             int64_t batch) {
+  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
+                   reinterpret_cast<uint64_t>(p.prefetch_maps[map])),
+               "r"(static_cast<int>(col)), "r"(static_cast<int>(row)), "r"(static_cast<int>(h)),
+               "r"(static_cast<int>(batch))
+               : "memory");
 }
 
 // The decayed operands of one chunk. Thread (channel c, role): role 0 walks the tokens
@@ -605,7 +612,7 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // split) for one head and value block.
 // kQuads (outputs pass only): the tensor-core diagonal (quad_*) instead of diagonal_scores.
 template <class E, int KD, int VB, Pass kPass, bool kQuads = false>
-__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
+__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ GlaParams p) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -679,12 +686,9 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
         issue_decay_loads(chunk + 1, stage ^ 1);
         issue_token_loads(chunk + 1, stage ^ 1);
       }
-      if (p.prefetch && chunk + 2 < plan.end_chunk) {  // the chunk after: into L2 while this step runs
-        const int64_t t = (chunk + 2) * kChunk;
-        const int rows = plan.valid(chunk + 2);
-        prefetch_rows(row0(p.k, t, key0), p.k.stride_time, rows, KD * sizeof(E), tid);
-        prefetch_rows(row0(p.g, t, key0), p.g.stride_time, rows, KD * sizeof(E), tid);
-        prefetch_rows(row0(p.v, t, vb0), p.v.stride_time, rows, VB * sizeof(E), tid);
+      if (p.prefetch && tid < 3 && chunk + 2 < plan.end_chunk) {  // the chunk after: into L2 while this step runs
+        const GlaMap map = tid == 0 ? kGlaMapK : tid == 1 ? kGlaMapG : kGlaMapV;
+        prefetch_box(p, map, tid == 2 ? vb0 : key0, plan.seq.start + (chunk + 2) * kChunk, h, plan.seq.batch);
       }
       StatePassView<E, KD> view{g_tile(stage), k_tile(stage), s.k_end, s.decay_all};
       decay_operands<false>(view, tid);
