@@ -4,6 +4,7 @@
 // Cases named Small* are the ones the GPU check runs under compute-sanitizer. The
 // ChainsCudaErrors tests need no GPU: the CUDA path refuses what it does not cover before
 // touching the device.
+#include <cstdlib>
 #include <optional>
 
 #include "cuda/chains/params.hpp"
@@ -479,6 +480,32 @@ INSTANTIATE_TEST_SUITE_P(Cases, OutputChainCuda,
                                            OutputCase{"Small_B2_T500_H2_Dv128", {2, 500, 2, 128}, 200},
                                            OutputCase{"T4000_H4_Dv128", {4000, 4, 128}, 512}),
                          [](const auto& info) { return std::string(info.param.name); });
+
+// The backward's u written by the norm-gate backward (default) is the forward's u bit for
+// bit: dout_weight = dyᵀ·u then equals, bit for bit, the one from the separate recompute pass
+// (SEQMIX_CHAINS_OUTPUT_FUSED=0); the GEMM has no split-K, so it is deterministic.
+TEST(OutputChainCuda, SmallFusedRecomputeOfUIsBitwiseTheForwards) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const int64_t T = 333, H = 3, Dv = 128, d_out = 72;
+  HostTensor o = uniform({T, H, Dv}, DType::bf16), g = uniform({T, H, Dv}, DType::bf16, -3.0, 3.0);
+  HostTensor nw = uniform({Dv}, DType::bf16, 0.5, 1.5), ow = uniform({d_out, H * Dv}, DType::bf16, -0.2, 0.2);
+  HostTensor dy = uniform({T, d_out}, DType::bf16);
+  DeviceTensor d_o(o), d_g(g), d_nw(nw), d_ow(ow), d_dy(dy);
+  const OutputChainInputs in{d_o, d_g, d_nw, d_ow};
+  std::vector<double> dow_values[2], do_values[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    setenv("SEQMIX_CHAINS_OUTPUT_FUSED", fused ? "1" : "0", 1);
+    HostTensor d_o_host = poisoned({T, H, Dv}, DType::bf16), dg = poisoned({T, H, Dv}, DType::bf16);
+    HostTensor dnw = poisoned({Dv}, DType::bf16), dow = poisoned({d_out, H * Dv}, DType::bf16);
+    DeviceTensor d_do(d_o_host), d_dg(dg), d_dnw(dnw), d_dow(dow);
+    output_chain_backward(in, d_dy, {d_do, d_dg, d_dnw, d_dow});
+    dow_values[fused] = d_dow.values(dow);
+    do_values[fused] = d_do.values(d_o_host);
+  }
+  unsetenv("SEQMIX_CHAINS_OUTPUT_FUSED");
+  EXPECT_EQ(dow_values[0], dow_values[1]) << "dout_weight";
+  EXPECT_EQ(do_values[0], do_values[1]) << "d_o";
+}
 
 // ---- what the CUDA path refuses (no GPU needed: validation never touches the device) ----
 

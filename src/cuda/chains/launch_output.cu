@@ -5,10 +5,13 @@
 //   u = o·r·w·SiLU(g), r = 1/sqrt(mean(o²) + eps)    y = u·out_weightᵀ
 //   backward: du = dy·out_weight, dout_weight = dyᵀ·u, then per row (chains_math.hpp):
 //   dg = du·ô·w·SiLU'(g), dw += du·SiLU(g)·ô, do = r·(a − ô·mean(a·ô)) with a = du·SiLU(g)·w.
+//   The forward keeps no u: the backward's 16-byte norm-gate kernel writes it again on its
+//   one pass over o, g and du (du first), and dout_weight = dyᵀ·u runs after it.
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <tuple>
 
 #include "cuda/chains/params.hpp"
@@ -167,10 +170,12 @@ __global__ void norm_gate_backward(NormGate ng, const bf16* du, bf16* d_o, int64
 // write of every gradient per row. A lane's columns are the same in every row, so its share
 // of dw stays in registers over all its rows and meets the other warps' in shared memory
 // once per block. The scalar kernel read o three times and g, du and w twice, 2 bytes a
-// lane, with a shared-memory atomic per element.
+// lane, with a shared-memory atomic per element. With `u` (else nullptr) it also writes the
+// forward's u [tokens, heads·dv] (bit for bit norm_gate_forward_vec8's), so that the
+// backward needs no separate pass over o and g to recompute it.
 template <int kVectors>
 __global__ void norm_gate_backward_vec8(NormGate ng, const bf16* du, bf16* d_o, int64_t d_o_stride, bf16* dg,
-                                        int64_t dg_stride, float* dw_sums) {
+                                        int64_t dg_stride, float* dw_sums, bf16* u) {
   extern __shared__ float dw_block[];
   for (int j = threadIdx.x; j < ng.dv; j += blockDim.x) dw_block[j] = 0.f;
   __syncthreads();
@@ -202,15 +207,18 @@ __global__ void norm_gate_backward_vec8(NormGate ng, const bf16* du, bf16* d_o, 
 #pragma unroll
     for (int k = 0; k < kVectors; ++k) {
       if ((k * 32 + lane) * 8 >= ng.dv) continue;
+      float u_row[8];
 #pragma unroll
       for (int i = 0; i < 8; ++i) {
         const float normed = o[k][i] * inv, g_in = gate[k][i], s = sigmoid(g_in), silu = g_in * s;
+        u_row[i] = o[k][i] * (inv * w[k][i] * g_in * s);  // the forward's product, in its order
         dw[k][i] += d[k][i] * silu * normed;
         gate[k][i] = d[k][i] * normed * w[k][i] * s * (1.f + g_in * (1.f - s));
         d[k][i] *= silu * w[k][i];
         o[k][i] = normed;
         a_dot_normed += d[k][i] * normed;
       }
+      if (u) store8(u + r.dense + (k * 32 + lane) * 8, u_row);
     }
     const float mean = warp_sum(a_dot_normed) / ng.dv;
 #pragma unroll
@@ -256,6 +264,12 @@ void normalise_and_gate(const OutputChainProblem& p, bf16* u, cudaStream_t strea
   check_launch("output chain: norm_gate_forward");
 }
 
+// SEQMIX_CHAINS_OUTPUT_FUSED=0: the backward recomputes u in its own pass first, as before.
+bool output_backward_fused() {
+  const char* setting = std::getenv("SEQMIX_CHAINS_OUTPUT_FUSED");
+  return !(setting && setting[0] == '0');
+}
+
 }  // namespace
 }  // namespace seqmix::cuda::chains
 
@@ -274,9 +288,14 @@ void output_chain_backward(const OutputChainProblem& p, const OutputChainGradien
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const int64_t width = p.heads * p.dv;
   const chains::Scratch<bf16> u(p.tokens * width, stream), du(p.tokens * width, stream);
-  chains::normalise_and_gate(p, u.get(), stream);  // recomputed, not kept by the forward
+  const bool vec8 = chains::vector_rows(p, u.get()) && g.d_o.stride % 8 == 0 && g.dg.stride % 8 == 0 &&
+                    chains::aligned(g.d_o.data) && chains::aligned(g.dg.data) && chains::aligned(du.get());
+  // u (not kept by the forward) comes from the norm-gate backward itself when its 16-byte
+  // kernel runs: one pass over o, g and du instead of a recompute pass over o and g first.
+  const bool fused = vec8 && chains::output_backward_fused();
+  if (!fused) chains::normalise_and_gate(p, u.get(), stream);
   gemm_nn_bf16(p.tokens, width, p.d_out, g.dy, p.out_weight, MutableRows{du.get(), width}, p.stream);
-  gemm_tn_bf16(p.d_out, width, p.tokens, g.dy, Rows{u.get(), width}, g.dout_weight, p.stream);
+  if (!fused) gemm_tn_bf16(p.d_out, width, p.tokens, g.dy, Rows{u.get(), width}, g.dout_weight, p.stream);
 
   const chains::Scratch<float> dw(p.dv, stream);
   check(cudaMemsetAsync(dw.get(), 0, p.dv * sizeof(float), stream), "output chain: dnorm_weight");
@@ -286,16 +305,16 @@ void output_chain_backward(const OutputChainProblem& p, const OutputChainGradien
                                     static_cast<bf16*>(g.d_o.data), g.d_o.stride, static_cast<bf16*>(g.dg.data),
                                     g.dg.stride, dw.get());
   const size_t shared = p.dv * sizeof(float);
-  const auto launch = [&](auto kernel) {
-    std::apply([&](auto... a) { kernel<<<blocks, chains::kThreads, shared, stream>>>(a...); }, args);
+  const auto launch = [&](auto kernel, auto... extra) {
+    std::apply([&](auto... a) { kernel<<<blocks, chains::kThreads, shared, stream>>>(a..., extra...); }, args);
   };
-  if (chains::vector_rows(p, u.get()) && g.d_o.stride % 8 == 0 && g.dg.stride % 8 == 0 &&
-      chains::aligned(g.d_o.data) && chains::aligned(g.dg.data) && chains::aligned(du.get()))
-    launch(p.dv <= 256 ? chains::norm_gate_backward_vec8<1> : chains::norm_gate_backward_vec8<2>);
+  bf16* const u_out = fused ? u.get() : nullptr;
+  if (vec8) launch(p.dv <= 256 ? chains::norm_gate_backward_vec8<1> : chains::norm_gate_backward_vec8<2>, u_out);
   else launch(chains::norm_gate_backward);
   check_launch("output chain: norm_gate_backward");
   chains::to_bf16<<<chains::grid_for(p.dv, 256), 256, 0, stream>>>(dw.get(), p.dv, static_cast<bf16*>(g.dnorm_weight));
   check_launch("output chain: dnorm_weight");
+  if (fused) gemm_tn_bf16(p.d_out, width, p.tokens, g.dy, Rows{u.get(), width}, g.dout_weight, p.stream);
 }
 
 }  // namespace seqmix::cuda
