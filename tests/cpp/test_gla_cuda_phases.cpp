@@ -2,7 +2,7 @@
 // median time over 20 runs) and of a backward timed with events, and the forward walk's chunk
 // step split into its phases (SM cycles), and the backward's gradient kernel's phases, at the
 // benchmark shapes (H 16, K = V = 128, bf16); and the backward by each form of its gradient
-// kernel (token walk, tail) and the L2 prefetch off and on side by side.
+// kernel (token walk, tail) side by side.
 // Printed; run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were
 // counted and the outputs are finite.
 #include <cuda_runtime.h>
@@ -201,65 +201,6 @@ void compare_backward_walks(int64_t B, int64_t T) {
   cuda::gla_set_backward_diagonal(diagonal_before);
   cuda::gla_set_backward_walk(walk_before);
   cuda::gla_set_backward_tail(tail_before);
-}
-
-// The L2 prefetch (params.hpp gla_prefetch) off and on, side by side on the same inputs,
-// alternated twice: forward and backward medians of 20 event-timed runs after 3 warm-ups, then
-// one profiled backward each (launches, the gradient kernel's phases). A prefetch is only a
-// hint, so the outputs and gradients must agree bit for bit.
-void compare_prefetch(int64_t B, int64_t T) {
-  const int64_t H = 16, K = 128, V = 128;
-  HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
-             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0),
-             d_out = uniform({B, T, H, V}, DType::bf16);
-  HostTensor o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32);
-  HostTensor dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16),
-      dg({B, T, H, K}, DType::bf16);
-  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_o(o), d_hT(hT), d_do(d_out), d_dq(dq), d_dk(dk), d_dv(dv),
-      d_dg(dg);
-  GlaOptions options;
-  options.scale = 1.0 / std::sqrt(static_cast<double>(K));
-  auto forward = [&] { gla_forward({d_q, d_k, d_v, d_g}, {d_o.view, d_hT.view}, options); };
-  auto backward = [&] {
-    gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
-                 options);
-  };
-  const bool prefetch_before = cuda::gla_prefetch();
-  std::printf("gla B%lld T%lld H16 K128 V128 bf16, L2 prefetch off and on, median of 20:\n",
-              static_cast<long long>(B), static_cast<long long>(T));
-  std::vector<double> first[5];  // o, dq, dk, dv, dg without the prefetch
-  for (int round = 0; round < 2; ++round)
-    for (const bool on : {false, true}) {
-      cuda::gla_set_prefetch(on);
-      const float fwd_ms = median_ms(forward, {.reps = 20, .warmups = 3, .flush_l2 = false});
-      const float bwd_ms = median_ms(backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
-      std::printf("  prefetch %-3s forward median %.4f ms, backward median %.4f ms\n", on ? "on" : "off", fwd_ms,
-                  bwd_ms);
-      if (round > 0) continue;
-      cuda::gla_profile_start();
-      backward();
-      const GlaProfile profile = cuda::gla_profile_stop();
-      print_launches(on ? "backward, prefetch on" : "backward, prefetch off", profile);
-      print_gradient_phases(profile);
-      const std::vector<double> got[5] = {d_o.values(o), d_dq.values(dq), d_dk.values(dk), d_dv.values(dv),
-                                          d_dg.values(dg)};
-      for (int i = 0; i < 5; ++i) {
-        if (!on) first[i] = got[i];
-        else EXPECT_TRUE(got[i] == first[i]) << "output " << i << " changed with the prefetch";
-      }
-    }
-  cuda::gla_set_prefetch(prefetch_before);
-}
-
-TEST(GlaCudaTiming, PrefetchB8T2048) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  compare_prefetch(8, 2048);
-}
-
-// Split (8 segments a (sequence, head)): the forward's pass 1 and the backward's segment walks.
-TEST(GlaCudaTiming, PrefetchB1T32768) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  compare_prefetch(1, 32768);
 }
 
 TEST(GlaCudaTiming, BackwardWalksB8T2048) {

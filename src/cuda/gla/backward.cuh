@@ -79,7 +79,7 @@ struct StateGradSmem {
 // Otherwise: from dL/dS at the segment's end (p.d_final_state, or the chained slot), every
 // chunk's dL/dS_end into p.chunk_state_grads, and d initial state after the first chunk.
 template <class E, int KD, int VB, bool kOwn>
-__global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const __grid_constant__ GlaParams p) {
+__global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams p) {
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<StateGradSmem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = StateGradSmem<E, KD, VB>::PK, PV = StateGradSmem<E, KD, VB>::PV;
@@ -113,10 +113,6 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const __grid_co
     copy_async_wait_all();
     __syncthreads();  // this chunk's tiles are in; the other stage was read by the last step
     if (chunk > plan.first_chunk) issue_loads(chunk - 1, stage ^ 1);
-    if (p.prefetch && tid < 3 && chunk - 2 >= plan.first_chunk) {  // the chunk before that: into L2 while this step runs
-      const GlaMap map = tid == 0 ? kGlaMapQ : tid == 1 ? kGlaMapG : kGlaMapDo;
-      prefetch_box(p, map, tid == 2 ? vb0 : key0, plan.seq.start + (chunk - 2) * kChunk, h, plan.seq.batch);
-    }
     if (tid < KD) {  // rows past the sequence's end hold zeros: e^{0} = 1, q = 0
       const E* const q = s.q[stage];
       const E* const g = s.g[stage];
@@ -574,39 +570,6 @@ __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid
   }
 }
 
-// The inputs of the gradient block p.prefetch_blocks places after this one in launch order
-// (blockIdx.x fastest), into L2: with one block an SM and blocks started in order, that is
-// about the block the GPU starts when this one ends, so its loads and value slices read L2
-// instead of waiting on DRAM while nothing else on the SM overlaps them. Lines of rows past
-// its sequence's end are not touched.
-template <class E, int KD>
-__device__ __forceinline__ void prefetch_later_block(const GlaParams& p, int tid) {
-  if (tid >= 32) return;  // one warp issues the block's few hints
-  const int64_t columns = gridDim.x, heads = gridDim.y;
-  const int64_t later = blockIdx.x + columns * (blockIdx.y + heads * blockIdx.z) + p.prefetch_blocks;
-  const int64_t n = later / (columns * heads);
-  if (n >= gridDim.z) return;
-  const int64_t x = later % columns, h = later / columns % heads, chunk = x / p.key_blocks;
-  const KeyBlock kb{(x % p.key_blocks) * KD, 0, x % p.key_blocks};
-  const Span seq = sequence_span(p, n);
-  const int64_t t0 = chunk * kChunk;
-  if (t0 >= seq.length) return;
-  // Lanes 0–2: q, k, g; lanes 3.. the value blocks of v and do (p.V / value block each);
-  // lanes 16, 17: S_0 and H, KD rows of V (contiguous) in one bulk hint each.
-  const int value_blocks = static_cast<int>(p.V / p.prefetch_value_block);
-  if (tid < 3) {
-    prefetch_box(p, tid == 0 ? kGlaMapQ : tid == 1 ? kGlaMapK : kGlaMapG, kb.key0, seq.start + t0, h, seq.batch);
-  } else if (tid < 3 + 2 * value_blocks) {
-    const int i = tid - 3;
-    prefetch_box(p, i % 2 == 0 ? kGlaMapV : kGlaMapDo, (i / 2) * p.prefetch_value_block, seq.start + t0, h,
-                 seq.batch);
-  } else if (tid == 16 || tid == 17) {
-    const void* table = tid == 16 ? p.chunk_states : p.chunk_state_grads;
-    prefetch_bulk(static_cast<const E*>(table) + kb.state(p, chunk_slot(p, n, h, chunk)),
-                  static_cast<unsigned>(KD * p.V * sizeof(E)));
-  }
-}
-
 // The gradient kernel's phase clocks (profile.hpp kGlaGradient*): the timing thread adds each
 // phase's SM cycles to the device counters as it ends (a fire-and-forget atomic, kept out of
 // the next phase by reading the clock again after it). Does nothing unless profiling.
@@ -627,7 +590,7 @@ struct GradientClock {
 // load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
 // thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
 template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false>
-__global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const __grid_constant__ GlaParams p) {
+__global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
   static_assert(kQuads || !kQuadWalk, "the quad walk takes the tensor-core diagonal");
   static_assert(kQuadWalk || !kWideTail, "the wide tail comes with the quad walk");
   using Sm = GradSmem<E, KD>;
@@ -758,7 +721,6 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const __grid_cons
     }
     __syncthreads();  // the slices are read before the next ones land (or the space is reused)
   }
-  if (p.prefetch_blocks > 0) prefetch_later_block<E, KD>(p, tid);
   phases.mark(kGlaGradientValues);
 
   // dA into shared memory, e^{g} in float over the released slices.
@@ -1006,7 +968,6 @@ template <class E, int KD, int VB>
 void launch_backward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   p.key_blocks = p.K / KD;
-  plan_prefetch<E, KD, VB>(p);
   plan_segments(p, column_blocks<VB>(p));
   const size_t table = state_table_bytes(p), segment_bytes = segment_table_floats(p) * sizeof(float);
   const size_t bytes = 2 * table + segment_bytes + partial_bytes(p);
@@ -1042,27 +1003,25 @@ void launch_backward(GlaParams p) {
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));
-  auto launch_gradient = [&](auto kernel, const char* name) {
-    allow_shared(kernel, grad_smem, "gla backward shared memory");
-    p.prefetch_blocks = 0;
-    if (p.prefetch) {  // the blocks the GPU runs at once: the prefetch's distance
-      int per_sm = 1;
-      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, grad_smem),
-            "gla backward occupancy");
-      p.prefetch_blocks = static_cast<int64_t>(per_sm) * multiprocessors();
-    }
-    timed_launch(stream, name, [&] { kernel<<<grad_grid, kThreads, grad_smem, stream>>>(p); });
-  };
   const bool quad_walk =
       gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores && gla_backward_walk() == GlaBackwardWalk::quads;
-  if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide)
-    launch_gradient(gradient_kernel<E, KD, true, true, true>, "gla backward (quad walk, wide tail)");
-  else if (quad_walk)
-    launch_gradient(gradient_kernel<E, KD, true, true>, "gla backward (tensor-core diagonal, quad walk)");
-  else if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores)
-    launch_gradient(gradient_kernel<E, KD, true, false>, "gla backward (tensor-core diagonal)");
-  else
-    launch_gradient(gradient_kernel<E, KD, false, false>, "gla backward");
+  if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide) {
+    allow_shared(gradient_kernel<E, KD, true, true, true>, grad_smem, "gla backward shared memory");
+    timed_launch(stream, "gla backward (quad walk, wide tail)",
+                 [&] { gradient_kernel<E, KD, true, true, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  } else if (quad_walk) {
+    allow_shared(gradient_kernel<E, KD, true, true>, grad_smem, "gla backward shared memory");
+    timed_launch(stream, "gla backward (tensor-core diagonal, quad walk)",
+                 [&] { gradient_kernel<E, KD, true, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  } else if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores) {
+    allow_shared(gradient_kernel<E, KD, true, false>, grad_smem, "gla backward shared memory");
+    timed_launch(stream, "gla backward (tensor-core diagonal)",
+                 [&] { gradient_kernel<E, KD, true, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  } else {
+    allow_shared(gradient_kernel<E, KD, false, false>, grad_smem, "gla backward shared memory");
+    timed_launch(stream, "gla backward",
+                 [&] { gradient_kernel<E, KD, false, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  }
   if (p.key_blocks > 1) sum_key_blocks<E>(p, p.dv, stream);
 
   if (owned) check(cudaFreeAsync(scratch, stream), "gla backward workspace");

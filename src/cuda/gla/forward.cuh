@@ -14,8 +14,6 @@
 // The next chunk's inputs stream into shared memory (cp.async) while this one multiplies.
 #pragma once
 
-#include <cuda.h>
-
 #include "cuda/common/runtime.cuh"
 #include "cuda/gla/mma.cuh"
 #include "cuda/gla/params.hpp"
@@ -95,28 +93,6 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
     const bool ok = r < valid;
     copy16_async(dst + r * PITCH + c, row0 + (ok ? r * stride_time : 0) + c, ok);
   }
-}
-
-// A hint that `bytes` bytes from `at` (16-byte aligned, a multiple of 16) will be read soon:
-// the copy engine fetches them into L2 (cp.async.bulk.prefetch). It changes no result.
-__device__ __forceinline__ void prefetch_bulk(const void* at, unsigned bytes) {
-  asm volatile(
-      "{\n .reg .u64 g;\n cvta.to.global.u64 g, %0;\n cp.async.bulk.prefetch.L2.global [g], %1;\n}\n" ::"l"(at),
-      "r"(bytes)
-      : "memory");
-}
-
-// The same for one box of a chunk's rows through a tensor map of GlaParams::prefetch_maps
-// (coordinates: column, token row, head, batch; rows past the tensor's end are skipped).
-// One instruction a box: hints a row at a time (a request each) were measured 2x slower
-// (NOTES.md v10).
-__device__ __forceinline__ void prefetch_box(const GlaParams& p, GlaMap map, int64_t col, int64_t row, int64_t h,
-                                             int64_t batch) {
-  asm volatile("cp.async.bulk.prefetch.tensor.4d.L2.global.tile [%0, {%1, %2, %3, %4}];\n" ::"l"(
-                   reinterpret_cast<uint64_t>(p.prefetch_maps[map])),
-               "r"(static_cast<int>(col)), "r"(static_cast<int>(row)), "r"(static_cast<int>(h)),
-               "r"(static_cast<int>(batch))
-               : "memory");
 }
 
 // The decayed operands of one chunk. Thread (channel c, role): role 0 walks the tokens
@@ -612,7 +588,7 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // split) for one head and value block.
 // kQuads (outputs pass only): the tensor-core diagonal (quad_*) instead of diagonal_scores.
 template <class E, int KD, int VB, Pass kPass, bool kQuads = false>
-__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_constant__ GlaParams p) {
+__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -685,10 +661,6 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const __grid_const
       if (more) {  // into the stage the last step read
         issue_decay_loads(chunk + 1, stage ^ 1);
         issue_token_loads(chunk + 1, stage ^ 1);
-      }
-      if (p.prefetch && tid < 3 && chunk + 2 < plan.end_chunk) {  // the chunk after: into L2 while this step runs
-        const GlaMap map = tid == 0 ? kGlaMapK : tid == 1 ? kGlaMapG : kGlaMapV;
-        prefetch_box(p, map, tid == 2 ? vb0 : key0, plan.seq.start + (chunk + 2) * kChunk, h, plan.seq.batch);
       }
       StatePassView<E, KD> view{g_tile(stage), k_tile(stage), s.k_end, s.decay_all};
       decay_operands<false>(view, tid);

@@ -1,10 +1,6 @@
 // Launchers of the GLA forward: the split decision, the segment passes, the shapes.
 #pragma once
 
-#include <cstring>
-#include <type_traits>
-
-#include "cuda/common/tensor_map.hpp"
 #include "cuda/gla/forward.cuh"
 #include "cuda/gla/profile.cuh"
 
@@ -93,46 +89,6 @@ void timed_launch(cudaStream_t stream, const char* kernel, Launch&& launch) {
   launch();
   check_launch(kernel);
   launch_ended(stream, kernel);
-}
-
-// The tensor map of one prefetched operand (GlaParams::prefetch_maps): [B, T, H, D] as the
-// 4-D (D, T, H, B), boxes of 64 rows by `box_cols`. False when the copy engine cannot read
-// it (base or strides not 16-byte multiples, or the driver refuses): then no hints at all.
-template <class E>
-bool encode_prefetch_map(GlaParams& p, GlaMap which, const GlaTokens& x, int64_t D, int box_cols) {
-  constexpr int64_t e = sizeof(E);
-  // A varlen batch is one row of B; its batch stride may be 0: any 16-byte multiple will do.
-  const int64_t batch = p.cu_seqlens ? 1 : p.num_sequences, batch_stride = x.stride_batch != 0 ? x.stride_batch : 16;
-  const int64_t strides_bytes[3] = {x.stride_time * e, x.stride_head * e, batch_stride * e};
-  if (reinterpret_cast<uintptr_t>(x.data) % 16 != 0) return false;
-  for (const int64_t stride : strides_bytes)
-    if (stride <= 0 || stride % 16 != 0 || stride >= (int64_t{1} << 40)) return false;
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(p.T), static_cast<cuuint64_t>(p.H),
-                              static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(strides_bytes[0]), static_cast<cuuint64_t>(strides_bytes[1]),
-                                 static_cast<cuuint64_t>(strides_bytes[2])};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(kChunk), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map;
-  const CUresult status = tensor_map_encoder()(
-      &map, std::is_same_v<E, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, x.data,
-      dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (status != CUDA_SUCCESS) return false;
-  static_assert(sizeof(map) == sizeof(p.prefetch_maps[0]), "a tensor map is 128 bytes");
-  std::memcpy(p.prefetch_maps[which], &map, sizeof(map));
-  return true;
-}
-
-// p.prefetch and its tensor maps (gla_prefetch, params.hpp): q, k, g by key block KD, v and
-// do (when given) by value block VB.
-template <class E, int KD, int VB>
-void plan_prefetch(GlaParams& p) {
-  p.prefetch_value_block = VB;
-  p.prefetch = gla_prefetch() && encode_prefetch_map<E>(p, kGlaMapQ, p.q, p.K, KD) &&
-               encode_prefetch_map<E>(p, kGlaMapK, p.k, p.K, KD) && encode_prefetch_map<E>(p, kGlaMapG, p.g, p.K, KD) &&
-               encode_prefetch_map<E>(p, kGlaMapV, p.v, p.V, VB) &&
-               (!p.d_o.data || encode_prefetch_map<E>(p, kGlaMapDo, p.d_o, p.V, VB));
 }
 
 inline int multiprocessors() {
@@ -255,8 +211,6 @@ void launch_forward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   p.key_blocks = p.K / KD;
   plan_segments(p, column_blocks<VB>(p));
-  p.prefetch = false;
-  if (p.segments > 1) plan_prefetch<E, KD, VB>(p);  // only pass 1 hints
   const bool in_pieces = p.segments > 1 && gla_forward_pieces();
   const PiecePlan pieces = in_pieces ? plan_pieces(p, column_blocks<VB>(p)) : PiecePlan{};
   // The segment and piece tables and the key blocks' partials live only for these launches:

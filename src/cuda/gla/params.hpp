@@ -43,16 +43,6 @@ struct GlaParams {
   // Set by the launchers while profiling (profile.hpp): device counters [kGlaPhaseCount]
   // the chunk walks add their phase cycles to; nullptr otherwise.
   unsigned long long* phase_cycles = nullptr;
-  // Set by the launchers (gla_prefetch): the state walks hint the chunk after the one their
-  // copies are fetching into L2, and the backward's gradient kernel the inputs of the block
-  // `prefetch_blocks` places later in launch order (0: no hints). prefetch_maps: the copy
-  // engine's tensor maps (CUtensorMap, 128 bytes each) of q, k, g, v, do (kGlaMap*) over
-  // [B, T, H, D] in boxes of a chunk's 64 rows by the key block (q, k, g) or the value block
-  // (v, do); the kernels take GlaParams in parameter space (__grid_constant__) so the copy
-  // engine can read them there.
-  bool prefetch = false;
-  int64_t prefetch_blocks = 0, prefetch_value_block = 0;
-  alignas(64) unsigned char prefetch_maps[5][128] = {};
 
   // Backward only. do, dq, dk, dv, dg: the layouts of o, q, k, v, g.
   GlaTokens d_o, dq, dk, dv, dg;
@@ -69,9 +59,6 @@ struct GlaParams {
 };
 
 enum class GlaDtype { bf16, f16 };
-
-// Rows of GlaParams::prefetch_maps.
-enum GlaMap { kGlaMapQ, kGlaMapK, kGlaMapG, kGlaMapV, kGlaMapDo };
 
 // Tokens per chunk: the state is carried from chunk to chunk.
 inline constexpr int64_t kGlaChunk = 64;
@@ -151,18 +138,6 @@ void gla_set_backward_tail(GlaBackwardTail tail);
 // first asked, or a caller (the timing tests) set it.
 bool gla_forward_pieces();
 void gla_set_forward_pieces(bool on);
-
-// Whether the memory-bound walks and the gradient kernel hint upcoming inputs into L2
-// (tile prefetches by the copy engine, one a chunk's 64 rows; no effect on any result): the state walks (the forward's pass 1 when split,
-// the backward's chunk states and dL/dS walk) the chunk after the one their copies fetch,
-// the gradient kernel, once its value loop is done, the inputs of the block that the GPU
-// starts about when this one ends (one SM count later in launch order).
-inline constexpr bool kDefaultPrefetch = false;
-
-// The prefetch in use: process-wide, kDefaultPrefetch unless the environment variable
-// SEQMIX_GLA_PREFETCH is "0" or "1" when first asked, or a caller set it.
-bool gla_prefetch();
-void gla_set_prefetch(bool on);
 
 template <GlaDtype dtype>
 void gla_forward(const GlaParams& p);

@@ -1,5 +1,5 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
-// walk and tail, the forward's pass 1 in pieces and the L2 prefetch (params.hpp).
+// walk and tail, and the forward's pass 1 in pieces (params.hpp).
 #include <cstdlib>
 #include <cstring>
 
@@ -60,20 +60,7 @@ bool& current_pieces() {
   return on;
 }
 
-bool& current_prefetch() {
-  static bool on = [] {
-    const char* value = std::getenv("SEQMIX_GLA_PREFETCH");
-    if (value && std::strcmp(value, "0") == 0) return false;
-    if (value && std::strcmp(value, "1") == 0) return true;
-    return kDefaultPrefetch;
-  }();
-  return on;
-}
-
 }  // namespace
-
-bool gla_prefetch() { return current_prefetch(); }
-void gla_set_prefetch(bool on) { current_prefetch() = on; }
 
 bool gla_forward_pieces() { return current_pieces(); }
 void gla_set_forward_pieces(bool on) { current_pieces() = on; }
