@@ -8,7 +8,7 @@
 // with its re-walk at one and two blocks per SM, SEQMIX_LINREC_TIMING_FORWARDS=split,fused16
 // its forward in three launches and in one pass (chunks of 16) side by side (any other
 // value, e.g. "auto", times the default), SEQMIX_LINREC_TIMING_FUSED_BLOCKS=2,3 the one
-// pass of f32 at two and three blocks per SM. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma,
+// pass of f32 at two and three blocks per SM (_BF16=3,4: the bf16 forward at three and four). SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma,
 // the default) picks the chunk-transfer product for every other test.
 #include <cuda_runtime.h>
 
@@ -184,8 +184,8 @@ INSTANTIATE_TEST_SUITE_P(
 // against the oracle: chunk lengths that do not divide T, one chunk, a
 // single step, padded n, with and without an initial state, a chunk length from the
 // options, and many chunks per group (every block waits for its predecessor's state).
-// f32 at padded n = 64 also with the compact layout at three blocks per SM
-// (SEQMIX_LINREC_FUSED_BLOCKS=3).
+// Padded n = 64 also with the compact layout: f32 at three blocks per SM
+// (SEQMIX_LINREC_FUSED_BLOCKS=3), the bf16 forward at four (SEQMIX_LINREC_FUSED_BLOCKS_BF16=4).
 struct FusedCase {
   const char* name;
   int64_t G, T, n;
@@ -193,7 +193,7 @@ struct FusedCase {
   const char* setting;     // SEQMIX_LINREC_CHUNKED_FORWARD
   int64_t chunk_size = 0;  // the option, 0: the setting's
   bool with_state = true;
-  const char* blocks = nullptr;  // SEQMIX_LINREC_FUSED_BLOCKS, null: the default
+  const char* blocks = nullptr;  // SEQMIX_LINREC_FUSED_BLOCKS and _BF16, null: the defaults
 };
 
 void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name; }
@@ -208,10 +208,11 @@ TEST_P(LinearRecurrenceCudaFused, ForwardAndBackwardMatchOracle) {
   o.method = Method::chunked;
   o.chunk_size = f.chunk_size;
   setenv("SEQMIX_LINREC_CHUNKED_FORWARD", f.setting, 1);  // before the workspaces are sized
-  if (f.blocks) setenv("SEQMIX_LINREC_FUSED_BLOCKS", f.blocks, 1);
+  if (f.blocks) setenv("SEQMIX_LINREC_FUSED_BLOCKS", f.blocks, 1), setenv("SEQMIX_LINREC_FUSED_BLOCKS_BF16", f.blocks, 1);
   expect_device_run_matches_oracle(c, o);
   unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
   unsetenv("SEQMIX_LINREC_FUSED_BLOCKS");
+  unsetenv("SEQMIX_LINREC_FUSED_BLOCKS_BF16");
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -228,6 +229,9 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"SmallF32N64ThreeBlocksChunkOption", 1, 29, 64, f32, "fused", 5, true, "3"},
                       FusedCase{"SmallF32N64ThreeBlocksOneChunk", 2, 11, 64, f32, "fused", 0, true, "3"},
                       FusedCase{"F32ManyChunksThreeBlocks", 16, 1500, 64, f32, "fused8", 0, true, "3"},
+                      FusedCase{"SmallBf16N64FourBlocks", 1, 70, 64, bf16, "fused", 0, true, "4"},
+                      FusedCase{"SmallBf16N48FourBlocksNoState", 3, 53, 48, bf16, "fused8", 0, false, "4"},
+                      FusedCase{"Bf16ManyChunksFourBlocks", 16, 1500, 64, bf16, "fused8", 0, true, "4"},
                       FusedCase{"F32ManyChunks", 16, 1500, 64, f32, "fused8"},
                       FusedCase{"Bf16ManyChunks", 16, 1500, 64, bf16, "fused8"},
                       FusedCase{"F32Long", 4, 4000, 64, f32, "fused32"},
@@ -579,6 +583,7 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const char* rewalks = std::getenv("SEQMIX_LINREC_TIMING_REWALKS");      // "1,2" blocks per SM
     const char* forwards = std::getenv("SEQMIX_LINREC_TIMING_FORWARDS");    // "split,fused16,fused32"
     const char* fused_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS");  // "2,3" (f32, n ≤ 64)
+    const char* bf16_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS_BF16");  // "3,4" (bf16 forward)
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);
@@ -591,7 +596,10 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
                              [&](const std::string& forward) {
               for_each_setting("SEQMIX_LINREC_FUSED_BLOCKS", method == chunked ? fused_blocks : nullptr,
                                [&](const std::string& blocks) {
-                time_method(method, name + product + rewalk + forward + blocks + gradient);
+                for_each_setting("SEQMIX_LINREC_FUSED_BLOCKS_BF16", method == chunked ? bf16_blocks : nullptr,
+                                 [&](const std::string& bf16) {
+                  time_method(method, name + product + rewalk + forward + blocks + bf16 + gradient);
+                });
               });
             });
           });

@@ -110,29 +110,52 @@ void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G,
 // 220–254 registers) or 3 (the compact layout: two stages, ≤ 75 KB, 168 registers).
 // SEQMIX_LINREC_FUSED_BLOCKS=2|3 overrides the default, read at every call so one process
 // can time both. 3 measured faster on the H100 (NOTES.md, version 8; G16 T4096 n64 m1:
-// forward 0.899 → 0.813 ms, backward 2.43–2.64 → 2.06 ms). bf16 runs at 3 blocks per SM
-// either way.
+// forward 0.899 → 0.813 ms, backward 2.43–2.64 → 2.06 ms). bf16's forward: 3 blocks per
+// SM (three stages, 168 registers) or 4 (the compact layout, 128 registers), measured
+// faster (version 8b: 0.577 → 0.517 ms at G16 T4096 n64 m1);
+// SEQMIX_LINREC_FUSED_BLOCKS_BF16=3|4 overrides.
 inline constexpr int kDefaultFusedBlocksF32 = 3;
+inline constexpr int kDefaultFusedBlocksBf16 = 4;
+
+inline int fused_blocks_bf16() {
+  if (const char* value = std::getenv("SEQMIX_LINREC_FUSED_BLOCKS_BF16")) return std::strcmp(value, "4") == 0 ? 4 : 3;
+  return kDefaultFusedBlocksBf16;
+}
 
 inline int fused_blocks_f32() {
   if (const char* value = std::getenv("SEQMIX_LINREC_FUSED_BLOCKS")) return std::strcmp(value, "3") == 0 ? 3 : 2;
   return kDefaultFusedBlocksF32;
 }
 
-template <class T, int N, bool kWgmma, bool kCompact = false>
-void launch_fused_chunk(const FusedChunkParams& p, cudaStream_t stream) {
-  if constexpr (sizeof(T) == 4 && N == 64 && kWgmma && !kCompact) {
-    if (fused_blocks_f32() == 3) return launch_fused_chunk<T, N, kWgmma, true>(p, stream);
-  }
-  const bool reverse = p.count > 1;  // the backward's two chains (float states, one transposed)
-  const auto kernel = reverse ? fused_chunk_kernel<T, N, kWgmma, true, kCompact>
-                              : fused_chunk_kernel<T, N, kWgmma, false, kCompact>;
-  const int smem = fused_chunk_smem_bytes<T, N, kWgmma, kCompact>();
+template <class T, int N, bool kWgmma, bool kReverse, bool kCompact>
+void launch_fused_kernel(const FusedChunkParams& p, cudaStream_t stream) {
+  const auto kernel = fused_chunk_kernel<T, N, kWgmma, kReverse, kCompact>;
+  // The forward's one chain is never transposed: its own layout sizes it.
+  const int smem = kReverse ? fused_chunk_smem_bytes<T, N, kWgmma, kCompact>()
+                            : ChunkTransferConfig<T, N, false, kWgmma, kCompact>::smem_bytes();
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (fused chunks)");
-  kernel<<<static_cast<unsigned>(p.count * p.G * p.chunks), ChunkTransferConfig<T, N, false, kWgmma>::kThreads, smem, stream>>>(
-      p);
+  kernel<<<static_cast<unsigned>(p.count * p.G * p.chunks), ChunkTransferConfig<T, N, false, kWgmma>::kThreads, smem,
+           stream>>>(p);
   check_launch("linear_recurrence fused chunks");
+}
+
+// The compact layout: f32 in both directions (three blocks per SM); bf16 in the forward
+// only (four blocks per SM: 56.6 KB, 128 registers; the reverse chain's transposed stages
+// would not let four fit).
+template <class T, int N, bool kWgmma>
+void launch_fused_chunk(const FusedChunkParams& p, cudaStream_t stream) {
+  const bool reverse = p.count > 1;  // the backward's two chains (float states, one transposed)
+  if constexpr (N == 64 && kWgmma && sizeof(T) == 4) {
+    if (fused_blocks_f32() == 3)
+      return reverse ? launch_fused_kernel<T, N, kWgmma, true, true>(p, stream)
+                     : launch_fused_kernel<T, N, kWgmma, false, true>(p, stream);
+  }
+  if constexpr (N == 64 && kWgmma && sizeof(T) == 2) {
+    if (!reverse && fused_blocks_bf16() == 4) return launch_fused_kernel<T, N, kWgmma, false, true>(p, stream);
+  }
+  if (reverse) launch_fused_kernel<T, N, kWgmma, true, false>(p, stream);
+  else launch_fused_kernel<T, N, kWgmma, false, false>(p, stream);
 }
 
 template <class T>

@@ -192,9 +192,10 @@ __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, con
 // two chains (float states, one of them transposed); else the forward's one chain.
 // The bf16 wgmma kernels are held to 168 registers (no spills) so that three blocks share
 // an SM, as their ~70 KB of shared memory allows (measured forward at G16 T4096 n64:
-// 0.61 ms at 3 blocks per SM, 0.75 at 2); so are the compact f32 ones (≤ 75 KB).
+// 0.61 ms at 3 blocks per SM, 0.75 at 2); so are the compact f32 ones (≤ 75 KB). The
+// compact bf16 forward is held to 128 registers, four blocks per SM (56.6 KB).
 template <class T, int N, bool kWgmma, bool kCompact>
-inline constexpr int kFusedMinBlocks = (sizeof(T) == 2 && kWgmma) || kCompact ? 3 : 1;
+inline constexpr int kFusedMinBlocks = kCompact ? (sizeof(T) == 2 ? 4 : 3) : sizeof(T) == 2 && kWgmma ? 3 : 1;
 
 template <class T, int N, bool kWgmma, bool kReverse, bool kCompact>
 __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThreads,
