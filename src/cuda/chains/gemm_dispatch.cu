@@ -1,6 +1,10 @@
-// The forward GEMMs' choice of CUTLASS configuration per shape (gemm_tiles.hpp), and the
+// The chain GEMMs' choice of CUTLASS configuration per shape (gemm_tiles.hpp), and the
 // switch from a runtime GemmTile to its instantiation. No CUTLASS here: each tile's kernel
 // is compiled once, in its own .cu.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "cuda/chains/gemm_tiles.hpp"
@@ -70,6 +74,68 @@ void activation_gemm_bf16_scheduled(GemmSchedule s, int64_t M, int64_t N, int64_
     default: break;
   }
   throw Error(std::string("seqmix: projection chain GEMM: no activation kernel for ") + gemm_tile_name(s.tile));
+}
+
+bool tn_tile_built(GemmTile tile) {
+  return tile == GemmTile::cooperative_128x256_cluster2x1 || tile == GemmTile::cooperative_256x128_cluster2x1 ||
+         tile == GemmTile::cooperative_128x256_cluster1x2 || tile == GemmTile::pingpong_128x128_cluster2x1;
+}
+
+void gemm_tn_bf16_scheduled(GemmSchedule s, int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out,
+                            void* stream) {
+  switch (s.tile) {
+    case GemmTile::cooperative_128x256_cluster2x1:
+      return gemm_tn_bf16_tiled<GemmTile::cooperative_128x256_cluster2x1>(M, N, K, a, b, out, s, stream);
+    case GemmTile::cooperative_256x128_cluster2x1:
+      return gemm_tn_bf16_tiled<GemmTile::cooperative_256x128_cluster2x1>(M, N, K, a, b, out, s, stream);
+    case GemmTile::cooperative_128x256_cluster1x2:
+      return gemm_tn_bf16_tiled<GemmTile::cooperative_128x256_cluster1x2>(M, N, K, a, b, out, s, stream);
+    case GemmTile::pingpong_128x128_cluster2x1:
+      return gemm_tn_bf16_tiled<GemmTile::pingpong_128x128_cluster2x1>(M, N, K, a, b, out, s, stream);
+    default: break;
+  }
+  throw Error(std::string("seqmix: chain gradient GEMM (tn): no kernel for ") + gemm_tile_name(s.tile));
+}
+
+namespace {
+
+// Rounds of a persistent grid of 128 × 256 tiles over out [M, N] in clusters of cm × cn CTAs:
+// the cluster pads the tile grid to its multiple, and the SMs hold sms / (cm·cn) clusters.
+int64_t tile_rounds(int64_t M, int64_t N, int cm, int cn, int sms) {
+  const int64_t clusters = (((M + 127) / 128 + cm - 1) / cm) * (((N + 255) / 256 + cn - 1) / cn);
+  const int64_t slots = std::max(1, sms / (cm * cn));
+  return (clusters + slots - 1) / slots;
+}
+
+int sm_count() {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    return 132;
+  return sms;
+}
+
+}  // namespace
+
+// Measured on the H100 (ChainsCudaTiming.BackwardTnTiles, NOTES.md "The dW GEMM"): at GLA's
+// width (6160 rows: 49 row tiles) the default's clusters of 2 along M pad the grid to 50 row
+// tiles, 400 tiles: 3.03 rounds on 132 SMs, so a fourth round of 4 tiles; clusters of 2
+// along N keep 392 tiles, 3 rounds, and ran 0.77-0.79× the default's time at 2048-32768
+// tokens (552-637 -> 715-807 TFLOP/s). Where both take as many rounds (Gated DeltaNet's
+// width, the output chain's dW_out) the default was as fast or faster, so it stays.
+GemmSchedule backward_tn_schedule(int64_t M, int64_t N, int64_t /*K*/) {
+  if (const char* forced = std::getenv("SEQMIX_CHAINS_TN_TILE")) {
+    const int t = std::atoi(forced);
+    if (t >= 0 && t < kGemmTiles && tn_tile_built(static_cast<GemmTile>(t))) return {static_cast<GemmTile>(t)};
+  }
+  const int sms = sm_count();
+  if (tile_rounds(M, N, 1, 2, sms) < tile_rounds(M, N, 2, 1, sms))
+    return {GemmTile::cooperative_128x256_cluster1x2, Raster::along_n, 1};
+  return {};
+}
+
+void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream) {
+  gemm_tn_bf16_scheduled(backward_tn_schedule(M, N, K), M, N, K, a, b, out, stream);
 }
 
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream) {

@@ -47,9 +47,22 @@ void activation_gemm_bf16_scheduled(GemmSchedule schedule, int64_t M, int64_t N,
                                     MutableRows out, ColumnEpilogue columns, void* stream);
 bool activation_tile_built(GemmTile tile);
 
-// One instantiation per tile, each in its own .cu (gemm_nt_bf16*.cu, projection_gemm_bf16*.cu).
+// The backward's tn GEMM (out [M, N] = aᵀ·b, as gemm_tn_bf16: dW = dzᵀ·x with K = tokens)
+// in a given schedule; built for the tiles tn_tile_built says.
+void gemm_tn_bf16_scheduled(GemmSchedule schedule, int64_t M, int64_t N, int64_t K, Rows a, Rows b,
+                            MutableRows out, void* stream);
+bool tn_tile_built(GemmTile tile);
+// The schedule gemm_tn_bf16 uses for out [M, N] over depth K. SEQMIX_CHAINS_TN_TILE=<n>
+// (a GemmTile's number; raster and swizzle the heuristic's) overrides it, for tests.
+GemmSchedule backward_tn_schedule(int64_t M, int64_t N, int64_t K);
+
+// One instantiation per tile, each in its own .cu (gemm_nt_bf16*.cu, gemm_tn_bf16*.cu,
+// projection_gemm_bf16*.cu).
 template <GemmTile kTile>
 void gemm_nt_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, GemmSchedule schedule,
+                        void* stream);
+template <GemmTile kTile>
+void gemm_tn_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, GemmSchedule schedule,
                         void* stream);
 template <GemmTile kTile>
 void activation_gemm_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,

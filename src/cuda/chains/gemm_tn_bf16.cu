@@ -1,11 +1,10 @@
-// Explicit instantiation: out = aᵀ·b (a stored [K, M], b [K, N] row-major), bf16.
+// Explicit instantiation: out = aᵀ·b (a stored [K, M], b [K, N] row-major), bf16, no
+// fusion, in the default tile (gemm_tiles.hpp; gemm_dispatch.cu chooses per shape).
 #include "cuda/chains/plain_gemm.cuh"
 
 namespace seqmix::cuda {
 
-void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream) {
-  plain::gemm<cutlass::bfloat16_t, cutlass::layout::ColumnMajor>(M, N, K, a, b, out, stream,
-                                                                 "chain gradient GEMM (tn)");
-}
+template void gemm_tn_bf16_tiled<GemmTile::cooperative_128x256_cluster2x1>(int64_t, int64_t, int64_t, Rows, Rows,
+                                                                           MutableRows, GemmSchedule, void*);
 
 }  // namespace seqmix::cuda

@@ -39,4 +39,13 @@ void gemm_nt_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, Mutable
       M, N, K, a, b, out, stream, "chain GEMM (nt)", schedule);
 }
 
+// The backward's tn GEMM (dW = dzᵀ·x, dW_out = dyᵀ·u) in one tile: each gemm_tn_bf16*.cu
+// instantiates one.
+template <GemmTile kTile>
+void gemm_tn_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, GemmSchedule schedule,
+                        void* stream) {
+  plain::gemm<cutlass::bfloat16_t, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor, kTile>(
+      M, N, K, a, b, out, stream, "chain gradient GEMM (tn)", schedule);
+}
+
 }  // namespace seqmix::cuda
