@@ -6,12 +6,15 @@
 // Printed as a table; run with --gtest_filter='*ChainsCudaTiming*'. Asserts only that every
 // time was measured and the outputs are finite: the numbers are for NOTES.md.
 #include <cuda_bf16.h>
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <cstdlib>
 #include <random>
 
 #include "cuda/chains/gemm_tiles.hpp"
@@ -168,9 +171,21 @@ void time_projection_backward(const Layer& layer, int64_t tokens) {
   }
   const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
   const ProjectionChainGrads grads{dx.view({tokens, kD}), dweight.view({W, kD}), std::nullopt};
+  // The dW GEMM's tile as dispatched, and forced to the default (SEQMIX_CHAINS_TN_TILE=0).
+  setenv("SEQMIX_CHAINS_TN_TILE", "0", 1);
+  const float tn_default = median_ms([&] {
+    gemm_tn_bf16(W, kD, tokens, Rows{dz.ptr, W}, Rows{x.ptr, kD}, MutableRows{dweight.ptr, kD}, nullptr);
+  });
+  const float chain_default =
+      median_ms([&] { projection_chain_backward(xt, wt, std::nullopt, layer.segments, d_outputs, grads); });
+  unsetenv("SEQMIX_CHAINS_TN_TILE");
   const float chain =
       median_ms([&] { projection_chain_backward(xt, wt, std::nullopt, layer.segments, d_outputs, grads); });
+  print_row(layer.name, tokens, "bwd: dW (tn), the default tile forced", flop, tn_default, nn);
+  print_row(layer.name, tokens, "projection_chain_backward, default dW tile", 2 * flop, chain_default, nn + tn);
   print_row(layer.name, tokens, "projection_chain_backward (2 GEMMs' FLOP)", 2 * flop, chain, nn + tn);
+  std::printf("  %-15s %6lld  dispatched / default dW tile: tn %5.3f, chain backward %5.3f\n", layer.name,
+              static_cast<long long>(tokens), tn / tn_default, chain / chain_default);
   EXPECT_TRUE(dx.finite_prefix(64 * kD));
 }
 
@@ -386,13 +401,21 @@ void time_output_backward(const char* name, int64_t heads, int64_t dv, int64_t t
                              out_weight.view({kD, width})};
   const OutputChainGrads grads{d_o.view({tokens, heads, dv}), dg.view({tokens, heads, dv}), dnorm.view({dv}),
                                dout_weight.view({kD, width})};
-  d_o.poison();
-  const float chain = median_ms([&] { output_chain_backward(in, dy.view({tokens, kD}), grads); });
+  // The norm-gate backward writing u on its pass (default) and the separate recompute pass
+  // before it (SEQMIX_CHAINS_OUTPUT_FUSED=0), side by side.
+  float chain[2];
+  for (int fused = 0; fused < 2; ++fused) {
+    setenv("SEQMIX_CHAINS_OUTPUT_FUSED", fused ? "1" : "0", 1);
+    d_o.poison();
+    chain[fused] = median_ms([&] { output_chain_backward(in, dy.view({tokens, kD}), grads); });
+    EXPECT_TRUE(d_o.finite_prefix(64 * width));
+  }
+  unsetenv("SEQMIX_CHAINS_OUTPUT_FUSED");
   std::printf("  %-15s %6lld  output bwd: du (nn) %8.4f + dW_out (tn) %8.4f = %8.4f ms; output_chain_backward "
-              "%8.4f ms (%5.2fx the GEMMs; %.1f TFLOP/s over 2 GEMMs)\n",
-              name, static_cast<long long>(tokens), nn, tn, nn + tn, chain, chain / (nn + tn),
-              2 * flop / (chain * 1e-3) / 1e12);
-  EXPECT_TRUE(d_o.finite_prefix(64 * width));
+              "recompute pass %8.4f ms (%5.2fx the GEMMs), u from the norm-gate backward %8.4f ms (%5.2fx; "
+              "%.1f TFLOP/s over 2 GEMMs); fused/recompute %5.3f\n",
+              name, static_cast<long long>(tokens), nn, tn, nn + tn, chain[0], chain[0] / (nn + tn), chain[1],
+              chain[1] / (nn + tn), 2 * flop / (chain[1] * 1e-3) / 1e12, chain[1] / chain[0]);
 }
 
 TEST(ChainsCudaTiming, OutputBackward) {
@@ -409,6 +432,193 @@ TEST(ChainsCudaTiming, OutputForward) {
     time_output("gla", 4, 512, tokens);
     time_output("gated_deltanet", 16, 256, tokens);
   }
+}
+
+// cuBLAS, loaded at run time (the test binary does not link it): out [M, N] = x [M, K]·Wᵀ,
+// all row-major bf16, f32 accumulation, as torch.matmul(x, W.t()) runs it. Absent (no
+// library found): `ok` is false and the timing prints no cuBLAS column.
+struct Cublas {
+  void* library = nullptr;
+  cublasHandle_t handle = nullptr;
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                    const void*, const void*, cudaDataType, int, const void*, cudaDataType, int,
+                                    const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  GemmEx gemm_ex = nullptr;
+  bool ok = false;
+  Cublas() {
+    for (const char* name : {"libcublas.so.13", "libcublas.so", "/usr/local/cuda/lib64/libcublas.so.13"})
+      if ((library = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!library) return;
+    using Create = cublasStatus_t (*)(cublasHandle_t*);
+    const auto create = reinterpret_cast<Create>(dlsym(library, "cublasCreate_v2"));
+    gemm_ex = reinterpret_cast<GemmEx>(dlsym(library, "cublasGemmEx"));
+    ok = create && gemm_ex && create(&handle) == CUBLAS_STATUS_SUCCESS;
+  }
+  // Column-major view: outᵀ [N, M] = W [N, K] · xᵀ, i.e. op(A) = Aᵀ with A = Wᵀ stored [K, N].
+  void nt(int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* out) const {
+    const float one = 1.f, zero = 0.f;
+    const auto status = gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+                                static_cast<int>(K), &one, w, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF,
+                                static_cast<int>(K), &zero, out, CUDA_R_16BF, static_cast<int>(N),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    EXPECT_EQ(status, CUBLAS_STATUS_SUCCESS);
+  }
+  // out [M, N] = aᵀ·b, a stored [K, M], b [K, N] (the dW GEMM): outᵀ = bᵀ·a column-major.
+  void tn(int64_t M, int64_t N, int64_t K, const void* a, const void* b, void* out) const {
+    const float one = 1.f, zero = 0.f;
+    const auto status = gemm_ex(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(N), static_cast<int>(M),
+                                static_cast<int>(K), &one, b, CUDA_R_16BF, static_cast<int>(N), a, CUDA_R_16BF,
+                                static_cast<int>(M), &zero, out, CUDA_R_16BF, static_cast<int>(N),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    EXPECT_EQ(status, CUBLAS_STATUS_SUCCESS);
+  }
+};
+const Cublas& cublas() {
+  static const Cublas instance;
+  return instance;
+}
+
+// ---- the backward's tn GEMM (dW = dzᵀ·x, dW_out = dyᵀ·u) per tile (NOTES.md, "The dW GEMM") ----
+
+// Every built tn tile × raster × swizzle on out [M, N] = aᵀ·b (a [K, M], b [K, N]), each
+// against the default configuration and checked against its output's first rows.
+void time_tn_tiles(const char* what, int64_t M, int64_t N, int64_t K) {
+  using namespace seqmix::cuda;
+  DeviceBf16 a(K * M, 1.f), b(K * N, 1.f), out(M * N, 0.f);
+  const double flop = 2.0 * M * N * K;
+  const Rows ar{a.ptr, M}, br{b.ptr, N};
+  const MutableRows outr{out.ptr, N};
+  const int64_t sample = std::min<int64_t>(M, 128);
+  out.poison();
+  const float base = median_ms([&] { gemm_tn_bf16_scheduled({}, M, N, K, ar, br, outr, nullptr); });
+  const std::vector<float> want = first_rows(out, sample, N);
+  float best = base;
+  GemmSchedule best_schedule{};
+  for (int t = 0; t < kGemmTiles; ++t) {
+    const auto tile = static_cast<GemmTile>(t);
+    if (!tn_tile_built(tile)) continue;
+    for (Raster raster : {Raster::along_m, Raster::along_n})
+      for (int swizzle : {1, 2}) {
+        const GemmSchedule s{tile, raster, swizzle};
+        out.poison();
+        const float ms = median_ms([&] { gemm_tn_bf16_scheduled(s, M, N, K, ar, br, outr, nullptr); });
+        EXPECT_LT(relative_difference(first_rows(out, sample, N), want), 1e-2) << gemm_tile_name(tile);
+        std::printf("  %-22s %6lld %5lld %6lld  tn %-32s %-9s swizzle %d  %8.4f ms  %6.1f TFLOP/s  %5.3fx default\n",
+                    what, static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
+                    gemm_tile_name(tile), raster_name(raster), swizzle, ms, flop / (ms * 1e-3) / 1e12, ms / base);
+        if (ms < best) best = ms, best_schedule = s;
+      }
+  }
+  float reference = NAN;
+  if (cublas().ok) {
+    out.poison();
+    reference = median_ms([&] { cublas().tn(M, N, K, a.ptr, b.ptr, out.ptr); });
+    EXPECT_LT(relative_difference(first_rows(out, sample, N), want), 1e-2) << "cuBLAS";
+  }
+  std::printf("  %-22s %6lld %5lld %6lld  tn BEST %s, %s, swizzle %d: %.4f ms (%.1f TFLOP/s), %.3fx default "
+              "(%.1f TFLOP/s); cuBLAS %.4f ms (%.1f TFLOP/s), default ÷ cuBLAS %.3f, best ÷ cuBLAS %.3f\n",
+              what, static_cast<long long>(M), static_cast<long long>(N), static_cast<long long>(K),
+              gemm_tile_name(best_schedule.tile), raster_name(best_schedule.raster), best_schedule.swizzle, best,
+              flop / (best * 1e-3) / 1e12, best / base, flop / (base * 1e-3) / 1e12, reference,
+              flop / (reference * 1e-3) / 1e12, base / reference, best / reference);
+}
+
+TEST(ChainsCudaTiming, BackwardTnTiles) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (int64_t tokens : {2048, 8192, 32768}) {
+    time_tn_tiles("gla dW", kGla.width(), kD, tokens);
+    time_tn_tiles("gated_deltanet dW", kGatedDeltaNet.width(), kD, tokens);
+    time_tn_tiles("gla dW_out", kD, 4 * 512, tokens);
+    time_tn_tiles("gated_deltanet dW_out", kD, 16 * 256, tokens);
+  }
+}
+
+// ---- Gated DeltaNet's gates on the narrow-column kernel (NOTES.md, "Narrow columns") ----
+
+// The gate columns alone (32 bf16, 16 f32) on the activation GEMM and on the narrow kernel,
+// and the whole GDN chain forward and backward with the narrow kernel on and off
+// (SEQMIX_CHAINS_NARROW_COLUMNS), against the plain GEMM of the full width.
+void time_narrow_columns(int64_t tokens) {
+  using namespace seqmix::cuda;
+  const Layer& layer = kGatedDeltaNet;
+  const int64_t W = layer.width(), gates = 32, first = W - gates;
+  const double flop = 2.0 * tokens * W * kD;
+  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), out32(tokens * gates * 2, 0.f);
+  const ColumnVectors vectors(layer);
+  const ColumnEpilogue gate_columns{vectors.data + first, vectors.data + W + first, vectors.data + 2 * W + first};
+  const Rows xr{x.ptr, kD}, gate_weight{weight.ptr + first * kD, kD};
+  const MutableRows gate_out{out.ptr + first, W}, gate_out32{out32.ptr, gates};
+  const float plain = median_ms([&] { gemm_nt_bf16(tokens, W, kD, xr, Rows{weight.ptr, kD}, MutableRows{out.ptr, W},
+                                                   nullptr); });
+  const float cublas_ms =
+      cublas().ok ? median_ms([&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); }) : NAN;
+  const float gemm_bf16 = median_ms(
+      [&] { activation_gemm_bf16(tokens, gates, kD, xr, gate_weight, gate_out, gate_columns, nullptr); });
+  const float narrow_bf16 =
+      median_ms([&] { narrow_columns_bf16(tokens, gates, kD, xr, gate_weight, gate_out, gate_columns, nullptr); });
+  const float gemm_f32 = median_ms([&] {
+    activation_gemm_bf16_f32out(tokens, 16, kD, xr, gate_weight, gate_out32, gate_columns, nullptr);
+  });
+  const float narrow_f32 =
+      median_ms([&] { narrow_columns_f32out(tokens, 16, kD, xr, gate_weight, gate_out32, gate_columns, nullptr); });
+  const float x_floor = 2.0 * tokens * kD / 3e12 * 1e3;
+  std::printf("  gates %6lld  32 bf16 columns: activation GEMM %8.4f ms, narrow %8.4f ms;  16 f32 columns: GEMM "
+              "%8.4f ms, narrow %8.4f ms;  x read at 3 TB/s %8.4f ms\n",
+              static_cast<long long>(tokens), gemm_bf16, narrow_bf16, gemm_f32, narrow_f32, x_floor);
+
+  std::vector<Tensor> outputs, d_outputs;
+  DeviceBf16 dy(tokens * W, 1.f), dx(tokens * kD, 0.f), dweight(W * kD, 0.f);
+  int64_t at = 0;
+  for (const auto& s : layer.segments) {
+    Tensor v = out.view({tokens, W});
+    v.data = out.ptr + at;
+    v.shape = {tokens, s.width};
+    outputs.push_back(v);
+    Tensor d = dy.view({tokens, W});
+    d.data = dy.ptr + at;
+    d.shape = {tokens, s.width};
+    d_outputs.push_back(d);
+    at += s.width;
+  }
+  const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
+  const ProjectionChainGrads grads{dx.view({tokens, kD}), dweight.view({W, kD}), std::nullopt};
+  // Off and on alternate three times (the 32768-token chain drifted by ~10% between two
+  // back-to-back measurements in the first run); each is the median of its three medians.
+  std::vector<float> times[2][2];
+  for (int rep = 0; rep < 3; ++rep)
+    for (int on = 0; on < 2; ++on) {
+      setenv("SEQMIX_CHAINS_NARROW_COLUMNS", on ? "1" : "0", 1);
+      out.poison();
+      times[0][on].push_back(
+          median_ms([&] { projection_chain_forward(xt, wt, std::nullopt, layer.segments, outputs); }));
+      EXPECT_TRUE(out.finite_prefix(64 * W));
+      times[1][on].push_back(median_ms(
+          [&] { projection_chain_backward(xt, wt, std::nullopt, layer.segments, d_outputs, grads); }));
+    }
+  unsetenv("SEQMIX_CHAINS_NARROW_COLUMNS");
+  float forward[2], backward[2];
+  for (int on = 0; on < 2; ++on) {
+    for (auto* v : {&times[0][on], &times[1][on]}) std::sort(v->begin(), v->end());
+    forward[on] = times[0][on][1];
+    backward[on] = times[1][on][1];
+    std::printf("  gated_deltanet %6lld  narrow %s: fwd %8.4f %8.4f %8.4f ms, bwd %8.4f %8.4f %8.4f ms\n",
+                static_cast<long long>(tokens), on ? "on " : "off", times[0][on][0], times[0][on][1],
+                times[0][on][2], times[1][on][0], times[1][on][1], times[1][on][2]);
+  }
+  std::printf("  gated_deltanet %6lld  chain fwd: narrow off %8.4f ms (%5.3fx plain), on %8.4f ms (%5.3fx plain), "
+              "on/off %5.3f;  bwd: off %8.4f ms, on %8.4f ms, on/off %5.3f;  plain GEMM %8.4f ms (%.1f TFLOP/s)\n",
+              static_cast<long long>(tokens), forward[0], forward[0] / plain, forward[1], forward[1] / plain,
+              forward[1] / forward[0], backward[0], backward[1], backward[1] / backward[0], plain,
+              flop / (plain * 1e-3) / 1e12);
+  std::printf("  gated_deltanet %6lld  cuBLAS GEMM of the full width %8.4f ms (%.1f TFLOP/s): chain fwd ÷ cuBLAS "
+              "narrow off %5.3f, on %5.3f; plain CUTLASS ÷ cuBLAS %5.3f\n",
+              static_cast<long long>(tokens), cublas_ms, flop / (cublas_ms * 1e-3) / 1e12, forward[0] / cublas_ms,
+              forward[1] / cublas_ms, plain / cublas_ms);
+}
+
+TEST(ChainsCudaTiming, NarrowColumns) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (int64_t tokens : {2048, 8192, 32768}) time_narrow_columns(tokens);
 }
 
 }  // namespace

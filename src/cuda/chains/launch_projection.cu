@@ -138,19 +138,21 @@ const bf16* element(Rows m, int64_t row, int64_t column) {
 }
 
 // A bf16 run without bias whose activation columns are a small part of it (Gated DeltaNet:
-// 32 gate columns of 12320): the plain GEMM over the identity columns and the activation
-// GEMM over the rest, each piece widened to multiples of 8 columns (the run starts at one
-// and spans a multiple of 8; identity columns inside an activation piece get factor 1). The
-// activation GEMM's tree over the whole run cost 1.13× the plain GEMM at 32768 tokens, the
-// split 0.99× (H100, NOTES.md "Gated DeltaNet's forward"); below kSplitMinTokens the gate
-// piece's own full-depth GEMM (35–55 µs) cost as much or more than the tree, so the run
-// stays one activation GEMM there, as do runs that are mostly activations.
+// 32 gate columns of 12320): the plain GEMM over the identity columns and the gates apart,
+// each piece widened to multiples of 8 columns (the run starts at one and spans a multiple
+// of 8; identity columns inside an activation piece get factor 1). The activation GEMM's
+// tree over the whole run cost 1.13× the plain GEMM at 32768 tokens, the split 0.99× (H100,
+// NOTES.md "Gated DeltaNet's forward"). Up to kNarrowColumnsMaxTokens a gate piece the
+// narrow-column kernel takes runs there; one that needs the activation GEMM is split off
+// only above kSplitMinTokens (below, its own full-depth GEMM, 35–55 µs, cost as much as the
+// tree).
+// Runs that are mostly activations stay one activation GEMM.
 constexpr int64_t kSplitMinTokens = 16384;
 
-void split_at_activations(const ProjectionChainProblem& p, const OutputRun& run, const ColumnVectors& vectors) {
+// The activation column ranges of `run`, widened to multiples of 8 and merged.
+std::vector<std::pair<int64_t, int64_t>> activation_pieces(const ProjectionChainProblem& p, const OutputRun& run) {
   const int64_t end = run.first + run.width;
-  std::vector<std::pair<int64_t, int64_t>> pieces;  // activation column ranges, widened and merged
-  int64_t activation_columns = 0;
+  std::vector<std::pair<int64_t, int64_t>> pieces;
   for (const auto& s : p.segments) {
     const int64_t a = std::max(s.offset, run.first), b = std::min(s.offset + s.width, end);
     if (s.code == 0 || a >= b) continue;
@@ -158,22 +160,51 @@ void split_at_activations(const ProjectionChainProblem& p, const OutputRun& run,
     if (!pieces.empty() && first <= pieces.back().second) pieces.back().second = std::max(pieces.back().second, last);
     else pieces.emplace_back(first, last);
   }
-  for (const auto& [a, b] : pieces) activation_columns += b - a;
+  return pieces;
+}
+
+// The most tokens the narrow-column kernel runs for: at 32768 tokens (H100, Gated
+// DeltaNet's 32 gates) it took 75-100 µs against the activation GEMM's 82-87 µs, and the
+// chain with it was not faster (NOTES.md, "Narrow columns"); at 2048 and 8192 tokens it
+// took 13 / 22-27 µs against 35 / 39-40 µs.
+constexpr int64_t kNarrowColumnsMaxTokens = 16384;
+
+// Whether the narrow-column kernel takes columns [first, last) of the weight over x.
+bool narrow_fits(const ProjectionChainProblem& p, int64_t first, int64_t last) {
+  return narrow_columns_enabled() && p.tokens <= kNarrowColumnsMaxTokens &&
+         narrow_columns_fit(last - first, p.d, p.x, Rows{element(p.weight, first, 0), p.weight.stride});
+}
+
+bool worth_splitting(const ProjectionChainProblem& p, const OutputRun& run) {
+  if (p.bias) return false;
+  const auto pieces = activation_pieces(p, run);
+  int64_t activation_columns = 0;
+  bool all_narrow = true;
+  for (const auto& [a, b] : pieces) {
+    activation_columns += b - a;
+    all_narrow = all_narrow && narrow_fits(p, a, b);
+  }
+  if (4 * activation_columns > run.width) return false;
+  return p.tokens > kSplitMinTokens || all_narrow;
+}
+
+void split_at_activations(const ProjectionChainProblem& p, const OutputRun& run, const ColumnVectors& vectors) {
   const auto gemm = [&](int64_t first, int64_t last, bool activation) {
     if (first >= last) return;
     const Rows weight{element(p.weight, first, 0), p.weight.stride};
     const MutableRows out{static_cast<bf16*>(run.out.data) + (first - run.first), run.out.stride};
-    if (activation) activation_gemm_bf16(p.tokens, last - first, p.d, p.x, weight, out, vectors.from(first), p.stream);
-    else gemm_nt_bf16(p.tokens, last - first, p.d, p.x, weight, out, p.stream);
+    if (!activation) gemm_nt_bf16(p.tokens, last - first, p.d, p.x, weight, out, p.stream);
+    else if (narrow_fits(p, first, last))
+      narrow_columns_bf16(p.tokens, last - first, p.d, p.x, weight, out, vectors.from(first), p.stream);
+    else activation_gemm_bf16(p.tokens, last - first, p.d, p.x, weight, out, vectors.from(first), p.stream);
   };
-  if (4 * activation_columns > run.width) return gemm(run.first, end, true);
   int64_t at = run.first;
-  for (const auto& [a, b] : pieces) {
+  for (const auto& [a, b] : activation_pieces(p, run)) {
     gemm(at, a, false);
     gemm(a, b, true);
     at = b;
   }
-  gemm(at, end, false);
+  gemm(at, run.first + run.width, false);
 }
 
 }  // namespace
@@ -196,9 +227,15 @@ void projection_chain_forward(const ProjectionChainProblem& p, const std::vector
     if (p.d <= kNarrowProjectionMaxK) {
       if (run.f32) narrow_projection_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
       else narrow_projection_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
-    } else if (run.f32) activation_gemm_bf16_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
-    else if (plain) gemm_nt_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, p.stream);
-    else if (!p.bias && p.tokens > chains::kSplitMinTokens) chains::split_at_activations(p, run, *vectors);
+    } else if (run.f32) {
+      // A few f32 gate columns (seqmix.nn's Gated DeltaNet decay input): the narrow-column kernel.
+      if (chains::narrow_fits(p, run.first, run.first + run.width))
+        narrow_columns_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
+      else activation_gemm_bf16_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
+    } else if (plain) gemm_nt_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, p.stream);
+    else if (chains::worth_splitting(p, run)) chains::split_at_activations(p, run, *vectors);
+    else if (chains::narrow_fits(p, run.first, run.first + run.width))
+      narrow_columns_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
     else activation_gemm_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
   }
 }
@@ -237,8 +274,12 @@ void projection_chain_backward(const ProjectionChainProblem& p, const Projection
       const Rows dy{dz.get() + first, ld}, weight{chains::element(p.weight, first, 0), p.weight.stride};
       const MutableRows dz_run{dz.get() + first, ld};
       // Narrow K: the recompute on the tensor cores without a GEMM pipeline (NOTES.md, "Narrow K").
+      // Few columns over a deep K (Gated DeltaNet's gates): the narrow-column kernel.
       if (p.d <= kNarrowProjectionMaxK)
         narrow_derivative_bf16(p.tokens, last - first, p.d, p.x, weight, dz_run, vectors.from(first), p.stream);
+      else if (chains::narrow_fits(p, first, last))
+        narrow_columns_derivative_bf16(p.tokens, last - first, p.d, p.x, weight, dz_run, vectors.from(first),
+                                       p.stream);
       else derivative_gemm_bf16(p.tokens, last - first, p.d, p.x, weight, dy, dz_run, vectors.from(first), p.stream);
       s = end;
     }

@@ -31,4 +31,33 @@ void narrow_derivative_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight
 void narrow_gradients_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows dz, MutableRows dx,
                            MutableRows dweight, void* stream);
 
+// ---- narrow N: a run of few columns over a deep K (narrow_columns.cuh) ----
+
+// The widest run the narrow-column kernel takes; Gated DeltaNet's gates are 32 columns.
+constexpr int64_t kNarrowColumnsMaxN = 64;
+
+// Whether the narrow-column kernel takes these operands: N ≤ kNarrowColumnsMaxN, K a
+// multiple of 8, x's and weight's bases and row strides 16-byte aligned (16-byte loads).
+inline bool narrow_columns_fit(int64_t N, int64_t K, Rows x, Rows weight) {
+  const auto aligned = [](Rows m) { return reinterpret_cast<uintptr_t>(m.data) % 16 == 0 && m.stride % 8 == 0; };
+  return N >= 1 && N <= kNarrowColumnsMaxN && K >= 8 && K % 8 == 0 && aligned(x) && aligned(weight);
+}
+
+// out [M, N] = act(x·weightᵀ + bias)·scale as activation_gemm_bf16, for operands
+// narrow_columns_fit takes (a seqmix::Error otherwise); out any row stride.
+void narrow_columns_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
+                         ColumnEpilogue columns, void* stream);
+// The same with an f32 out.
+void narrow_columns_f32out(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
+                           ColumnEpilogue columns, void* stream);
+// dz [M, N] ⊙= act'(x·weightᵀ + bias)·scale in place (bf16), as derivative_gemm_bf16 with
+// dy = dz.
+void narrow_columns_derivative_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows dz,
+                                    ColumnEpilogue columns, void* stream);
+
+// Whether the projection chain sends narrow activation runs to the narrow-column kernel
+// (SEQMIX_CHAINS_NARROW_COLUMNS=0 turns it off: the CUTLASS activation GEMM then runs them,
+// and a wide bf16 run is split around its gates only above 16384 tokens, as before).
+bool narrow_columns_enabled();
+
 }  // namespace seqmix::cuda
