@@ -185,7 +185,7 @@ void linear_recurrence_forward(const LinearRecurrenceInputs& in, const LinearRec
 
 void linear_recurrence_backward(const LinearRecurrenceInputs& in, const Tensor& dh,
                                 const std::optional<Tensor>& d_final_state, const LinearRecurrenceGrads& grads,
-                                const LinearRecurrenceOptions& options) {
+                                const LinearRecurrenceOptions& options, const std::optional<Tensor>& states) {
   const core::Checker check("seqmix.linear_recurrence_backward");
   const auto p = check_inputs(check, in, options);
   check_like(check, dh, "dh", {p.G, p.T, p.n, p.m}, kSteps, in);
@@ -196,13 +196,15 @@ void linear_recurrence_backward(const LinearRecurrenceInputs& in, const Tensor& 
     check.fail("d_initial_state", in.initial_state ? "a tensor (initial_state is given)" : "none (initial_state is not given)",
                grads.d_initial_state ? "a tensor" : "none");
   check_like(check, grads.d_initial_state, "d_initial_state", {p.G, p.n, p.m}, kState, in);
+  check_like(check, states, "states", {p.G, p.T, p.n, p.m}, kSteps, in);
   if (in.A.device.is_cuda()) {
 #ifdef SEQMIX_CUDA_LINEAR_RECURRENCE
     auto params = cuda_params(check, in, p, options,
                               {{"A", in.A}, {"b", in.b}, {"initial_state", in.initial_state}, {"dh", dh},
                                {"d_final_state", d_final_state}, {"dA", grads.dA}, {"db", grads.db},
-                               {"d_initial_state", grads.d_initial_state}});
+                               {"d_initial_state", grads.d_initial_state}, {"states", states}});
     params.dh = dh.data;
+    params.states = states ? states->data : nullptr;
     params.d_final_state = d_final_state ? d_final_state->data : nullptr;
     params.dA = grads.dA.data;
     params.db = grads.db.data;

@@ -334,6 +334,12 @@ TEST(LinearRecurrenceErrors, BackwardGradientsAreChecked) {
                       "argument 'd_initial_state': expected a tensor (initial_state is given), got none");
   EXPECT_SEQMIX_ERROR(linear_recurrence_backward({A, b}, dh, std::nullopt, {dA.view, db.view, dh0.view}),
                       "argument 'd_initial_state': expected none (initial_state is not given), got a tensor");
+  // The forward's states, when given: the shape of h and the inputs' dtype.
+  HostTensor states_short({2, 7, 4, 3}, f32), states_f64({2, 8, 4, 3}, DType::f64);
+  EXPECT_SEQMIX_ERROR(linear_recurrence_backward({A, b}, dh, std::nullopt, {dA.view, db.view}, {}, states_short.view),
+                      "argument 'states': expected shape [2, 8, 4, 3] [G, T, n, m], got [2, 7, 4, 3]");
+  EXPECT_SEQMIX_ERROR(linear_recurrence_backward({A, b}, dh, std::nullopt, {dA.view, db.view}, {}, states_f64.view),
+                      "argument 'states': expected dtype f32 (the dtype of A), got f64");
 }
 
 }  // namespace

@@ -8,7 +8,8 @@
 // with its re-walk at one and two blocks per SM, SEQMIX_LINREC_TIMING_FORWARDS=split,fused16
 // its forward in three launches and in one pass (chunks of 16) side by side (any other
 // value, e.g. "auto", times the default), SEQMIX_LINREC_TIMING_FUSED_BLOCKS=2,3 the one
-// pass of f32 at two and three blocks per SM (_BF16=3,4: the bf16 forward at three and four). SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma,
+// pass of f32 at two and three blocks per SM (_BF16=3,4: the bf16 forward at three and four);
+// SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma,
 // the default) picks the chunk-transfer product for every other test.
 #include <cuda_runtime.h>
 
@@ -90,8 +91,9 @@ struct DeviceWorkspace {
 class LinearRecurrenceCuda : public ::testing::TestWithParam<GpuCase> {};
 
 // Case `c` forward and backward through the public API on the device with options `o`
-// (workspaces passed in when c.give_workspace), every output against the oracle's.
-void expect_device_run_matches_oracle(const GpuCase& c, const LinearRecurrenceOptions& o) {
+// (workspaces passed in when c.give_workspace; the forward's h passed to the backward as
+// its states when pass_states), every output against the oracle's.
+void expect_device_run_matches_oracle(const GpuCase& c, const LinearRecurrenceOptions& o, bool pass_states = false) {
   const GpuData d(c);
   Results want(c), got(c);
   run_oracle(c, d, want);
@@ -111,7 +113,8 @@ void expect_device_run_matches_oracle(const GpuCase& c, const LinearRecurrenceOp
     grads.workspace = backward_ws->view();
   }
   linear_recurrence_forward(in, out, o);
-  linear_recurrence_backward(in, dh, c.with_d_final ? std::optional<Tensor>(d_final.view) : std::nullopt, grads, o);
+  linear_recurrence_backward(in, dh, c.with_d_final ? std::optional<Tensor>(d_final.view) : std::nullopt, grads, o,
+                             pass_states ? std::optional<Tensor>(h.view) : std::nullopt);
   cuda_ok(cudaDeviceSynchronize());
 
   const double tol = tolerance(c.dtype);
@@ -184,6 +187,7 @@ INSTANTIATE_TEST_SUITE_P(
 // against the oracle: chunk lengths that do not divide T, one chunk, a
 // single step, padded n, with and without an initial state, a chunk length from the
 // options, and many chunks per group (every block waits for its predecessor's state).
+// With the forward's h passed to the backward (`states`: its reverse chain alone).
 // Padded n = 64 also with the compact layout: f32 at three blocks per SM
 // (SEQMIX_LINREC_FUSED_BLOCKS=3), the bf16 forward at four (SEQMIX_LINREC_FUSED_BLOCKS_BF16=4).
 struct FusedCase {
@@ -194,6 +198,7 @@ struct FusedCase {
   int64_t chunk_size = 0;  // the option, 0: the setting's
   bool with_state = true;
   const char* blocks = nullptr;  // SEQMIX_LINREC_FUSED_BLOCKS and _BF16, null: the defaults
+  bool pass_states = false;
 };
 
 void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name; }
@@ -209,7 +214,7 @@ TEST_P(LinearRecurrenceCudaFused, ForwardAndBackwardMatchOracle) {
   o.chunk_size = f.chunk_size;
   setenv("SEQMIX_LINREC_CHUNKED_FORWARD", f.setting, 1);  // before the workspaces are sized
   if (f.blocks) setenv("SEQMIX_LINREC_FUSED_BLOCKS", f.blocks, 1), setenv("SEQMIX_LINREC_FUSED_BLOCKS_BF16", f.blocks, 1);
-  expect_device_run_matches_oracle(c, o);
+  expect_device_run_matches_oracle(c, o, f.pass_states);
   unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
   unsetenv("SEQMIX_LINREC_FUSED_BLOCKS");
   unsetenv("SEQMIX_LINREC_FUSED_BLOCKS_BF16");
@@ -232,6 +237,11 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"SmallBf16N64FourBlocks", 1, 70, 64, bf16, "fused", 0, true, "4"},
                       FusedCase{"SmallBf16N48FourBlocksNoState", 3, 53, 48, bf16, "fused8", 0, false, "4"},
                       FusedCase{"Bf16ManyChunksFourBlocks", 16, 1500, 64, bf16, "fused8", 0, true, "4"},
+                      FusedCase{"SmallF32N64SavedStates", 2, 100, 64, f32, "fused", 0, true, nullptr, true},
+                      FusedCase{"SmallBf16N40SavedStatesNoState", 3, 53, 40, bf16, "fused8", 0, false, nullptr, true},
+                      FusedCase{"SmallF32N32SavedStates", 2, 37, 32, f32, "fused8", 0, true, nullptr, true},
+                      FusedCase{"SmallF32T1SavedStates", 2, 1, 16, f32, "fused", 0, true, nullptr, true},
+                      FusedCase{"F32ManyChunksSavedStates", 16, 1500, 64, f32, "fused8", 0, true, nullptr, true},
                       FusedCase{"F32ManyChunks", 16, 1500, 64, f32, "fused8"},
                       FusedCase{"Bf16ManyChunks", 16, 1500, 64, bf16, "fused8"},
                       FusedCase{"F32Long", 4, 4000, 64, f32, "fused32"},
@@ -558,10 +568,19 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
       const double bwd = median_ms(
           [&] { linear_recurrence_backward({tA, tb}, tdh, tfs, {tdA, tdb, std::nullopt, wb.view()}, o); }, {.reps = 3});
       cuda_ok(cudaGetLastError());
-      std::printf("| %lld | %lld | %lld | %lld | %s | %s | %.4f | %.4f | %.2f | %.4f | %.2f | %.0f |\n",
-                  (long long)s.G, (long long)s.T, (long long)s.n, (long long)s.m, dtype_name(s.dtype), label.c_str(),
-                  fwd, bwd, bwd / fwd, floor_ms, fwd / floor_ms, ws_bwd * 4.0 / 1e6);
-      std::fflush(stdout);
+      const auto row = [&](const std::string& name, double b) {
+        std::printf("| %lld | %lld | %lld | %lld | %s | %s | %.4f | %.4f | %.2f | %.4f | %.2f | %.0f |\n",
+                    (long long)s.G, (long long)s.T, (long long)s.n, (long long)s.m, dtype_name(s.dtype), name.c_str(),
+                    fwd, b, b / fwd, floor_ms, fwd / floor_ms, ws_bwd * 4.0 / 1e6);
+        std::fflush(stdout);
+      };
+      row(label, bwd);
+      if (std::getenv("SEQMIX_LINREC_TIMING_STATES")) {  // the backward given the forward's h as well
+        linear_recurrence_forward({tA, tb}, {th, tfs, wf.view()}, o);
+        row(label + "[states]",
+            median_ms([&] { linear_recurrence_backward({tA, tb}, tdh, tfs, {tdA, tdb, std::nullopt, wb.view()}, o, th); },
+                      {.reps = 3}));
+      }
     };
     // Runs `each(value)` with the environment variable `var` set to every value of the
     // comma-separated `list` in turn (the switches are read at every call), or once with

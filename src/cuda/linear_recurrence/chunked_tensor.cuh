@@ -144,8 +144,8 @@ void launch_fused_kernel(const FusedChunkParams& p, cudaStream_t stream) {
 // only (four blocks per SM: 56.6 KB, 128 registers; the reverse chain's transposed stages
 // would not let four fit).
 template <class T, int N, bool kWgmma>
-void launch_fused_chunk(const FusedChunkParams& p, cudaStream_t stream) {
-  const bool reverse = p.count > 1;  // the backward's two chains (float states, one transposed)
+void launch_fused_chunk(const FusedChunkParams& p, bool reverse, cudaStream_t stream) {
+  // reverse: the backward's kernel (float states, a transposed chain)
   if constexpr (N == 64 && kWgmma && sizeof(T) == 4) {
     if (fused_blocks_f32() == 3)
       return reverse ? launch_fused_kernel<T, N, kWgmma, true, true>(p, stream)
@@ -160,7 +160,7 @@ void launch_fused_chunk(const FusedChunkParams& p, cudaStream_t stream) {
 
 template <class T>
 void solve_fused_chunked(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t chunk,
-                         float* scratch, void* stream_ptr) {
+                         float* scratch, void* stream_ptr, bool backward) {
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   FusedChunkParams p;
   for (int k = 0; k < count; ++k) p.chains[k] = chains[k], p.chains[k].steps = T_len;
@@ -172,11 +172,11 @@ void solve_fused_chunked(const SeqChain* chains, int count, int64_t G, int64_t T
   p.states = reinterpret_cast<unsigned long long*>(base);
   p.ticket = reinterpret_cast<unsigned*>(p.states + slots);
   check(cudaMemsetAsync(base, 0, (2 * slots + 1) * sizeof(float), stream), "cudaMemsetAsync (fused chunks)");
-  if (n <= 32) launch_fused_chunk<T, 32, false>(p, stream);
+  if (n <= 32) launch_fused_chunk<T, 32, false>(p, backward, stream);
 #if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
-  else if (chunk_transfer_product() == ChunkTransferProduct::wgmma) launch_fused_chunk<T, 64, true>(p, stream);
+  else if (chunk_transfer_product() == ChunkTransferProduct::wgmma) launch_fused_chunk<T, 64, true>(p, backward, stream);
 #endif
-  else launch_fused_chunk<T, 64, false>(p, stream);
+  else launch_fused_chunk<T, 64, false>(p, backward, stream);
 }
 
 }  // namespace seqmix::cuda::linrec

@@ -72,6 +72,7 @@ template <class T>
 struct GradParams {
   const float* u;   // [G, T, n, m] reverse-chain states
   const float* h;   // [G, T, n, m] forward states
+  const T* h_saved = nullptr;  // [G, T, n, m] the forward's own h, read instead of h when given
   const T* h0;      // [G, n, m] or null
   const T* A;       // [G, T, n, n], for dh0
   T* dA;            // [G, T, n, n]
@@ -79,6 +80,8 @@ struct GradParams {
   T* dh0;           // [G, n, m] or null
   int64_t T_len = 0;
   int n = 0, m = 0;
+  // Element e of the forward states: h_saved's, or the recomputed float copy's.
+  __device__ float state(int64_t e) const { return h_saved ? to_float(h_saved[e]) : h[e]; }
 };
 
 inline constexpr int kGradCols = 32;
@@ -114,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) grad_kernel(const GradParams<T> p) {
     const float* gu = p.u + (g * p.T_len + p.T_len - 1 - t) * nm;
     T* db = p.db + (g * p.T_len + t) * nm;
     for (int e = tid; e < nm; e += kThreads) db[e] = from_float<T>(gu[e]);
-    const float* hf = t > 0 ? p.h + (g * p.T_len + t - 1) * nm : nullptr;
+    const int64_t h_step = t > 0 ? (g * p.T_len + t - 1) * nm : -1;  // h_{t-1}, or h0 at t = 0
     const T* h0 = t == 0 && p.h0 ? p.h0 + g * nm : nullptr;
     constexpr int kTilesPerThread = 4;  // n = 128 has 1024 tiles
     float acc[kTilesPerThread][4][4] = {};
@@ -124,7 +127,7 @@ __global__ void __launch_bounds__(kThreads) grad_kernel(const GradParams<T> p) {
       for (int e = tid; e < p.n * cols; e += kThreads) {
         const int i = e / cols, c = e % cols;
         gt[c * ld + i] = gu[i * p.m + c0 + c];
-        ht[c * ld + i] = hf ? hf[i * p.m + c0 + c] : (h0 ? to_float(h0[i * p.m + c0 + c]) : 0.f);
+        ht[c * ld + i] = h_step >= 0 ? p.state(h_step + i * p.m + c0 + c) : (h0 ? to_float(h0[i * p.m + c0 + c]) : 0.f);
       }
       __syncthreads();
 #pragma unroll
@@ -183,7 +186,7 @@ __global__ void __launch_bounds__(kThreads) grad_stream_kernel(const GradParams<
   for (; t < p.T_len; t += stride_t) {
     const int i0 = (tile / q) * 4, j0 = (tile % q) * 4;
     const float* gu = p.u + (g * p.T_len + p.T_len - 1 - t) * nm;
-    const float* hf = t > 0 ? p.h + (g * p.T_len + t - 1) * nm : nullptr;
+    const int64_t h_step = t > 0 ? (g * p.T_len + t - 1) * nm : -1;  // h_{t-1}, or h0 at t = 0
     const T* h0 = t == 0 && p.h0 ? p.h0 + g * nm : nullptr;
     T* db = p.db + (g * p.T_len + t) * nm;
     float acc[4][4] = {};
@@ -193,7 +196,7 @@ __global__ void __launch_bounds__(kThreads) grad_stream_kernel(const GradParams<
       for (int r = 0; r < 4; ++r) {
         gv[r] = gu[(i0 + r) * p.m + c];
         const int k = (j0 + r) * p.m + c;
-        hv[r] = hf ? hf[k] : (h0 ? to_float(h0[k]) : 0.f);
+        hv[r] = h_step >= 0 ? p.state(h_step + k) : (h0 ? to_float(h0[k]) : 0.f);
       }
 #pragma unroll
       for (int r = 0; r < 4; ++r)

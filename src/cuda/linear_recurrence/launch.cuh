@@ -157,7 +157,7 @@ void forward(const LinearRecurrenceParams& p) {
     const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
     SeqChain c = forward_chain<T>(p, p.h, false);
     c.last = p.final_state, c.last_group = p.n;
-    solve_fused_chunked<T>(&c, 1, p.G, p.T, p.n, fused_chunk, scratch.get(), p.stream);
+    solve_fused_chunked<T>(&c, 1, p.G, p.T, p.n, fused_chunk, scratch.get(), p.stream, false);
     return;
   }
   if (tensor_chunks(p)) {
@@ -191,6 +191,7 @@ void backward(const LinearRecurrenceParams& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const Scratch scratch(p.workspace, workspace_floats(p, true), stream);
   Workspace w = carve(scratch.get(), p, true);
+  const T* saved_states = nullptr;  // the forward's h when the gradients read it instead of w.forward
   if (p.method == RecurrenceMethod::sequential) {  // no float maps: only the two state arrays
     w.forward = scratch.get();
     w.reverse = w.forward + p.G * p.T * p.n * p.m;
@@ -204,8 +205,12 @@ void backward(const LinearRecurrenceParams& p) {
     w.reverse = w.forward + p.G * p.T * p.n * p.m;
     const SeqChain chains[2] = {forward_chain<T>(p, w.forward, true), reverse_chain<T>(p, w.reverse)};
     float* chain_scratch = w.reverse + p.G * p.T * p.n * p.m;
-    if (const int64_t fused_chunk = fused_chunk_length(p, true); fused_chunk > 0)
-      solve_fused_chunked<T>(chains, 2, p.G, p.T, p.n, fused_chunk, chain_scratch, p.stream);
+    if (const int64_t fused_chunk = fused_chunk_length(p, true); fused_chunk > 0 && p.states) {
+      // The forward's h given: the reverse chain alone; the gradients read h from it.
+      solve_fused_chunked<T>(chains + 1, 1, p.G, p.T, p.n, fused_chunk, chain_scratch, p.stream, true);
+      saved_states = static_cast<const T*>(p.states);
+    } else if (fused_chunk > 0)
+      solve_fused_chunked<T>(chains, 2, p.G, p.T, p.n, fused_chunk, chain_scratch, p.stream, true);
     else
       solve_chunked_on_tensor_cores<T>(chains, 2, p.G, p.T, p.n, p.m, chunk_of(p), chain_scratch, p.stream);
   } else {
@@ -215,7 +220,7 @@ void backward(const LinearRecurrenceParams& p) {
     solve(p, w, w.reverse);
   }
   GradParams<T> g;
-  g.u = w.reverse, g.h = w.forward;
+  g.u = w.reverse, g.h = w.forward, g.h_saved = saved_states;
   g.h0 = static_cast<const T*>(p.initial_state);
   g.A = static_cast<const T*>(p.A);
   g.dA = static_cast<T*>(p.dA), g.db = static_cast<T*>(p.db), g.dh0 = static_cast<T*>(p.d_initial_state);

@@ -38,10 +38,11 @@ void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G,
 // The chunked method of a vector state (m = 1, n ≤ 64) in one pass (fused_chunked.cuh)
 // for one or two chains side by side: chunks of `chunk` steps, each summarized, handed
 // its start state by its predecessor and re-walked by one block. Scratch:
-// count·fused_chunk_scratch_floats(G, T, n, chunk).
+// count·fused_chunk_scratch_floats(G, T, n, chunk). `backward`: the backward's kernel
+// (float states; a transposed chain), also for its reverse chain alone.
 template <class T>
 void solve_fused_chunked(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t chunk,
-                         float* scratch, void* stream);
+                         float* scratch, void* stream, bool backward);
 
 void solve_scan(const FloatChain& c, void* stream);
 void solve_cyclic_reduction(const FloatChain& c, void* stream);

@@ -29,6 +29,7 @@ struct LinearRecurrenceParams {
   void* dA = nullptr;                 // [G, T, n, n]
   void* db = nullptr;                 // [G, T, n, m]
   void* d_initial_state = nullptr;    // [G, n, m] or nullptr
+  const void* states = nullptr;       // [G, T, n, m] the forward's h, or nullptr (recomputed)
   // Float scratch of linear_recurrence_workspace_floats(...) floats, or nullptr: then the
   // launcher takes it from the stream-ordered pool of the device for the call.
   float* workspace = nullptr;
