@@ -10,9 +10,8 @@ namespace {
 AttentionForwardSchedule from_environment() {
   const char* value = std::getenv("SEQMIX_ATTENTION_FORWARD");
   // by_shape is the default. On the H100 pingpong measured 1.23-1.64x the standard schedule,
-  // and persistent 1.00-1.07x pingpong for causal attention and D = 256 where the tiles take
-  // more than one wave
-  // (AttentionCudaTiming.ForwardSchedulesSideBySide, NOTES.md).
+  // and persistent 0.97-1.07x pingpong for causal attention and D = 256 where the tiles take
+  // more than one wave (AttentionCudaTiming.ForwardSchedulesSideBySide, NOTES.md).
   if (value && std::strcmp(value, "standard") == 0) return AttentionForwardSchedule::standard;
   if (value && std::strcmp(value, "pingpong") == 0) return AttentionForwardSchedule::pingpong;
   if (value && std::strcmp(value, "persistent") == 0) return AttentionForwardSchedule::persistent;
