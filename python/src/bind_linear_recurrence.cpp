@@ -30,19 +30,22 @@ void bind_linear_recurrence(nb::module_& m) {
   m.def(
       "linear_recurrence_backward",
       [](In A, In b, OptIn initial_state, In dh, OptIn d_final_state, Out dA, Out db, OptOut d_initial_state,
-         OptOut workspace, const std::string& method, const std::string& impl, uintptr_t stream) {
+         OptOut workspace, OptIn states, const std::string& method, const std::string& impl, uintptr_t stream) {
         LinearRecurrenceInputs in{view(A, "A"), view(b, "b"), view(initial_state, "initial_state")};
         LinearRecurrenceGrads grads{view(dA, "dA"), view(db, "db"), view(d_initial_state, "d_initial_state"),
                                     view(workspace, "workspace")};
         const Tensor dh_view = view(dh, "dh");
         const auto d_final = view(d_final_state, "d_final_state");
+        const auto forward_states = view(states, "states");
         const auto o = recurrence_options(method, impl, stream);
         nb::gil_scoped_release release;
-        linear_recurrence_backward(in, dh_view, d_final, grads, o);
+        linear_recurrence_backward(in, dh_view, d_final, grads, o, forward_states);
       },
       nb::arg("A"), nb::arg("b"), nb::arg("initial_state").none(), nb::arg("dh"), nb::arg("d_final_state").none(),
-      nb::arg("dA"), nb::arg("db"), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("method"),
-      nb::arg("impl"), nb::arg("stream"), "Dense linear recurrence backward into preallocated gradients.");
+      nb::arg("dA"), nb::arg("db"), nb::arg("d_initial_state").none(), nb::arg("workspace").none(), nb::arg("states").none(),
+      nb::arg("method"), nb::arg("impl"), nb::arg("stream"),
+      "Dense linear recurrence backward into preallocated gradients; states (optional) is the h the forward "
+      "wrote for these inputs, which the CUDA chunked backward reads instead of recomputing it.");
   m.def(
       "linear_recurrence_workspace_size",
       [](int64_t G, int64_t T, int64_t n, int64_t m, bool backward, const std::string& method) {

@@ -25,13 +25,15 @@ def forward(xp, A, b, initial_state, method, impl):
     return h, final_state
 
 
-def backward(xp, A, b, initial_state, dh, d_final_state, method, impl):
-    """Returns (dA, db, d_initial_state or None)."""
+def backward(xp, A, b, initial_state, dh, d_final_state, method, impl, states=None):
+    """Returns (dA, db, d_initial_state or None). `states`, when given, is the h the
+    forward returned for these inputs: the CUDA chunked backward then reads it instead of
+    recomputing it (one reverse chain instead of two)."""
     dA, db = xp.empty_like(A), xp.empty_like(b)
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
     _C.linear_recurrence_backward(xp.arg(A), xp.arg(b), xp.arg(initial_state), xp.arg(dh), xp.arg(d_final_state),
-                                  xp.arg(dA), xp.arg(db), xp.arg(dh0), xp.arg(_workspace(xp, b, method, True)), method,
-                                  impl, xp.stream(b))
+                                  xp.arg(dA), xp.arg(db), xp.arg(dh0), xp.arg(_workspace(xp, b, method, True)),
+                                  xp.arg(states), method, impl, xp.stream(b))
     return dA, db, dh0
 
 
