@@ -4,8 +4,10 @@
 // 32-column slabs, K not a multiple of the kernel's 32-deep chunks), a wide identity chain
 // with narrow gates (split around them at any token count), forward and backward; and the
 // launcher directly for what the core's checks refuse (widths off 8, unaligned out rows).
-// Every case is Small: compute-sanitizer runs them all.
+// The one-pass narrow-K backward from a single segment's gradient is here too. Every case is
+// Small: compute-sanitizer runs them all.
 #include <cmath>
+#include <cstdlib>
 #include <optional>
 
 #include "cuda/chains/narrow_projection.hpp"
@@ -259,6 +261,69 @@ TEST(ProjectionChainCudaNarrowColumns, SmallLauncherOddWidthAndStride) {
   // The column past the run keeps dy.
   for (int64_t i = 0; i < M; i += 97) EXPECT_EQ(got[i * ld + ld - 1], dy_values[i * ld + ld - 1]);
 }
+
+// The one-pass narrow-K backward (narrow_fused_backward.cuh, selected here with
+// SEQMIX_CHAINS_NARROW_FUSED=1) straight from a single segment's gradient (GLA's low-rank gate: K = 16 from a column view of a wider buffer,
+// logsigmoid / 16), with and without bias, 200 columns (a partial 128-column group), and
+// one with K = 8 and sigmoid; against the float64 oracle's dx, dweight and dbias.
+struct FusedCase {
+  const char* name;
+  int64_t M, K, N, x_stride;
+  Activation activation;
+  double tau;
+  bool bias;
+};
+void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name; }
+
+class ProjectionChainCudaNarrowFused : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(ProjectionChainCudaNarrowFused, BackwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const FusedCase c = GetParam();
+  const std::vector<ProjectionSegment> segments = {{c.N, c.activation, c.tau}};
+  HostTensor x_buffer = uniform({c.M, c.x_stride}, DType::bf16), weight = uniform({c.N, c.K}, DType::bf16, -0.5, 0.5);
+  HostTensor bias = uniform({c.N}, DType::bf16), dy = uniform({c.M, c.N}, DType::bf16);
+  const int64_t column = c.x_stride - c.K;
+  auto columns_of = [&](Tensor buffer) {
+    buffer.data = static_cast<char*>(buffer.data) + column * 2;
+    buffer.shape = {c.M, c.K};
+    return buffer;
+  };
+  HostTensor x64({c.M, c.K}, DType::f64);
+  x64.set(core::to_dense<double>(columns_of(x_buffer.view)));
+  const HostTensor weight64 = as_f64(weight), bias64 = as_f64(bias), dy64 = as_f64(dy);
+  HostTensor dx64({c.M, c.K}, DType::f64), dw64({c.N, c.K}, DType::f64), db64({c.N}, DType::f64);
+  ProjectionChainOptions reference;
+  reference.impl = Impl::reference;
+  const std::optional<Tensor> host_bias = c.bias ? std::optional<Tensor>(bias64.view) : std::nullopt;
+  const std::optional<Tensor> host_db = c.bias ? std::optional<Tensor>(db64.view) : std::nullopt;
+  projection_chain_backward(x64, weight64, host_bias, segments, {dy64.view}, {dx64.view, dw64.view, host_db},
+                            reference);
+
+  DeviceTensor d_x(x_buffer), d_weight(weight), d_bias(bias), d_dy(dy);
+  HostTensor dx = poisoned({c.M, c.K}, DType::bf16), dw = poisoned({c.N, c.K}, DType::bf16);
+  HostTensor db = poisoned({c.N}, DType::bf16);
+  DeviceTensor d_dx(dx), d_dw(dw), d_db(db);
+  const std::optional<Tensor> device_bias = c.bias ? std::optional<Tensor>(d_bias.view) : std::nullopt;
+  const std::optional<Tensor> device_db = c.bias ? std::optional<Tensor>(d_db.view) : std::nullopt;
+  setenv("SEQMIX_CHAINS_NARROW_FUSED", "1", 1);  // off by default (slower, NOTES.md)
+  projection_chain_backward(columns_of(d_x.view), d_weight.view, device_bias, segments, {d_dy.view},
+                            {d_dx.view, d_dw.view, device_db});
+  unsetenv("SEQMIX_CHAINS_NARROW_FUSED");
+  EXPECT_LT(rel_err(d_dx.values(dx), dx64.values()), tolerance(DType::bf16)) << "dx";
+  EXPECT_LT(rel_err(d_dw.values(dw), dw64.values()), tolerance(DType::bf16)) << "dweight";
+  if (c.bias) EXPECT_LT(rel_err(d_db.values(db), db64.values()), tolerance(DType::bf16)) << "dbias";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ProjectionChainCudaNarrowFused,
+    ::testing::Values(FusedCase{"Small_M1_K16_N200_nobias", 1, 16, 200, 40, Activation::logsigmoid, 16.0, false},
+                      FusedCase{"Small_M1000_K16_N200_nobias", 1000, 16, 200, 40, Activation::logsigmoid, 16.0, false},
+                      FusedCase{"Small_M1000_K16_N200_bias", 1000, 16, 200, 24, Activation::logsigmoid, 16.0, true},
+                      FusedCase{"Small_M777_K8_N136_bias_sigmoid", 777, 8, 136, 8, Activation::sigmoid, 1.0, true},
+                      FusedCase{"Small_M3000_K16_N1024_nobias", 3000, 16, 1024, 24, Activation::logsigmoid, 16.0,
+                                false}),
+    [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace seqmix::test

@@ -217,6 +217,24 @@ void time_output(const char* name, int64_t heads, int64_t dv, int64_t tokens) {
   EXPECT_TRUE(y.finite_prefix(64 * kD));
 }
 
+// The first rows of a bf16 device matrix [rows, width], on the host.
+std::vector<float> first_rows(const DeviceBf16& m, int64_t rows, int64_t width) {
+  std::vector<__nv_bfloat16> host(rows * width);
+  cuda_ok(cudaMemcpy(host.data(), m.ptr, host.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  std::vector<float> values(host.size());
+  for (size_t i = 0; i < host.size(); ++i) values[i] = __bfloat162float(host[i]);
+  return values;
+}
+
+double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
 // GLA's low-rank gate as the bench runs it: u = the code segment of the main chain's
 // output (a [tokens, 16] column view, row stride 6160), weight [1024, 16], logsigmoid / 16,
 // bf16 out. The narrow kernel alone (vectors prepared once), the forward through the public
@@ -245,9 +263,24 @@ void time_low_rank_gate(int64_t tokens) {
   const Tensor wt = weight.view({kWidth, kRank}), gt = gate.view({tokens, kWidth});
   const float forward = median_ms([&] { projection_chain_forward(ut, wt, std::nullopt, segments, {gt}); });
   const ProjectionChainGrads grads{du.view({tokens, kRank}), dweight.view({kWidth, kRank}), std::nullopt};
-  const float backward = median_ms(
+  // The separate path (default) and the one-pass backward (SEQMIX_CHAINS_NARROW_FUSED=1).
+  setenv("SEQMIX_CHAINS_NARROW_FUSED", "0", 1);
+  du.poison();
+  const float backward_separate = median_ms(
       [&] { projection_chain_backward(ut, wt, std::nullopt, segments, {dgate.view({tokens, kWidth})}, grads); });
   EXPECT_TRUE(du.finite_prefix(64 * kRank));
+  const std::vector<float> du_separate = first_rows(du, std::min<int64_t>(tokens, 256), kRank);
+  setenv("SEQMIX_CHAINS_NARROW_FUSED", "1", 1);
+  du.poison();
+  const float one_pass = median_ms(
+      [&] { projection_chain_backward(ut, wt, std::nullopt, segments, {dgate.view({tokens, kWidth})}, grads); });
+  EXPECT_TRUE(du.finite_prefix(64 * kRank));
+  unsetenv("SEQMIX_CHAINS_NARROW_FUSED");
+  EXPECT_LT(relative_difference(first_rows(du, std::min<int64_t>(tokens, 256), kRank), du_separate), 1e-2);
+  std::printf("  low-rank gate %6lld  backward (API): separate %8.4f ms, one pass %8.4f ms, one pass / separate "
+              "%5.3f\n",
+              static_cast<long long>(tokens), backward_separate, one_pass, one_pass / backward_separate);
+  const float backward = backward_separate;
   std::printf("  low-rank gate %6lld  narrow kernel %8.4f ms  forward (API) %8.4f ms  backward (API) %8.4f ms  "
               "floor %8.4f ms  kernel / floor %5.2fx\n",
               static_cast<long long>(tokens), kernel, forward, backward, floor_ms, kernel / floor_ms);
@@ -269,24 +302,6 @@ void time_low_rank_gate(int64_t tokens) {
 }
 
 // ---- the forward GEMM's CUTLASS configuration per shape (NOTES.md, "Tile choice") ----
-
-// The first rows of a bf16 device matrix [rows, width], on the host.
-std::vector<float> first_rows(const DeviceBf16& m, int64_t rows, int64_t width) {
-  std::vector<__nv_bfloat16> host(rows * width);
-  cuda_ok(cudaMemcpy(host.data(), m.ptr, host.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
-  std::vector<float> values(host.size());
-  for (size_t i = 0; i < host.size(); ++i) values[i] = __bfloat162float(host[i]);
-  return values;
-}
-
-double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
 
 const char* raster_name(cuda::Raster r) {
   return r == cuda::Raster::along_m ? "along M" : r == cuda::Raster::along_n ? "along N" : "heuristic";

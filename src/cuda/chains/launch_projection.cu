@@ -243,6 +243,19 @@ void projection_chain_forward(const ProjectionChainProblem& p, const std::vector
 void projection_chain_backward(const ProjectionChainProblem& p, const ProjectionChainGradients& g) {
   using chains::bf16;
   const auto stream = static_cast<cudaStream_t>(p.stream);
+  // Narrow K ≤ 16 (GLA's rank-16 gate) with one bf16 segment, when selected: the one-pass
+  // backward straight from the segment's gradient, no gather (NOTES.md, "Narrow K: one pass";
+  // measured slower, so off by default).
+  const SegmentGradient& first_gradient = g.d_outputs.front();
+  const Rows dy_direct{first_gradient.data, first_gradient.stride};
+  if (p.segments.size() == 1 && !first_gradient.f32 && narrow_fused_backward_enabled() &&
+      narrow_fused_backward_fits(p.d, dy_direct)) {
+    std::optional<chains::ColumnVectors> vectors;
+    if (p.bias || chains::has_activation(p)) vectors.emplace(p, stream);
+    narrow_fused_backward_bf16(p.tokens, p.columns, p.d, p.x, p.weight, dy_direct,
+                               vectors ? vectors->from(0) : ColumnEpilogue{}, g.dx, g.dweight, g.dbias, p.stream);
+    return;
+  }
   const int64_t ld = chains::round_up(p.columns, 8);
   const chains::Scratch<bf16> dz(p.tokens * ld, stream);
   chains::SegmentTable table = chains::segment_table(p);
@@ -260,6 +273,15 @@ void projection_chain_backward(const ProjectionChainProblem& p, const Projection
   // dz ⊙= act'(z) over each run of consecutive non-identity segments, z recomputed by a GEMM
   // over those columns only. A run is widened to multiples of 8 columns (16-byte TMA
   // bases, widths the GEMM accepts); the identity columns it takes in keep dz (factor 1).
+  // Narrow K ≤ 16 with several segments, when selected: the one-pass backward from the
+  // gathered gradient.
+  if (narrow_fused_backward_enabled() && narrow_fused_backward_fits(p.d, Rows{dz.get(), ld})) {
+    std::optional<chains::ColumnVectors> vectors;
+    if (p.bias || chains::has_activation(p)) vectors.emplace(p, stream);
+    narrow_fused_backward_bf16(p.tokens, p.columns, p.d, p.x, p.weight, Rows{dz.get(), ld},
+                               vectors ? vectors->from(0) : ColumnEpilogue{}, g.dx, g.dweight, g.dbias, p.stream);
+    return;
+  }
   if (chains::has_activation(p)) {
     const chains::ColumnVectors vectors(p, stream);
     for (size_t s = 0; s < p.segments.size();) {

@@ -31,6 +31,22 @@ void narrow_derivative_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight
 void narrow_gradients_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows dz, MutableRows dx,
                            MutableRows dweight, void* stream);
 
+// The whole backward of a narrow-K run from its gradient dy in one pass
+// (narrow_fused_backward.cuh): dz = dy ⊙ act'(x·weightᵀ + bias)·scale in registers, dx [M, K]
+// = dz·weight, dweight [N, K] = dzᵀ·x, and dbias [N] = Σ dz when dbias is not null (all
+// bf16). Takes K ≤ 16 and a bf16 dy whose base and row stride are even (4-byte pairs);
+// narrow_fused_backward_fits says so.
+inline bool narrow_fused_backward_fits(int64_t K, Rows dy) {
+  return K >= 1 && K <= 16 && reinterpret_cast<uintptr_t>(dy.data) % 4 == 0 && dy.stride % 2 == 0;
+}
+void narrow_fused_backward_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows dy,
+                                ColumnEpilogue columns, MutableRows dx, MutableRows dweight, void* dbias,
+                                void* stream);
+// Whether the chain's backward takes it: only with SEQMIX_CHAINS_NARROW_FUSED=1, as it was
+// measured 1.3-1.8x slower than the separate narrow backward (gather, derivative, dx and dW
+// kernels) on the H100.
+bool narrow_fused_backward_enabled();
+
 // ---- narrow N: a run of few columns over a deep K (narrow_columns.cuh) ----
 
 // The widest run the narrow-column kernel takes; Gated DeltaNet's gates are 32 columns.
