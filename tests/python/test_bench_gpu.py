@@ -629,6 +629,42 @@ def test_progress_falls_back_to_the_plain_bar(monkeypatch):
     assert "2/2 second" in stream.getvalue()
 
 
+def test_tqdm_progress_notes_go_to_the_bar_stream_not_stdout(monkeypatch, capsys):
+    """With tqdm installed the per-row notes go through tqdm.write, which prints to stdout
+    unless given a file; stdout carries the report, so the notes must go to the bar's stream."""
+    import io
+    import sys
+    import types
+
+    from seqmix.bench.gpu import suite
+
+    class FakeTqdm:
+        def __init__(self, total, file, dynamic_ncols):
+            self.file = file
+
+        def set_description_str(self, text):
+            pass
+
+        def update(self, n):
+            pass
+
+        @staticmethod
+        def write(text, file=None):
+            print(text, file=file or sys.stdout)
+
+        def close(self):
+            pass
+
+    monkeypatch.setitem(sys.modules, "tqdm", types.SimpleNamespace(tqdm=FakeTqdm))
+    stream = io.StringIO()
+    bar = suite.make_progress(1, stream)
+    bar.step("only")
+    bar.note("  a row line")
+    bar.close()
+    assert "a row line" in stream.getvalue()
+    assert "a row line" not in capsys.readouterr().out
+
+
 # --- reports ------------------------------------------------------------------------------
 
 ENV = {"gpu": "NVIDIA H100 80GB HBM3", "sm_count": 132, "compute_capability": "9.0", "l2_bytes": 50 << 20,

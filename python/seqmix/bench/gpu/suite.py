@@ -236,15 +236,16 @@ def run_case(torch, timer, case, settings, ceilings, progress) -> list:
 
 
 class _TqdmProgress:
-    def __init__(self, bar):
-        self.bar = bar
+    def __init__(self, bar, stream):
+        self.bar, self.stream = bar, stream
 
     def step(self, label: str) -> None:
         self.bar.set_description_str(label[:70])
         self.bar.update(1)
 
     def note(self, text: str) -> None:
-        self.bar.write(text)
+        # tqdm.write prints to stdout unless told otherwise; stdout carries the report.
+        self.bar.write(text, file=self.stream)
 
     def close(self) -> None:
         self.bar.close()
@@ -279,7 +280,7 @@ def make_progress(total: int, stream=None):
         from ..timing import Progress
 
         return Progress(total, stream)
-    return _TqdmProgress(tqdm(total=total, file=stream, dynamic_ncols=True))
+    return _TqdmProgress(tqdm(total=total, file=stream, dynamic_ncols=True), stream)
 
 
 def configure_compile(torch) -> None:
