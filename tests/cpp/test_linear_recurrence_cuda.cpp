@@ -9,6 +9,8 @@
 // its forward in three launches and in one pass (chunks of 16) side by side (any other
 // value, e.g. "auto", times the default), SEQMIX_LINREC_TIMING_FUSED_BLOCKS=2,3 the one
 // pass of f32 at two and three blocks per SM (_BF16=3,4: the bf16 forward at three and four);
+// SEQMIX_LINREC_TIMING_FUSED_TRANSFERS=shared,registers the one-pass forward's two
+// transfers (the running product in shared memory or in registers);
 // SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma,
 // the default) picks the chunk-transfer product for every other test.
 #include <cuda_runtime.h>
@@ -199,6 +201,7 @@ struct FusedCase {
   bool with_state = true;
   const char* blocks = nullptr;  // SEQMIX_LINREC_FUSED_BLOCKS and _BF16, null: the defaults
   bool pass_states = false;
+  const char* transfer = nullptr;  // SEQMIX_LINREC_FUSED_TRANSFER, null: the default
 };
 
 void PrintTo(const FusedCase& c, std::ostream* os) { *os << c.name; }
@@ -214,7 +217,9 @@ TEST_P(LinearRecurrenceCudaFused, ForwardAndBackwardMatchOracle) {
   o.chunk_size = f.chunk_size;
   setenv("SEQMIX_LINREC_CHUNKED_FORWARD", f.setting, 1);  // before the workspaces are sized
   if (f.blocks) setenv("SEQMIX_LINREC_FUSED_BLOCKS", f.blocks, 1), setenv("SEQMIX_LINREC_FUSED_BLOCKS_BF16", f.blocks, 1);
+  if (f.transfer) setenv("SEQMIX_LINREC_FUSED_TRANSFER", f.transfer, 1);
   expect_device_run_matches_oracle(c, o, f.pass_states);
+  unsetenv("SEQMIX_LINREC_FUSED_TRANSFER");
   unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
   unsetenv("SEQMIX_LINREC_FUSED_BLOCKS");
   unsetenv("SEQMIX_LINREC_FUSED_BLOCKS_BF16");
@@ -242,6 +247,19 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"SmallF32N32SavedStates", 2, 37, 32, f32, "fused8", 0, true, nullptr, true},
                       FusedCase{"SmallF32T1SavedStates", 2, 1, 16, f32, "fused", 0, true, nullptr, true},
                       FusedCase{"F32ManyChunksSavedStates", 16, 1500, 64, f32, "fused8", 0, true, nullptr, true},
+                      FusedCase{"SmallF32N64RegisterP", 2, 100, 64, f32, "fused", 0, true, "3", false, "registers"},
+                      FusedCase{"SmallF32N40RegisterPNoState", 3, 53, 40, f32, "fused8", 0, false, "3", false,
+                                "registers"},
+                      FusedCase{"SmallF32N64RegisterPChunkOption", 1, 29, 64, f32, "fused", 5, true, "3", false,
+                                "registers"},
+                      FusedCase{"SmallF32N64RegisterPOneChunk", 2, 11, 64, f32, "fused", 0, true, "3", false,
+                                "registers"},
+                      FusedCase{"SmallBf16N64RegisterP", 1, 70, 64, bf16, "fused", 0, true, "4", false, "registers"},
+                      FusedCase{"SmallBf16N48RegisterPNoState", 3, 53, 48, bf16, "fused8", 0, false, "4", false,
+                                "registers"},
+                      FusedCase{"F32ManyChunksRegisterP", 16, 1500, 64, f32, "fused8", 0, true, "3", false, "registers"},
+                      FusedCase{"Bf16ManyChunksRegisterP", 16, 1500, 64, bf16, "fused8", 0, true, "4", false,
+                                "registers"},
                       FusedCase{"F32ManyChunks", 16, 1500, 64, f32, "fused8"},
                       FusedCase{"Bf16ManyChunks", 16, 1500, 64, bf16, "fused8"},
                       FusedCase{"F32Long", 4, 4000, 64, f32, "fused32"},
@@ -603,6 +621,7 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const char* forwards = std::getenv("SEQMIX_LINREC_TIMING_FORWARDS");    // "split,fused16,fused32"
     const char* fused_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS");  // "2,3" (f32, n ≤ 64)
     const char* bf16_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS_BF16");  // "3,4" (bf16 forward)
+    const char* fused_transfers = std::getenv("SEQMIX_LINREC_TIMING_FUSED_TRANSFERS");  // "shared,registers"
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);
@@ -617,7 +636,10 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
                                [&](const std::string& blocks) {
                 for_each_setting("SEQMIX_LINREC_FUSED_BLOCKS_BF16", method == chunked ? bf16_blocks : nullptr,
                                  [&](const std::string& bf16) {
-                  time_method(method, name + product + rewalk + forward + blocks + bf16 + gradient);
+                  for_each_setting("SEQMIX_LINREC_FUSED_TRANSFER", method == chunked ? fused_transfers : nullptr,
+                                   [&](const std::string& transfer) {
+                    time_method(method, name + product + rewalk + forward + blocks + bf16 + transfer + gradient);
+                  });
                 });
               });
             });

@@ -127,9 +127,17 @@ inline int fused_blocks_f32() {
   return kDefaultFusedBlocksF32;
 }
 
-template <class T, int N, bool kWgmma, bool kReverse, bool kCompact>
+// The one-pass forward's transfer: the running product in shared memory (wgmma, the
+// default) or in registers (mma.sync, chunk_transfer_registers.cuh; compact kernels at
+// N = 64). SEQMIX_LINREC_FUSED_TRANSFER=registers|shared, read at every call.
+inline bool fused_transfer_in_registers() {
+  const char* value = std::getenv("SEQMIX_LINREC_FUSED_TRANSFER");
+  return value && std::strcmp(value, "registers") == 0;
+}
+
+template <class T, int N, bool kWgmma, bool kReverse, bool kCompact, bool kRegisterP = false>
 void launch_fused_kernel(const FusedChunkParams& p, cudaStream_t stream) {
-  const auto kernel = fused_chunk_kernel<T, N, kWgmma, kReverse, kCompact>;
+  const auto kernel = fused_chunk_kernel<T, N, kWgmma, kReverse, kCompact, kRegisterP>;
   // The forward's one chain is never transposed: its own layout sizes it.
   const int smem = kReverse ? fused_chunk_smem_bytes<T, N, kWgmma, kCompact>()
                             : ChunkTransferConfig<T, N, false, kWgmma, kCompact>::smem_bytes();
@@ -147,12 +155,16 @@ template <class T, int N, bool kWgmma>
 void launch_fused_chunk(const FusedChunkParams& p, bool reverse, cudaStream_t stream) {
   // reverse: the backward's kernel (float states, a transposed chain)
   if constexpr (N == 64 && kWgmma && sizeof(T) == 4) {
-    if (fused_blocks_f32() == 3)
+    if (fused_blocks_f32() == 3) {
+      if (!reverse && fused_transfer_in_registers()) return launch_fused_kernel<T, N, kWgmma, false, true, true>(p, stream);
       return reverse ? launch_fused_kernel<T, N, kWgmma, true, true>(p, stream)
                      : launch_fused_kernel<T, N, kWgmma, false, true>(p, stream);
+    }
   }
   if constexpr (N == 64 && kWgmma && sizeof(T) == 2) {
-    if (!reverse && fused_blocks_bf16() == 4) return launch_fused_kernel<T, N, kWgmma, false, true>(p, stream);
+    if (!reverse && fused_blocks_bf16() == 4)
+      return fused_transfer_in_registers() ? launch_fused_kernel<T, N, kWgmma, false, true, true>(p, stream)
+                                           : launch_fused_kernel<T, N, kWgmma, false, true>(p, stream);
   }
   if (reverse) launch_fused_kernel<T, N, kWgmma, true, false>(p, stream);
   else launch_fused_kernel<T, N, kWgmma, false, false>(p, stream);

@@ -17,6 +17,7 @@
 #pragma once
 
 #include "cuda/linear_recurrence/chunk_transfer.cuh"
+#include "cuda/linear_recurrence/chunk_transfer_registers.cuh"
 
 namespace seqmix::cuda::linrec {
 
@@ -79,7 +80,9 @@ __device__ __forceinline__ float dot_row(const T* row, const float* x) {
 // backward's chains, whose states go to float scratch (the forward's: the input type).
 // Both compile-time, so the forward's kernel keeps its registers (bf16: 3 blocks per SM).
 // kCompact: the transfer block's two-stage layout (three blocks per SM; f32).
-template <class T, int N, bool kTransposed, bool kWgmma, bool kFloatStates, bool kCompact>
+// kRegisterP: the forward's transfer with the running product in registers
+// (chunk_transfer_registers.cuh; m = 1, not transposed), in the same layout.
+template <class T, int N, bool kTransposed, bool kWgmma, bool kFloatStates, bool kCompact, bool kRegisterP = false>
 __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, const SeqChain& c, int z, int64_t chunk,
                                                   int64_t g) {
   using Cfg = ChunkTransferConfig<T, N, kTransposed, kWgmma, kCompact>;
@@ -109,12 +112,16 @@ __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, con
   const bool last_chunk = chunk + 1 == p.chunks;
   unsigned long long* slots = p.states + (z * p.G + g) * p.chunks * n;  // this group's, [chunks, n]
 
+  const auto keep = [&](int row, int col, float value) { summary[row * LDF + col] = value; };
   if (!last_chunk) {
-    ChunkTransferParams t;
-    t.chunk = p.chunk, t.chunks = p.chunks, t.n = n, t.m = 1;
-    chunk_transfer_block<T, N, kTransposed, kWgmma, kCompact>(t, c, g, chunk, [&](int row, int col, float value) {
-      summary[row * LDF + col] = value;
-    });
+    if constexpr (kRegisterP) {
+      static_assert(!kTransposed, "the forward chain only");
+      chunk_transfer_in_registers<T, N, Cfg>(smem, c, g, p.chunk, chunk, n, keep);
+    } else {
+      ChunkTransferParams t;
+      t.chunk = p.chunk, t.chunks = p.chunks, t.n = n, t.m = 1;
+      chunk_transfer_block<T, N, kTransposed, kWgmma, kCompact>(t, c, g, chunk, keep);
+    }
   }
   // The re-walk's first steps into the stages (free: the transfer ended with a barrier
   // after its last read of them), before the wait for s_c.
@@ -197,7 +204,7 @@ __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, con
 template <class T, int N, bool kWgmma, bool kCompact>
 inline constexpr int kFusedMinBlocks = kCompact ? (sizeof(T) == 2 ? 4 : 3) : sizeof(T) == 2 && kWgmma ? 3 : 1;
 
-template <class T, int N, bool kWgmma, bool kReverse, bool kCompact>
+template <class T, int N, bool kWgmma, bool kReverse, bool kCompact, bool kRegisterP = false>
 __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThreads,
                                   kFusedMinBlocks<T, N, kWgmma, kCompact>)
     fused_chunk_kernel(const FusedChunkParams p) {
@@ -210,7 +217,7 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThr
   const int64_t g = rest % p.G;
   const SeqChain c = z ? p.chains[1] : p.chains[0];  // constant indices: registers, not local memory
   if (kReverse && c.transposed) fused_chunk_block<T, N, kReverse, kWgmma, kReverse, kCompact>(p, c, z, chunk, g);
-  else fused_chunk_block<T, N, false, kWgmma, kReverse, kCompact>(p, c, z, chunk, g);
+  else fused_chunk_block<T, N, false, kWgmma, kReverse, kCompact, kRegisterP && !kReverse>(p, c, z, chunk, g);
 }
 
 template <class T, int N, bool kWgmma, bool kCompact>
