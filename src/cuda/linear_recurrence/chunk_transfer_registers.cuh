@@ -4,37 +4,19 @@
 // stores 2·N·(N + 8) floats and needs a second barrier. Here the product is transposed,
 //   Pᵀ ← Pᵀ·A_sᵀ,
 // so warp w's rows 16w..16w+15 of Pᵀ are both its accumulators (mma.sync m16n8k8 tf32,
-// 3×tf32 as in chunk_transfer.cuh) and the A operand of its next step: four shuffles inside
-// each quad of lanes per k-slice move an accumulator tile into the A fragment's layout.
-// bf16 transitions: m16n8k16 bf16 products instead, Pᵀ split in three bf16 parts (24
-// bits), whose A fragments are the accumulator tiles as they are. A_sᵀ is the B operand, read from the stage
-// as it landed (B[k][j] = A_s[j][k]: row j, k contiguous, conflict-free at the stage's row
-// stride) and split in registers. v ← A_s·v + b_s runs on the CUDA cores, two threads a row,
-// v in shared memory (two buffers). One barrier a step.
+// 3×tf32 as in chunk_transfer.cuh; bf16 transitions exact, two products) and the A operand
+// of its next step: four shuffles inside each quad of lanes per k-slice move an
+// accumulator tile into the A fragment's layout. A_sᵀ is the B operand, read from the
+// stage as it landed (B[k][j] = A_s[j][k]: row j, k contiguous, conflict-free at the
+// stage's row stride) and split in registers. v ← A_s·v + b_s runs on the CUDA cores, two
+// threads a row, v in shared memory (two buffers). One barrier a step, no stores of P.
+// Measured slower than the wgmma transfer on the H100 (NOTES.md, version 10: the
+// mma.sync rate is the limit), so it runs only when asked for.
 #pragma once
 
 #include "cuda/linear_recurrence/chunk_transfer.cuh"
 
 namespace seqmix::cuda::linrec {
-
-// d += a·b for one m16n8k16 tile, bf16 operands (a row-major, b column-major).
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// x0, x1 (consecutive columns) as three bf16 pairs whose sum keeps their 24 bits:
-// hi = bf16(x), mid = bf16(x − hi), lo = bf16(x − hi − mid).
-__device__ __forceinline__ void split_bf16x3(float x0, float x1, unsigned& hi, unsigned& mid, unsigned& lo) {
-  const auto pack = [](__nv_bfloat162 v) { return *reinterpret_cast<unsigned*>(&v); };
-  const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
-  const float r0 = x0 - __low2float(h), r1 = x1 - __high2float(h);
-  const __nv_bfloat162 m = __floats2bfloat162_rn(r0, r1);
-  hi = pack(h), mid = pack(m), lo = pack(__floats2bfloat162_rn(r0 - __low2float(m), r1 - __high2float(m)));
-}
 
 // Σ_k row[k]·x[k] over `count` elements, as in the re-walk (fused_chunked.cuh).
 template <class T, int count>
@@ -50,7 +32,7 @@ template <class T, int N, class Cfg, class Emit>
 __device__ __forceinline__ void chunk_transfer_in_registers(unsigned char* smem, const SeqChain& c, int64_t g,
                                                             int64_t chunk, int64_t chunk_index, int n, Emit&& emit) {
   constexpr int S = Cfg::kStages, LDA = Cfg::kStrideA, NT = N / 8;
-  constexpr bool kExactA = sizeof(T) == 2;  // bf16 transitions: exact in bf16 products
+  constexpr bool kExactA = sizeof(T) == 2;  // bf16 is exact in tf32
   static_assert(Cfg::kThreads == 2 * N && N % 16 == 0, "N/16 warps of 16 rows; two threads a row for v");
   static_assert(Cfg::kSplitBytes >= int(sizeof(float)) * (N * (N + 8) + 4 * N), "v's buffers after the summary");
   T* stages = reinterpret_cast<T*>(smem + Cfg::kSplitBytes);
@@ -109,28 +91,6 @@ __device__ __forceinline__ void chunk_transfer_in_registers(unsigned char* smem,
     for (int t = 0; t < NT; ++t)
 #pragma unroll
       for (int k = 0; k < 4; ++k) next[t][k] = 0.f;
-    if constexpr (kExactA) {
-      // bf16 transitions: m16n8k16 bf16 products, Pᵀ split in three bf16 parts. The
-      // accumulator tiles 2·ks and 2·ks + 1 already hold k-slice ks's A fragment (rows
-      // gid, gid + 8 × columns 2·tig, 2·tig + 1 of each), so no shuffles; B's pairs of
-      // consecutive k are 32-bit words of the stage row (conflict-free at stride N + 8).
-#pragma unroll
-      for (int ks = 0; ks < N / 16; ++ks) {
-        unsigned a_hi[4], a_mid[4], a_lo[4];
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          const float* tile = acc[2 * ks + q / 2];
-          split_bf16x3(tile[2 * (q % 2)], tile[2 * (q % 2) + 1], a_hi[q], a_mid[q], a_lo[q]);
-        }
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-          const unsigned* at = reinterpret_cast<const unsigned*>(stage + (8 * t + gid) * LDA + 16 * ks + 2 * tig);
-          mma_bf16(next[t], a_lo, at[0], at[4]);
-          mma_bf16(next[t], a_mid, at[0], at[4]);
-          mma_bf16(next[t], a_hi, at[0], at[4]);
-        }
-      }
-    } else {  // f32: m16n8k8 tf32, 3×tf32
 #pragma unroll
     for (int ks = 0; ks < NT; ++ks) {
       const float* tile = acc[ks];
@@ -147,12 +107,13 @@ __device__ __forceinline__ void chunk_transfer_in_registers(unsigned char* smem,
       for (int t = 0; t < NT; ++t) {
         const T* at = stage + (8 * t + gid) * LDA + 8 * ks + tig;
         const float b0 = to_float(at[0]), b1 = to_float(at[4]);
-        const unsigned h0 = to_tf32(b0), h1 = to_tf32(b1);
-        mma_tf32(next[t], a_hi, to_tf32(b0 - __uint_as_float(h0)), to_tf32(b1 - __uint_as_float(h1)));
+        const unsigned h0 = kExactA ? __float_as_uint(b0) : to_tf32(b0);
+        const unsigned h1 = kExactA ? __float_as_uint(b1) : to_tf32(b1);
+        if constexpr (!kExactA)
+          mma_tf32(next[t], a_hi, to_tf32(b0 - __uint_as_float(h0)), to_tf32(b1 - __uint_as_float(h1)));
         mma_tf32(next[t], a_lo, h0, h1);
         mma_tf32(next[t], a_hi, h0, h1);
       }
-    }
     }
 #pragma unroll
     for (int t = 0; t < NT; ++t)
