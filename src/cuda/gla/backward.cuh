@@ -46,13 +46,20 @@ __device__ __forceinline__ void mma_block(float (&acc)[NT][4], const E* a, int p
 }
 
 // ROWS × COLS of a row-major global array (row stride `stride`) into a shared tile.
-template <int ROWS, int COLS, int PITCH, class E>
+// kRolled: one copy of the loop body, as load_chunk's.
+template <int ROWS, int COLS, int PITCH, bool kRolled = false, class E>
 __device__ __forceinline__ void load_rows(E* dst, const E* src, int64_t stride, int tid) {
   constexpr int kVectors = COLS / 8;
-#pragma unroll
-  for (int i = tid; i < ROWS * kVectors; i += kThreads) {
+  auto copy = [&](int i) {
     const int r = i / kVectors, c = (i % kVectors) * 8;
     copy16_async(dst + r * PITCH + c, src + r * stride + c, true);
+  };
+  if constexpr (kRolled) {
+#pragma unroll 1
+    for (int i = tid; i < ROWS * kVectors; i += kThreads) copy(i);
+  } else {
+#pragma unroll
+    for (int i = tid; i < ROWS * kVectors; i += kThreads) copy(i);
   }
 }
 
@@ -621,27 +628,33 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   struct SliceView {
     E *v, *d_o, *S0, *H;
   };
+  // Stage 1's pointers selected, not branched to: a branch gave the loop body two copies of
+  // issue_slice, one a stage (code size: the kernel's fetch stalls, NOTES.md v11).
   auto slice_view = [&](int stage) -> SliceView {
-    if (stage == 0) return {s.u.slice.v, s.u.slice.d_o, s.u.slice.S0, s.u.slice.H};
-    E* const a = reinterpret_cast<E*>(s.decay);
-    E* const b = s.q_start;
-    return {a, b, a + kChunk * PS, b + kChunk * PS};
+    const bool second = kTwoStages && stage != 0;
+    E* const a = second ? reinterpret_cast<E*>(s.decay) : s.u.slice.v;
+    E* const b = second ? s.q_start : s.u.slice.d_o;
+    E* const a2 = second ? a + kChunk * PS : s.u.slice.S0;
+    E* const b2 = second ? b + kChunk * PS : s.u.slice.H;
+    return {a, b, a2, b2};
   };
   auto issue_slice = [&](int v0, int stage) {
     const SliceView t = slice_view(stage);
-    load_chunk<kSlice, PS>(t.v, row0(p.v, v0), p.v.stride_time, valid, tid);
-    load_chunk<kSlice, PS>(t.d_o, row0(p.d_o, v0), p.d_o.stride_time, valid, tid);
-    load_rows<KD, kSlice, PS>(t.S0, S0_all + v0, p.V, tid);
-    load_rows<KD, kSlice, PS>(t.H, H_all + v0, p.V, tid);
+    load_chunk<kSlice, PS, true>(t.v, row0(p.v, v0), p.v.stride_time, valid, tid);
+    load_chunk<kSlice, PS, true>(t.d_o, row0(p.d_o, v0), p.d_o.stride_time, valid, tid);
+    load_rows<KD, kSlice, PS, true>(t.S0, S0_all + v0, p.V, tid);
+    load_rows<KD, kSlice, PS, true>(t.H, H_all + v0, p.V, tid);
     copy_async_commit();
   };
 
   // A, as the forward forms it.
   GradientClock phases(p.phase_cycles, tid == 0);
+  // Rolled: stores only, nothing for unrolling to overlap, and code is what this kernel is short of.
+#pragma unroll 1
   for (int i = tid; i < kChunk * PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
-  load_chunk<KD, PK>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
-  load_chunk<KD, PK>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
-  load_chunk<KD, PK>(s.g, row0(p.g, key0), p.g.stride_time, valid, tid);
+  load_chunk<KD, PK, true>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
+  load_chunk<KD, PK, true>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
+  load_chunk<KD, PK, true>(s.g, row0(p.g, key0), p.g.stride_time, valid, tid);
   copy_async_commit();
   issue_slice(0, 0);  // lands while A is formed
   copy_async_wait_pending<1>();
@@ -663,8 +676,8 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   __syncthreads();
   phases.mark(kGlaGradientSlice);
   if constexpr (kQuads) {  // the raw q and k again (the quads' operands replaced them): they land during the value loop
-    load_chunk<KD, PK>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
-    load_chunk<KD, PK>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
+    load_chunk<KD, PK, true>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
+    load_chunk<KD, PK, true>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
     copy_async_commit();
   }
 

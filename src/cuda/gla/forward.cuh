@@ -84,14 +84,22 @@ __device__ inline Span sequence_span(const GlaParams& p, int64_t n) {
 
 // Rows [0, 64) × cols [0, COLS) of a chunk into a shared tile of pitch PITCH; rows past
 // `valid` are zero-filled (a zero key or value adds nothing, a zero decay keeps e^{g} = 1).
-template <int COLS, int PITCH, class E>
+// kRolled: one copy of the loop body (the backward's gradient kernel, whose code outgrows the
+// instruction caches: NOTES.md v11); otherwise unrolled.
+template <int COLS, int PITCH, bool kRolled = false, class E>
 __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride_time, int valid, int tid) {
   constexpr int kVectors = COLS / 8;
-#pragma unroll
-  for (int i = tid; i < kChunk * kVectors; i += kThreads) {
+  auto copy = [&](int i) {
     const int r = i / kVectors, c = (i % kVectors) * 8;
     const bool ok = r < valid;
     copy16_async(dst + r * PITCH + c, row0 + (ok ? r * stride_time : 0) + c, ok);
+  };
+  if constexpr (kRolled) {
+#pragma unroll 1
+    for (int i = tid; i < kChunk * kVectors; i += kThreads) copy(i);
+  } else {
+#pragma unroll
+    for (int i = tid; i < kChunk * kVectors; i += kThreads) copy(i);
   }
 }
 
