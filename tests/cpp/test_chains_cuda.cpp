@@ -8,8 +8,7 @@
 #include <optional>
 
 #include "cuda/chains/params.hpp"
-#include "cuda_util.hpp"
-#include "seqmix/chains.hpp"
+#include "chains_cuda_util.hpp"
 
 namespace seqmix::test {
 namespace {
@@ -22,35 +21,6 @@ const std::vector<ProjectionSegment> kSegments = {{64, Activation::identity, 1.0
                                                   {56, Activation::logsigmoid, 16.0},
                                                   {32, Activation::softplus, 1.0}};
 
-int64_t total_width() {
-  int64_t n = 0;
-  for (const auto& s : kSegments) n += s.width;
-  return n;
-}
-
-// A float64 copy of a bf16 host tensor: the oracle sees exactly the stored values.
-HostTensor as_f64(const HostTensor& t) {
-  HostTensor copy(t.view.shape, DType::f64);
-  copy.set(t.values());
-  return copy;
-}
-
-// Column views [rows, width_s] of one [rows, W_total] device buffer, one per segment.
-std::vector<Tensor> column_views(const Tensor& buffer) {
-  std::vector<Tensor> views;
-  int64_t first = 0;
-  for (const auto& s : kSegments) {
-    Tensor v = buffer;
-    v.data = static_cast<char*>(buffer.data) + first * dtype_size(buffer.dtype);
-    v.shape = {buffer.shape[0], s.width};
-    views.push_back(v);
-    first += s.width;
-  }
-  return views;
-}
-
-std::optional<Tensor> maybe(bool present, const Tensor& t) { return present ? std::optional<Tensor>(t) : std::nullopt; }
-
 struct ProjectionCase {
   const char* name;
   int64_t M, K;
@@ -62,7 +32,7 @@ void PrintTo(const ProjectionCase& c, std::ostream* os) { *os << c.name; }
 // pre-activations span several units and every branch of the activations is exercised.
 struct ProjectionInputs {
   const ProjectionCase c;
-  const int64_t N = total_width();
+  const int64_t N = width_of(kSegments);
   HostTensor x = uniform({c.M, c.K}, DType::bf16), weight = uniform({N, c.K}, DType::bf16, -0.2, 0.2);
   HostTensor bias = uniform({N}, DType::bf16);
   HostTensor x64 = as_f64(x), weight64 = as_f64(weight), bias64 = as_f64(bias);
@@ -71,20 +41,6 @@ struct ProjectionInputs {
 
   explicit ProjectionInputs(const ProjectionCase& c_) : c(c_) { reference.impl = Impl::reference; }
 };
-
-// Each segment's columns of the [M, N] output `got` against the oracle's segment, by relative norm.
-void expect_segments_match(const std::vector<double>& got, const std::vector<HostTensor>& want, int64_t M,
-                           int64_t N, double tol) {
-  int64_t first = 0;
-  for (size_t s = 0; s < kSegments.size(); ++s) {
-    std::vector<double> columns;
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < kSegments[s].width; ++j) columns.push_back(got[i * N + first + j]);
-    EXPECT_LT(rel_err(columns, want[s].values()), tol)
-        << "segment " << s << " (" << activation_name(kSegments[s].activation) << ")";
-    first += kSegments[s].width;
-  }
-}
 
 class ProjectionChainCuda : public ::testing::TestWithParam<ProjectionCase> {};
 
@@ -101,10 +57,11 @@ TEST_P(ProjectionChainCuda, ForwardMatchesOracle) {
 
   HostTensor out = poisoned({in.c.M, in.N}, DType::bf16);
   DeviceTensor d_out(out);
-  projection_chain_forward(in.d_x, in.d_weight, maybe(in.c.bias, in.d_bias), kSegments, column_views(d_out.view));
+  projection_chain_forward(in.d_x, in.d_weight, maybe(in.c.bias, in.d_bias), kSegments,
+                           column_views(d_out.view, kSegments));
   const std::vector<double> got = d_out.values(out);
 
-  expect_segments_match(got, want, in.c.M, in.N, tolerance(DType::bf16));
+  expect_segments_match(got, want, kSegments, in.c.M, tolerance(DType::bf16));
 }
 
 TEST_P(ProjectionChainCuda, BackwardMatchesOracle) {
@@ -161,7 +118,7 @@ void PrintTo(const NarrowCase& c, std::ostream* os) { *os << c.name; }
 // copies with x's view into the device buffer.
 struct NarrowInputs {
   const NarrowCase c;
-  const int64_t N = total_width(), x_column = c.x_stride - c.K;
+  const int64_t N = width_of(kSegments), x_column = c.x_stride - c.K;
   HostTensor x_buffer = uniform({c.M, c.x_stride}, DType::bf16), weight = uniform({N, c.K}, DType::bf16, -0.5, 0.5);
   HostTensor bias = uniform({N}, DType::bf16);
   Tensor x_view = columns_of(x_buffer.view);
@@ -220,10 +177,10 @@ TEST_P(ProjectionChainCudaNarrowK, ForwardMatchesOracle) {
     cuda::projection_chain_forward(in.launcher_problem(), {cuda::OutputRun{0, N, {d_out.ptr, N}, c.f32}});
   } else {
     projection_chain_forward(in.d_x_view, in.d_weight, maybe(c.bias, in.d_bias.view), kSegments,
-                             column_views(d_out.view));
+                             column_views(d_out.view, kSegments));
   }
   // f32 outputs: only the operands' bf16 rounding is shared with the oracle.
-  expect_segments_match(d_out.values(out), want, c.M, N, c.f32 ? 1e-4 : tolerance(DType::bf16));
+  expect_segments_match(d_out.values(out), want, kSegments, c.M, c.f32 ? 1e-4 : tolerance(DType::bf16));
 }
 
 // The narrow backward (the derivative recompute and both gradient GEMMs on the tensor

@@ -12,52 +12,10 @@
 
 #include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
-#include "cuda_util.hpp"
-#include "seqmix/chains.hpp"
+#include "chains_cuda_util.hpp"
 
 namespace seqmix::test {
 namespace {
-
-HostTensor as_f64(const HostTensor& t) {
-  HostTensor copy(t.view.shape, DType::f64);
-  copy.set(t.values());
-  return copy;
-}
-
-int64_t width_of(const std::vector<ProjectionSegment>& segments) {
-  int64_t n = 0;
-  for (const auto& s : segments) n += s.width;
-  return n;
-}
-
-// Column views [rows, width_s] of one [rows, N] buffer, one per segment.
-std::vector<Tensor> column_views(const Tensor& buffer, const std::vector<ProjectionSegment>& segments) {
-  std::vector<Tensor> views;
-  int64_t first = 0;
-  for (const auto& s : segments) {
-    Tensor v = buffer;
-    v.data = static_cast<char*>(buffer.data) + first * dtype_size(buffer.dtype);
-    v.shape = {buffer.shape[0], s.width};
-    views.push_back(v);
-    first += s.width;
-  }
-  return views;
-}
-
-// Each segment's columns of the [M, N] output `got` against the oracle's segment.
-void expect_segments_match(const std::vector<double>& got, const std::vector<HostTensor>& want,
-                           const std::vector<ProjectionSegment>& segments, int64_t M, double tol) {
-  const int64_t N = width_of(segments);
-  int64_t first = 0;
-  for (size_t s = 0; s < segments.size(); ++s) {
-    std::vector<double> columns;
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < segments[s].width; ++j) columns.push_back(got[i * N + first + j]);
-    EXPECT_LT(rel_err(columns, want[s].values()), tol)
-        << "segment " << s << " (" << activation_name(segments[s].activation) << ")";
-    first += segments[s].width;
-  }
-}
 
 // Gated DeltaNet's gates (one softplus and one sigmoid column per head, 16 heads); a 40-wide
 // mix of every activation (two slabs, the second 8 columns); a wide identity chain with those
@@ -109,9 +67,11 @@ TEST_P(ProjectionChainCudaNarrowColumns, ForwardMatchesOracle) {
 
   HostTensor out = poisoned({in.c.M, in.N}, in.c.f32 ? DType::f32 : DType::bf16);
   DeviceTensor d_out(out);
-  projection_chain_forward(in.d_x, in.d_weight, in.device_bias(), in.segments, column_views(d_out.view, in.segments));
+  projection_chain_forward(in.d_x, in.d_weight, in.device_bias(), in.segments,
+                           column_views(d_out.view, in.segments));
   // f32 outputs: only the operands' bf16 rounding is shared with the oracle.
-  expect_segments_match(d_out.values(out), want, in.segments, in.c.M, in.c.f32 ? 1e-4 : tolerance(DType::bf16));
+  expect_segments_match(d_out.values(out), want, in.segments, in.c.M,
+                        in.c.f32 ? 1e-4 : tolerance(DType::bf16));
 }
 
 // The backward's recompute of the gates (narrow_columns_derivative_bf16) inside the whole
