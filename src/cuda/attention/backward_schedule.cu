@@ -1,18 +1,15 @@
 // The process-wide choice of the Hopper backward's schedule (params.hpp).
-#include <cstdlib>
-#include <cstring>
-
 #include "cuda/attention/params.hpp"
+#include "cuda/common/environment.hpp"
 
 namespace seqmix::cuda {
 namespace {
 
+// Pingpong is the default: on the H100 it measured 1.27-1.44x the standard schedule at every
+// timed shape (AttentionCudaTiming.BackwardSchedulesSideBySide, NOTES.md).
 AttentionBackwardSchedule from_environment() {
-  const char* value = std::getenv("SEQMIX_ATTENTION_BACKWARD");
-  // Pingpong is the default: on the H100 it measured 1.27-1.44x the standard schedule at
-  // every timed shape (AttentionCudaTiming.BackwardSchedulesSideBySide, NOTES.md).
-  if (value && std::strcmp(value, "standard") == 0) return AttentionBackwardSchedule::standard;
-  return AttentionBackwardSchedule::pingpong;
+  return choice_from_environment("SEQMIX_ATTENTION_BACKWARD", {{"standard", AttentionBackwardSchedule::standard}},
+                                 AttentionBackwardSchedule::pingpong);
 }
 
 AttentionBackwardSchedule& current_schedule() {

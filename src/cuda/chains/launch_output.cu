@@ -11,11 +11,11 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <tuple>
 
 #include "cuda/chains/params.hpp"
 #include "cuda/chains/scratch.cuh"
+#include "cuda/common/environment.hpp"
 
 namespace seqmix::cuda::chains {
 namespace {
@@ -265,10 +265,7 @@ void normalise_and_gate(const OutputChainProblem& p, bf16* u, cudaStream_t strea
 }
 
 // SEQMIX_CHAINS_OUTPUT_FUSED=0: the backward recomputes u in its own pass first, as before.
-bool output_backward_fused() {
-  const char* setting = std::getenv("SEQMIX_CHAINS_OUTPUT_FUSED");
-  return !(setting && setting[0] == '0');
-}
+bool output_backward_fused() { return flag_from_environment("SEQMIX_CHAINS_OUTPUT_FUSED", true); }
 
 }  // namespace
 }  // namespace seqmix::cuda::chains

@@ -1,8 +1,7 @@
 // Explicit instantiations: the narrow-column kernel with bf16 outputs, forward and the
 // backward's in-place derivative.
-#include <cstdlib>
-
 #include "cuda/chains/narrow_columns.cuh"
+#include "cuda/common/environment.hpp"
 
 namespace seqmix::cuda {
 
@@ -16,9 +15,6 @@ void narrow_columns_derivative_bf16(int64_t M, int64_t N, int64_t K, Rows x, Row
   narrow_columns::launch<__nv_bfloat16, narrow::Mode::derivative>(M, N, K, x, weight, dz, columns, stream);
 }
 
-bool narrow_columns_enabled() {
-  const char* setting = std::getenv("SEQMIX_CHAINS_NARROW_COLUMNS");
-  return !(setting && setting[0] == '0');
-}
+bool narrow_columns_enabled() { return flag_from_environment("SEQMIX_CHAINS_NARROW_COLUMNS", true); }
 
 }  // namespace seqmix::cuda

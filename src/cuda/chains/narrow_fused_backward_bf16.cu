@@ -1,7 +1,6 @@
 // Explicit instantiation: the one-pass backward of a narrow-K run (GLA's rank-16 gate).
-#include <cstdlib>
-
 #include "cuda/chains/narrow_fused_backward.cuh"
+#include "cuda/common/environment.hpp"
 
 namespace seqmix::cuda {
 
@@ -13,9 +12,6 @@ void narrow_fused_backward_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows we
 
 // Off unless SEQMIX_CHAINS_NARROW_FUSED=1: measured slower than the separate path on the
 // H100 (NOTES.md, "Narrow K: one pass").
-bool narrow_fused_backward_enabled() {
-  const char* setting = std::getenv("SEQMIX_CHAINS_NARROW_FUSED");
-  return setting && setting[0] == '1';
-}
+bool narrow_fused_backward_enabled() { return flag_from_environment("SEQMIX_CHAINS_NARROW_FUSED", false); }
 
 }  // namespace seqmix::cuda

@@ -1,62 +1,44 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
 // walk and tail, and the forward's pass 1 in pieces (params.hpp).
-#include <cstdlib>
-#include <cstring>
-
+#include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
 
 namespace seqmix::cuda {
 namespace {
 
-GlaForwardDiagonal diagonal_from_environment() {
-  const char* value = std::getenv("SEQMIX_GLA_FORWARD_DIAGONAL");
-  if (value && std::strcmp(value, "tensor_cores") == 0) return GlaForwardDiagonal::tensor_cores;
-  if (value && std::strcmp(value, "cuda_cores") == 0) return GlaForwardDiagonal::cuda_cores;
-  return kDefaultForwardDiagonal;
-}
-
 GlaForwardDiagonal& current_diagonal() {
-  static GlaForwardDiagonal diagonal = diagonal_from_environment();
+  static GlaForwardDiagonal diagonal = choice_from_environment(
+      "SEQMIX_GLA_FORWARD_DIAGONAL",
+      {{"tensor_cores", GlaForwardDiagonal::tensor_cores}, {"cuda_cores", GlaForwardDiagonal::cuda_cores}},
+      kDefaultForwardDiagonal);
   return diagonal;
 }
 
-GlaBackwardDiagonal backward_diagonal_from_environment() {
-  const char* value = std::getenv("SEQMIX_GLA_BACKWARD_DIAGONAL");
-  if (value && std::strcmp(value, "tensor_cores") == 0) return GlaBackwardDiagonal::tensor_cores;
-  if (value && std::strcmp(value, "cuda_cores") == 0) return GlaBackwardDiagonal::cuda_cores;
-  return kDefaultBackwardDiagonal;
-}
-
 GlaBackwardDiagonal& current_backward_diagonal() {
-  static GlaBackwardDiagonal diagonal = backward_diagonal_from_environment();
+  static GlaBackwardDiagonal diagonal = choice_from_environment(
+      "SEQMIX_GLA_BACKWARD_DIAGONAL",
+      {{"tensor_cores", GlaBackwardDiagonal::tensor_cores}, {"cuda_cores", GlaBackwardDiagonal::cuda_cores}},
+      kDefaultBackwardDiagonal);
   return diagonal;
 }
 
 GlaBackwardWalk& current_backward_walk() {
-  static GlaBackwardWalk walk = [] {
-    const char* value = std::getenv("SEQMIX_GLA_BACKWARD_WALK");
-    if (value && std::strcmp(value, "rows") == 0) return GlaBackwardWalk::rows;
-    if (value && std::strcmp(value, "quads") == 0) return GlaBackwardWalk::quads;
-    return kDefaultBackwardWalk;
-  }();
+  static GlaBackwardWalk walk = choice_from_environment(
+      "SEQMIX_GLA_BACKWARD_WALK", {{"rows", GlaBackwardWalk::rows}, {"quads", GlaBackwardWalk::quads}},
+      kDefaultBackwardWalk);
   return walk;
 }
 
 GlaBackwardTail& current_backward_tail() {
-  static GlaBackwardTail tail = [] {
-    const char* value = std::getenv("SEQMIX_GLA_BACKWARD_TAIL");
-    if (value && std::strcmp(value, "narrow") == 0) return GlaBackwardTail::narrow;
-    if (value && std::strcmp(value, "wide") == 0) return GlaBackwardTail::wide;
-    return kDefaultBackwardTail;
-  }();
+  static GlaBackwardTail tail = choice_from_environment(
+      "SEQMIX_GLA_BACKWARD_TAIL", {{"narrow", GlaBackwardTail::narrow}, {"wide", GlaBackwardTail::wide}},
+      kDefaultBackwardTail);
   return tail;
 }
 
+// On unless SEQMIX_GLA_FORWARD_PIECES=0.
 bool& current_pieces() {
-  static bool on = [] {
-    const char* value = std::getenv("SEQMIX_GLA_FORWARD_PIECES");
-    return !(value && std::strcmp(value, "0") == 0);
-  }();
+  static bool on = flag_from_environment("SEQMIX_GLA_FORWARD_PIECES", true);
   return on;
 }
 

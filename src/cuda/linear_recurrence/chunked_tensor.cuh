@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/chunk_transfer.cuh"
 #include "cuda/linear_recurrence/fused_chunked.cuh"
@@ -31,10 +32,9 @@ inline constexpr ChunkTransferProduct kDefaultChunkTransferProduct = ChunkTransf
 
 inline ChunkTransferProduct chunk_transfer_product() {
 #if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
-  const char* value = std::getenv("SEQMIX_LINREC_CHUNK_TRANSFER");
-  if (value && std::strcmp(value, "wgmma") == 0) return ChunkTransferProduct::wgmma;
-  if (value && std::strcmp(value, "mma") == 0) return ChunkTransferProduct::mma_sync;
-  return kDefaultChunkTransferProduct;
+  return choice_from_environment("SEQMIX_LINREC_CHUNK_TRANSFER",
+                                 {{"wgmma", ChunkTransferProduct::wgmma}, {"mma", ChunkTransferProduct::mma_sync}},
+                                 kDefaultChunkTransferProduct);
 #else
   return ChunkTransferProduct::mma_sync;  // built without the CUTLASS headers
 #endif
@@ -131,8 +131,7 @@ inline int fused_blocks_f32() {
 // default) or in registers (mma.sync, chunk_transfer_registers.cuh; compact kernels at
 // N = 64). SEQMIX_LINREC_FUSED_TRANSFER=registers|shared, read at every call.
 inline bool fused_transfer_in_registers() {
-  const char* value = std::getenv("SEQMIX_LINREC_FUSED_TRANSFER");
-  return value && std::strcmp(value, "registers") == 0;
+  return choice_from_environment("SEQMIX_LINREC_FUSED_TRANSFER", {{"registers", true}}, false);
 }
 
 template <class T, int N, bool kWgmma, bool kReverse, bool kCompact, bool kRegisterP = false>

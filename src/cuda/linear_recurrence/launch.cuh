@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/io.cuh"
 #include "cuda/linear_recurrence/methods.hpp"
@@ -57,10 +58,9 @@ enum class GradientKernel { tiles, stream };
 inline constexpr GradientKernel kDefaultGradientKernel = GradientKernel::stream;
 
 inline GradientKernel gradient_kernel() {
-  const char* value = std::getenv("SEQMIX_LINREC_GRADIENT");
-  if (value && std::strcmp(value, "stream") == 0) return GradientKernel::stream;
-  if (value && std::strcmp(value, "tiles") == 0) return GradientKernel::tiles;
-  return kDefaultGradientKernel;
+  return choice_from_environment("SEQMIX_LINREC_GRADIENT",
+                                 {{"stream", GradientKernel::stream}, {"tiles", GradientKernel::tiles}},
+                                 kDefaultGradientKernel);
 }
 
 // h_t = A_t h_{t-1} + b_t over the inputs, states to out (float or T).
