@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "cuda/chains/gemm_tiles.hpp"
 #include "seqmix/error.hpp"
@@ -35,66 +36,58 @@ GemmSchedule forward_schedule(int64_t M, int64_t /*N*/, int64_t /*K*/) {
   return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
 }
 
+namespace {
+
+// The tiles one GEMM has a kernel for (each instantiated in its own .cu): whether a runtime
+// tile is among them, and the call of its instantiation. One list per GEMM, so the check
+// and the switch cannot disagree.
+template <GemmTile... kTiles>
+struct BuiltTiles {
+  static constexpr bool contains(GemmTile tile) { return ((tile == kTiles) || ...); }
+  // Calls launch(std::integral_constant<GemmTile, tile>) for a built tile; false otherwise.
+  template <class Launch>
+  static bool launch(GemmTile tile, Launch&& launch) {
+    return ((tile == kTiles && (launch(std::integral_constant<GemmTile, kTiles>{}), true)) || ...);
+  }
+};
+
+using NtTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_128x256_cluster1x2,
+                           GemmTile::cooperative_256x128_cluster2x1, GemmTile::cooperative_256x128_cluster1x2,
+                           GemmTile::pingpong_128x128_cluster2x1, GemmTile::pingpong_128x128_cluster1x1>;
+using ActivationTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_256x128_cluster2x1,
+                                   GemmTile::pingpong_128x128_cluster2x1>;
+using TnTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_256x128_cluster2x1,
+                           GemmTile::cooperative_128x256_cluster1x2, GemmTile::pingpong_128x128_cluster2x1>;
+
+}  // namespace
+
 void gemm_nt_bf16_scheduled(GemmSchedule s, int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out,
                             void* stream) {
-  switch (s.tile) {
-    case GemmTile::cooperative_128x256_cluster2x1:
-      return gemm_nt_bf16_tiled<GemmTile::cooperative_128x256_cluster2x1>(M, N, K, a, b, out, s, stream);
-    case GemmTile::cooperative_128x256_cluster1x2:
-      return gemm_nt_bf16_tiled<GemmTile::cooperative_128x256_cluster1x2>(M, N, K, a, b, out, s, stream);
-    case GemmTile::cooperative_256x128_cluster2x1:
-      return gemm_nt_bf16_tiled<GemmTile::cooperative_256x128_cluster2x1>(M, N, K, a, b, out, s, stream);
-    case GemmTile::cooperative_256x128_cluster1x2:
-      return gemm_nt_bf16_tiled<GemmTile::cooperative_256x128_cluster1x2>(M, N, K, a, b, out, s, stream);
-    case GemmTile::pingpong_128x128_cluster2x1:
-      return gemm_nt_bf16_tiled<GemmTile::pingpong_128x128_cluster2x1>(M, N, K, a, b, out, s, stream);
-    case GemmTile::pingpong_128x128_cluster1x1:
-      return gemm_nt_bf16_tiled<GemmTile::pingpong_128x128_cluster1x1>(M, N, K, a, b, out, s, stream);
-  }
-  throw Error(std::string("seqmix: chain GEMM (nt): no kernel for ") + gemm_tile_name(s.tile));
+  const bool built = NtTiles::launch(s.tile, [&](auto tile) {
+    gemm_nt_bf16_tiled<decltype(tile)::value>(M, N, K, a, b, out, s, stream);
+  });
+  if (!built) throw Error(std::string("seqmix: chain GEMM (nt): no kernel for ") + gemm_tile_name(s.tile));
 }
 
-bool activation_tile_built(GemmTile tile) {
-  return tile == GemmTile::cooperative_128x256_cluster2x1 || tile == GemmTile::cooperative_256x128_cluster2x1 ||
-         tile == GemmTile::pingpong_128x128_cluster2x1;
-}
+bool activation_tile_built(GemmTile tile) { return ActivationTiles::contains(tile); }
 
 void activation_gemm_bf16_scheduled(GemmSchedule s, int64_t M, int64_t N, int64_t K, Rows x, Rows weight,
                                     MutableRows out, ColumnEpilogue columns, void* stream) {
-  switch (s.tile) {
-    case GemmTile::cooperative_128x256_cluster2x1:
-      return activation_gemm_bf16_tiled<GemmTile::cooperative_128x256_cluster2x1>(M, N, K, x, weight, out, columns,
-                                                                                  s, stream);
-    case GemmTile::cooperative_256x128_cluster2x1:
-      return activation_gemm_bf16_tiled<GemmTile::cooperative_256x128_cluster2x1>(M, N, K, x, weight, out, columns,
-                                                                                  s, stream);
-    case GemmTile::pingpong_128x128_cluster2x1:
-      return activation_gemm_bf16_tiled<GemmTile::pingpong_128x128_cluster2x1>(M, N, K, x, weight, out, columns, s,
-                                                                               stream);
-    default: break;
-  }
-  throw Error(std::string("seqmix: projection chain GEMM: no activation kernel for ") + gemm_tile_name(s.tile));
+  const bool built = ActivationTiles::launch(s.tile, [&](auto tile) {
+    activation_gemm_bf16_tiled<decltype(tile)::value>(M, N, K, x, weight, out, columns, s, stream);
+  });
+  if (!built)
+    throw Error(std::string("seqmix: projection chain GEMM: no activation kernel for ") + gemm_tile_name(s.tile));
 }
 
-bool tn_tile_built(GemmTile tile) {
-  return tile == GemmTile::cooperative_128x256_cluster2x1 || tile == GemmTile::cooperative_256x128_cluster2x1 ||
-         tile == GemmTile::cooperative_128x256_cluster1x2 || tile == GemmTile::pingpong_128x128_cluster2x1;
-}
+bool tn_tile_built(GemmTile tile) { return TnTiles::contains(tile); }
 
 void gemm_tn_bf16_scheduled(GemmSchedule s, int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out,
                             void* stream) {
-  switch (s.tile) {
-    case GemmTile::cooperative_128x256_cluster2x1:
-      return gemm_tn_bf16_tiled<GemmTile::cooperative_128x256_cluster2x1>(M, N, K, a, b, out, s, stream);
-    case GemmTile::cooperative_256x128_cluster2x1:
-      return gemm_tn_bf16_tiled<GemmTile::cooperative_256x128_cluster2x1>(M, N, K, a, b, out, s, stream);
-    case GemmTile::cooperative_128x256_cluster1x2:
-      return gemm_tn_bf16_tiled<GemmTile::cooperative_128x256_cluster1x2>(M, N, K, a, b, out, s, stream);
-    case GemmTile::pingpong_128x128_cluster2x1:
-      return gemm_tn_bf16_tiled<GemmTile::pingpong_128x128_cluster2x1>(M, N, K, a, b, out, s, stream);
-    default: break;
-  }
-  throw Error(std::string("seqmix: chain gradient GEMM (tn): no kernel for ") + gemm_tile_name(s.tile));
+  const bool built = TnTiles::launch(s.tile, [&](auto tile) {
+    gemm_tn_bf16_tiled<decltype(tile)::value>(M, N, K, a, b, out, s, stream);
+  });
+  if (!built) throw Error(std::string("seqmix: chain gradient GEMM (tn): no kernel for ") + gemm_tile_name(s.tile));
 }
 
 namespace {
