@@ -256,7 +256,8 @@ cuda::AttentionParams cuda_forward_params(const core::Checker& check, const Atte
   return params;
 }
 
-// The forward's params plus the gradients' views; the backward kernels take D ∈ {64, 128}.
+// The forward's params plus the gradients' views; the backward kernels take D ∈ {64, 128, 256},
+// the deterministic ones D ∈ {64, 128}.
 cuda::AttentionBackwardParams cuda_backward_params(const core::Checker& check, const AttentionInputs& in,
                                                    const AttentionOutputs& forward, const Tensor& dout,
                                                    const std::optional<Tensor>& d_lse, const AttentionGrads& grads,
@@ -265,7 +266,10 @@ cuda::AttentionBackwardParams cuda_backward_params(const core::Checker& check, c
   bp.fwd = cuda_forward_params(check, in, forward, p, options);
   if (!cuda::attention_backward_head_dim_supported(p.D))
     check.fail("q", "a CPU tensor (this op has no CUDA kernel for the attention backward with head dim " + str(p.D) +
-                        "; CUDA takes D = Dv in {64, 128})", in.q.device.str());
+                        "; CUDA takes D = Dv in {64, 128, 256})", in.q.device.str());
+  if (options.deterministic && !cuda::attention_deterministic_backward_head_dim_supported(p.D))
+    check.fail("deterministic", "false for head dim " + str(p.D) +
+                                    " on a CUDA device (the deterministic backward takes D in {64, 128})", "true");
   check_cuda_alignment(check, dout, "dout");
   check_cuda_alignment(check, grads.dq, "dq");
   check_cuda_alignment(check, grads.dk, "dk");
@@ -292,10 +296,11 @@ cuda::AttentionBackwardParams cuda_backward_params(const core::Checker& check, c
 
 template <cuda::AttentionDtype dtype>
 void launch_backward_by_head_dim(const cuda::AttentionBackwardParams& params) {
-  if (params.fwd.D == 64)
-    cuda::attention_backward<dtype, 64>(params);
-  else
-    cuda::attention_backward<dtype, 128>(params);
+  switch (params.fwd.D) {
+    case 64: cuda::attention_backward<dtype, 64>(params); break;
+    case 128: cuda::attention_backward<dtype, 128>(params); break;
+    default: cuda::attention_backward<dtype, 256>(params); break;
+  }
 }
 
 template <cuda::AttentionDtype dtype>

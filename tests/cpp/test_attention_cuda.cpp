@@ -1,8 +1,9 @@
 // The CUDA attention forward against the float64 oracle (the CPU reference on the same
 // stored inputs), outputs poisoned first, under each of the three forward schedules. Cases
 // named Small* are the ones the GPU check runs under compute-sanitizer. The backward likewise,
-// the Hopper backward under both of its schedules. Last, timings side by side at the issue's
-// D = 128 shapes: the pingpong and persistent forward schedules, both backward schedules.
+// the Hopper backward under both of its schedules (D = 256: its one schedule). Last, timings
+// side by side at the D = 128 shapes: the pingpong and persistent forward schedules,
+// both backward schedules.
 #include <algorithm>
 #include <array>
 #include <cstdio>
@@ -360,6 +361,34 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
     });
 
+// The Hopper backward at D = 256 (one schedule: the head dim split between the consumer
+// warpgroups, key blocks of 64, Pᵀ and dSᵀ exchanged through shared memory, dq by atomics).
+class AttentionCudaBackwardSm90HeadDim256 : public ::testing::TestWithParam<GpuAttnCase> {};
+
+TEST_P(AttentionCudaBackwardSm90HeadDim256, GradientsMatchOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  check_backward(GetParam(), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionCudaBackwardSm90HeadDim256,
+    ::testing::Values(
+        GpuAttnCase{"Small_bf16_d256_S100", 2, 100, 100, 2, 2, 256, DType::bf16, false, {}, {}},
+        GpuAttnCase{"Small_bf16_d256_S1_causal", 3, 1, 1, 2, 2, 256, DType::bf16, true, {}, {}},
+        GpuAttnCase{"Small_f16_d256_causal_gqa4_Sq77_Sk200", 1, 77, 200, 8, 2, 256, DType::f16, true, {}, {}},
+        GpuAttnCase{"Small_bf16_d256_causal_Sq150_Sk60", 1, 150, 60, 2, 1, 256, DType::bf16, true, {}, {}},
+        GpuAttnCase{"Small_bf16_d256_varlen_causal_strided", 1, 0, 0, 4, 2, 256, DType::bf16, true,
+                    {0, 1, 130, 300}, {0, 5, 200, 330}, 64},
+        GpuAttnCase{"Small_f16_d256_varlen_gqa4_i64", 1, 0, 0, 8, 2, 256, DType::f16, false, {0, 1, 64, 300},
+                    {0, 129, 130, 400}, 0, DType::i64},
+        GpuAttnCase{"Small_f16_d256_causal_strided_Sq130_Sk257", 2, 130, 257, 4, 2, 256, DType::f16, true, {}, {},
+                    64},
+        GpuAttnCase{"bf16_d256_S600_gqa8", 1, 600, 700, 8, 1, 256, DType::bf16, false, {}, {}},
+        GpuAttnCase{"f16_d256_S513_causal", 2, 513, 513, 2, 2, 256, DType::f16, true, {}, {}},
+        GpuAttnCase{"bf16_d256_varlen_long_causal", 1, 0, 0, 4, 1, 256, DType::bf16, true, {0, 1000, 1001, 1700},
+                    {0, 900, 1200, 2000}}),
+    [](const auto& info) { return std::string(info.param.name); });
+
 struct DeviceBuffer {
   void* ptr = nullptr;
   explicit DeviceBuffer(size_t bytes) { cuda_ok(cudaMalloc(&ptr, bytes)); }
@@ -599,9 +628,12 @@ TEST(AttentionCudaErrors, RejectsWhatTheKernelsCannotTake) {
   HostTensor q = uniform({1, 4, 1, 256}, DType::bf16), out = uniform({1, 4, 1, 256}, DType::bf16);
   HostTensor lse = uniform({1, 1, 4}, DType::f32);
   DeviceTensor dq_in(q), dk_in(q), dv_in(q), d_out(out), d_lse(lse), d_do(out), g_q(q), g_k(q), g_v(q);
+  AttentionOptions deterministic;
+  deterministic.deterministic = true;
   EXPECT_SEQMIX_ERROR(attention_backward({dq_in.view, dk_in.view, dv_in.view}, {d_out.view, d_lse.view}, d_do.view,
-                                         std::nullopt, {g_q.view, g_k.view, g_v.view}),
-                      "this op has no CUDA kernel for the attention backward with head dim 256");
+                                         std::nullopt, {g_q.view, g_k.view, g_v.view}, deterministic),
+                      "argument 'deterministic': expected false for head dim 256 on a CUDA device (the "
+                      "deterministic backward takes D in {64, 128}), got true");
 }
 
 }  // namespace

@@ -17,6 +17,11 @@
 // turns on the tensor cores (dV, dK of block i with dQ of block i − 1 in one turn, Sᵀ, dPᵀ
 // of block i + 1 after it) and sends dQ through shared memory to bulk reduce-adds issued
 // by producer warps 2 and 3 (tensor reduce-adds of 64 × 32 boxes) instead of the atomics.
+// D = 256 (standard schedule only) splits the head dim instead of the keys, since dK and dV
+// of 64 keys × 256 columns do not fit one warpgroup's registers: a CTA takes 64 keys;
+// warpgroup 0 computes Sᵀ and Pᵀ, warpgroup 1 dPᵀ and then dSᵀ from the Pᵀ rows warpgroup 0
+// left in shared memory; both take Pᵀ and dSᵀ from shared memory (wgmma SS) for dV, dK and
+// dQ of their own 128 head-dim columns.
 #pragma once
 
 #include <cuda.h>
@@ -27,20 +32,29 @@ namespace seqmix::cuda::attn::sm90 {
 
 template <class T, int D, AttentionBackwardSchedule kSchedule>
 struct BackwardSm90Config {
-  static_assert(D == 64 || D == 128, "head dims 64 and 128");
-  static constexpr int kBlockM = 64;   // query rows per pipeline stage
-  static constexpr int kBlockN = 128;  // keys per CTA: 64 per consumer warpgroup
+  static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128 and 256");
+  // D = 256: dK and dV of 64 keys × 256 columns would take 256 registers per consumer thread,
+  // so the warpgroups split the head dim instead of the keys (the kernel's header says how).
+  static constexpr bool kSplitHeadDim = D == 256;
+  static constexpr int kBlockM = 64;                      // query rows per pipeline stage
+  static constexpr int kBlockN = kSplitHeadDim ? 64 : 128;  // keys per CTA (64 per consumer warpgroup, or shared)
   static constexpr int kStages = 2;
   static constexpr int kChunks = D / 64;  // 128-byte swizzle atoms across the head dim
   static constexpr int kThreads = 384;
   static constexpr int kConsumerThreads = 256;
-  // dQ of a query block: each consumer warpgroup computes 64 of its columns over kDqKeys keys.
-  // D = 128: columns 64·wg over all 128 keys; D = 64: all columns over the warpgroup's own keys.
-  static constexpr int kDqKeys = D == 128 ? 128 : 64;
+  // Rows and columns of dK, dV a consumer warpgroup holds: its 64 keys × all columns, or
+  // (split) all 64 keys × its half of the columns.
+  static constexpr int kAccCols = kSplitHeadDim ? D / 2 : D;
+  // dQ of a query block: each consumer warpgroup computes kDqCols of its columns over kDqKeys
+  // keys. D = 128: columns 64·wg over all 128 keys; D = 64: all columns over the warpgroup's
+  // own keys; D = 256: columns 128·wg over all 64 keys.
+  static constexpr int kDqKeys = D == 64 ? 64 : kBlockN;
+  static constexpr int kDqCols = kSplitHeadDim ? 128 : 64;
   static constexpr uint32_t kKVBytes = kBlockN * D * sizeof(T);
   static constexpr uint32_t kQBytes = kBlockM * D * sizeof(T);
-  static constexpr uint32_t kDsBytes = kBlockN * kBlockM * sizeof(T);  // dSᵀ: 128 key rows × 64 queries (128 B)
+  static constexpr uint32_t kDsBytes = kBlockN * kBlockM * sizeof(T);  // dSᵀ: kBlockN key rows × 64 queries (128 B)
   static constexpr bool kPingpong = kSchedule == AttentionBackwardSchedule::pingpong;
+  static_assert(!(kSplitHeadDim && kPingpong), "the turns assume each warpgroup owns its keys");
   // dSᵀ buffers. pingpong: block j's dSᵀ is read by both warpgroups' dQ products one turn
   // after it is written; with two buffers warpgroup 0 would rewrite one that warpgroup 1's
   // dQ product still reads. Three suffice by the turn order (a protocol model of the
@@ -56,7 +70,10 @@ struct BackwardSm90Config {
   static constexpr uint32_t kQOffset = kVOffset + kKVBytes;
   static constexpr uint32_t kDoOffset = kQOffset + kStages * kQBytes;
   static constexpr uint32_t kDsOffset = kDoOffset + kStages * kQBytes;
-  static constexpr uint32_t kDqStagingOffset = kDsOffset + kDsBuffers * kDsBytes;
+  // split: Pᵀ rows, double-buffered like dSᵀ (formed by one warpgroup, read by both).
+  static constexpr uint32_t kPOffset = kDsOffset + kDsBuffers * kDsBytes;
+  static constexpr uint32_t kPBytes = kSplitHeadDim ? kDsBuffers * kDsBytes : 0;
+  static constexpr uint32_t kDqStagingOffset = kPOffset + kPBytes;
   static constexpr uint32_t kStatsOffset = kDqStagingOffset + kDqStagingBytes;  // lse2[kBlockM], delta[kBlockM] per stage
   static constexpr uint32_t kBarrierOffset = kStatsOffset + kStages * 2 * kBlockM * sizeof(float);
   // kv_full, q_full[], do_full[], stats_full[], stage_empty[], dq_full[2], dq_empty[2]
@@ -99,6 +116,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   uint8_t* q_tiles = smem + Cfg::kQOffset;
   uint8_t* do_tiles = smem + Cfg::kDoOffset;
   uint8_t* ds_tiles = smem + Cfg::kDsOffset;
+  uint8_t* p_tiles = smem + Cfg::kPOffset;  // split: Pᵀ rows
   uint8_t* dq_staging = smem + Cfg::kDqStagingOffset;               // [consumer warpgroup][2 boxes][kBlockM rows][32 floats]
   float* stats = reinterpret_cast<float*>(smem + Cfg::kStatsOffset);  // [stage][lse2 | delta][kBlockM]
   uint64_t* kv_full = reinterpret_cast<uint64_t*>(smem + Cfg::kBarrierOffset);
@@ -203,17 +221,20 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   // pingpong branches on the warpgroup (its turns): read through a shuffle so the compiler
   // knows it is warp-uniform and keeps the wgmmas after those branches pipelined.
   const int wg = kPingpong ? __shfl_sync(0xffffffff, warpgroup - 1, 0) : warpgroup - 1;
-  const int key_row0 = n0 + wg * 64 + warp_in_group * 16 + lane / 4;  // and + 8 (key within the sequence)
+  constexpr bool kSplit = Cfg::kSplitHeadDim;
+  const int key0 = kSplit ? 0 : wg * 64;  // the block's keys of this warpgroup's Sᵀ, dPᵀ, dK and dV rows
+  const int key_row0 = n0 + key0 + warp_in_group * 16 + lane / 4;  // and + 8 (key within the sequence)
   const float scale_log2 = p.scale * 1.4426950408889634f;
-  float dk[D / 2], dv[D / 2];
+  float dk[Cfg::kAccCols / 2], dv[Cfg::kAccCols / 2];
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+  for (int i = 0; i < Cfg::kAccCols / 2; ++i) dk[i] = dv[i] = 0.f;
+  const int acc_col0 = kSplit ? Cfg::kAccCols * wg : 0;  // first head-dim column of dk, dv
 
-  const uint8_t* k_rows = k_tile + wg * 64 * 128;  // this warpgroup's 64 keys in each chunk
-  const uint8_t* v_rows = v_tile + wg * 64 * 128;
-  // dQ operands: keys [dq_key0, dq_key0 + kDqKeys) of the block, head-dim columns [dq_col0, dq_col0 + 64).
-  const int dq_key0 = D == 128 ? 0 : 64 * wg;
-  const int dq_col0 = D == 128 ? 64 * wg : 0;
+  const uint8_t* k_rows = k_tile + key0 * 128;  // this warpgroup's keys in each chunk
+  const uint8_t* v_rows = v_tile + key0 * 128;
+  // dQ operands: keys [dq_key0, dq_key0 + kDqKeys) of the block, head-dim columns [dq_col0, dq_col0 + kDqCols).
+  const int dq_key0 = D == 64 ? 64 * wg : 0;
+  const int dq_col0 = D == 64 ? 0 : Cfg::kDqCols * wg;
 
   // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ of the block in `stage`, one commit group each.
   auto issue_scores = [&](int stage, uint32_t phase, float(&s)[32], float(&dp)[32]) {
@@ -274,23 +295,130 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk)
-      gmma_rs<T, D>(prob[kk], smem_descriptor(do_tile + kk * 16 * 128, kBlockM * 128), dv);
+      gmma_rs<T, Cfg::kAccCols>(prob[kk], smem_descriptor(do_tile + kk * 16 * 128, kBlockM * 128), dv);
 #pragma unroll
     for (int kk = 0; kk < kBlockM / 16; ++kk)
-      gmma_rs<T, D>(grad[kk], smem_descriptor(q_tile + kk * 16 * 128, kBlockM * 128), dk);
+      gmma_rs<T, Cfg::kAccCols>(grad[kk], smem_descriptor(q_tile + kk * 16 * 128, kBlockM * 128), dk);
   };
 
-  // dQ (this warpgroup's 64 rows × 64 columns) = dS·K from the dSᵀ rows in `ds_tile` (no commit).
-  auto issue_dq = [&](const uint8_t* ds_tile, float(&dq)[32]) {
+  // dQ (this warpgroup's 64 rows × kDqCols columns) = dS·K from the dSᵀ rows in `ds_tile` (no commit).
+  auto issue_dq = [&](const uint8_t* ds_tile, float(&dq)[Cfg::kDqCols / 2]) {
 #pragma unroll
     for (int kk = 0; kk < Cfg::kDqKeys / 16; ++kk) {
       const int key = dq_key0 + 16 * kk;
-      gmma_ss_mn<T>(smem_descriptor(ds_tile + key * 128, kBlockN * 128),
-                    smem_descriptor(k_tile + (dq_col0 / 64) * kBlockN * 128 + key * 128, kBlockN * 128), dq, kk > 0);
+      gmma_ss_mn<T, Cfg::kDqCols>(smem_descriptor(ds_tile + key * 128, kBlockN * 128),
+                                  smem_descriptor(k_tile + (dq_col0 / 64) * kBlockN * 128 + key * 128, kBlockN * 128),
+                                  dq, kk > 0);
     }
   };
 
-  if constexpr (!kPingpong) {
+  // dQ rows (queries) 16·warp + lane/4 (+8), columns dq_col0 + 8c + 2·(lane % 4), added into
+  // the workspace by float atomics.
+  auto add_dq = [&](int head, int m0, const float(&dq)[Cfg::kDqCols / 2]) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int q = m0 + warp_in_group * 16 + lane / 4 + 8 * r;
+      if (q >= seq.len_q) continue;
+      float* dst = args.ws.dq + row_index(p, seq.batch, head, seq.q_start + q) * D + dq_col0 + 2 * (lane % 4);
+#pragma unroll
+      for (int c = 0; c < Cfg::kDqCols / 8; ++c)
+        atomicAdd(reinterpret_cast<float2*>(dst + 8 * c), make_float2(dq[4 * c + 2 * r], dq[4 * c + 2 * r + 1]));
+    }
+  };
+
+  if constexpr (kSplit) {
+    // Per query block: warpgroup 0 Sᵀ = K·Qᵀ, warpgroup 1 dPᵀ = V·dOᵀ (one product each, the
+    // operands picked by warpgroup so that no wgmma sits under a branch); warpgroup 0 forms Pᵀ
+    // and stores it; barrier; both issue dV += Pᵀ·dO on their columns while warpgroup 1 forms
+    // dSᵀ from dPᵀ and the stored Pᵀ; barrier; both issue dK += dSᵀ·Q and dQ = dS·K on their
+    // columns. Pᵀ and dSᵀ are double-buffered: a buffer is rewritten two blocks later, after
+    // both warpgroups have passed a barrier that follows their waits on its readers.
+    if (iterations > 0) tma::wait(kv_full, 0);
+    const uint8_t* score_rows = wg == 0 ? k_tile : v_tile;
+    const int pair_row = warp_in_group * 16 + lane / 4;  // the fragment's key rows in the Pᵀ / dSᵀ tiles
+    for (int it = 0; it < iterations; ++it) {
+      const int m0 = row0_of(it);
+      const int stage = it % kStages;
+      const uint32_t phase = (it / kStages) & 1;
+      uint8_t* p_tile = p_tiles + (it % 2) * Cfg::kDsBytes;
+      uint8_t* ds_tile = ds_tiles + (it % 2) * Cfg::kDsBytes;
+      const uint8_t* q_tile = q_tiles + stage * Cfg::kQBytes;
+      const uint8_t* do_tile = do_tiles + stage * Cfg::kQBytes;
+      const float* lse2 = stats + stage * 2 * kBlockM;
+      const bool mask = m0 + kBlockM > seq.len_q || n0 + kBlockN > seq.len_k ||
+                        (p.causal && n0 + kBlockN - 1 > m0 + seq.len_k - seq.len_q);
+
+      float acc[32];  // warpgroup 0: Sᵀ, then Pᵀ; warpgroup 1: dPᵀ, then dSᵀ
+      tma::wait(wg == 0 ? &q_full[stage] : &do_full[stage], phase);
+      const uint8_t* operand = wg == 0 ? q_tile : do_tile;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        const int chunk = kk / 4, offset = (kk % 4) * 32;
+        gmma_ss<T, kBlockM>(smem_descriptor(score_rows + chunk * kBlockN * 128 + offset, 16),
+                            smem_descriptor(operand + chunk * kBlockM * 128 + offset, 16), acc, kk > 0);
+      }
+      wgmma_commit();
+      tma::wait(&stats_full[stage], phase);
+      if (wg == 1) tma::wait(&q_full[stage], phase);  // Q for dK (warpgroup 0 waited on it for Sᵀ)
+      if (wg == 0) tma::wait(&do_full[stage], phase);  // dO for dV
+      wgmma_wait<0>();
+      fence_registers(acc);
+      auto tile_pair = [&](uint8_t* tile, int i) {  // elements i, i + 1 of the fragment in a Pᵀ / dSᵀ tile
+        return reinterpret_cast<uint32_t*>(tile + swizzled_offset(pair_row + fragment_row(i), fragment_column(i, lane) * 2));
+      };
+      if (wg == 0) {
+        if (mask)
+          probabilities<true>(acc, lse2, scale_log2, seq, p.causal, m0, key_row0, lane);
+        else
+          probabilities<false>(acc, lse2, scale_log2, seq, p.causal, m0, key_row0, lane);
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) *tile_pair(p_tile, i) = pack2<T>(acc[i], acc[i + 1]);
+        fence_async_shared();
+      }
+      consumer_barrier();  // Pᵀ in shared memory
+
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        gmma_ss_k_mn<T, Cfg::kAccCols>(smem_descriptor(p_tile + kk * 32, 16),
+                                       smem_descriptor(do_tile + (acc_col0 / 64) * kBlockM * 128 + kk * 16 * 128,
+                                                       kBlockM * 128),
+                                       dv);
+      wgmma_commit();
+      if (wg == 1) {
+        uint32_t prob[16];
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) prob[i / 2] = *tile_pair(p_tile, i);
+        const float* delta = lse2 + kBlockM;
+        if (mask)
+          grads<T, true>(acc, prob, delta, lane);
+        else
+          grads<T, false>(acc, prob, delta, lane);
+#pragma unroll
+        for (int i = 0; i < 32; i += 2) *tile_pair(ds_tile, i) = pack2<T>(acc[i], acc[i + 1]);
+        fence_async_shared();
+      }
+      consumer_barrier();  // dSᵀ in shared memory
+
+      float dq[Cfg::kDqCols / 2];
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        gmma_ss_k_mn<T, Cfg::kAccCols>(smem_descriptor(ds_tile + kk * 32, 16),
+                                       smem_descriptor(q_tile + (acc_col0 / 64) * kBlockM * 128 + kk * 16 * 128,
+                                                       kBlockM * 128),
+                                       dk);
+      issue_dq(ds_tile, dq);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_registers(dv);
+      fence_registers(dk);
+      fence_registers(dq);
+      tma::arrive(&stage_empty[stage]);  // every consumer thread, after its last read of the stage
+      add_dq(head_of(it), m0, dq);
+    }
+  } else if constexpr (!kPingpong) {
     if (iterations > 0) tma::wait(kv_full, 0);
     for (int it = 0; it < iterations; ++it) {
       const int head = head_of(it);
@@ -320,17 +448,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       // arrival by one lane after __syncwarp does not order the other lanes' reads before the
       // producer's next writes to the stage.
       tma::arrive(&stage_empty[stage]);
-
-      // dQ rows (queries) 16·warp + lane/4 (+8), columns dq_col0 + 8c + 2·(lane % 4).
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int q = m0 + warp_in_group * 16 + lane / 4 + 8 * r;
-        if (q >= seq.len_q) continue;
-        float* dst = args.ws.dq + row_index(p, seq.batch, head, seq.q_start + q) * D + dq_col0 + 2 * (lane % 4);
-#pragma unroll
-        for (int c = 0; c < 8; ++c)
-          atomicAdd(reinterpret_cast<float2*>(dst + 8 * c), make_float2(dq[4 * c + 2 * r], dq[4 * c + 2 * r + 1]));
-      }
+      add_dq(head, m0, dq);
     }
   } else if (iterations > 0) {
     // Turns: warpgroup w's turn k (k = 1 … n) issues dV, dK of block k − 1 and dQ of block
@@ -411,26 +529,31 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
 
   // dK = scale · dSᵀ·Q and dV, rows below the sequence end (zeros where no query saw the key),
   // through shared memory: the K and V tiles are free once both warpgroups' last products
-  // are done. Each warp stages its own 16 key rows (128-byte swizzle, as the tiles are laid
-  // out: conflict-free 4-byte stores) and reads them back as 16-byte pieces of whole rows,
-  // so the global stores are 4x fewer and fill their sectors.
+  // are done. Each warp stages its 16 key rows (128-byte swizzle, as the tiles are laid out:
+  // conflict-free 4-byte stores; split: its half of their columns) and reads whole rows back
+  // as 16-byte pieces, so the global stores are 4x fewer and fill their sectors.
   consumer_barrier();
-  const int tile_row0 = wg * 64 + warp_in_group * 16;  // this warp's rows of the tiles
-  auto stage_rows = [&](uint8_t* tile, const float(&acc)[D / 2], float factor) {
+  const int tile_row0 = key0 + warp_in_group * 16;  // this warp's rows of the tiles
+  auto stage_rows = [&](uint8_t* tile, const float(&acc)[Cfg::kAccCols / 2], float factor) {
 #pragma unroll
     for (int r = 0; r < 2; ++r)
 #pragma unroll
-      for (int c = 0; c < D / 8; ++c) {
-        const int row = tile_row0 + lane / 4 + 8 * r, col = 8 * c + 2 * (lane % 4);
+      for (int c = 0; c < Cfg::kAccCols / 8; ++c) {
+        const int row = tile_row0 + lane / 4 + 8 * r, col = acc_col0 + 8 * c + 2 * (lane % 4);
         *reinterpret_cast<uint32_t*>(tile + (col / 64) * kBlockN * 128 + swizzled_offset(row, (col % 64) * 2)) =
             pack2<T>(acc[4 * c + 2 * r] * factor, acc[4 * c + 2 * r + 1] * factor);
       }
   };
   stage_rows(k_tile, dk, p.scale);
   stage_rows(v_tile, dv, 1.f);
-  __syncwarp();
+  if constexpr (kSplit)
+    consumer_barrier();  // a row's two halves come from two warps
+  else
+    __syncwarp();  // the warp stores the rows it staged
+  constexpr int kStoreRows = kBlockN / 8;     // rows each consumer warp stores
   constexpr int kPieces = D / 8;              // 16-byte pieces per row
   constexpr int kRowsPerPass = 32 / kPieces;  // rows one warp instruction covers
+  const int store_row0 = kSplit ? (warpgroup - 1) * 4 * kStoreRows + warp_in_group * kStoreRows : tile_row0;
   const int piece = lane % kPieces;
   auto store_row = [&](const AttentionView& out, int64_t k_row, const uint8_t* tile, uint32_t offset) {
     T* dst = static_cast<T*>(out.data) + seq.batch * out.stride_batch + k_row * out.stride_row +
@@ -444,8 +567,8 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     }
   };
 #pragma unroll
-  for (int pass = 0; pass < 16 / kRowsPerPass; ++pass) {
-    const int row = tile_row0 + pass * kRowsPerPass + lane / kPieces;
+  for (int pass = 0; pass < kStoreRows / kRowsPerPass; ++pass) {
+    const int row = store_row0 + pass * kRowsPerPass + lane / kPieces;
     if (n0 + row >= seq.len_k) continue;
     const int64_t k_row = seq.k_start + n0 + row;
     const uint32_t offset = (piece / 8) * kBlockN * 128 + swizzled_offset(row, (piece % 8) * 16);
@@ -499,12 +622,14 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
 }
 
 // The schedule of attention_backward_schedule() (params.hpp).
+// D = 256 has only the standard schedule (its warpgroups split the head dim, not the keys).
 template <class T, int D>
 void launch_backward(const AttentionBackwardParams& bp) {
-  if (attention_backward_schedule() == AttentionBackwardSchedule::pingpong)
-    launch_backward_schedule<T, D, AttentionBackwardSchedule::pingpong>(bp);
-  else
-    launch_backward_schedule<T, D, AttentionBackwardSchedule::standard>(bp);
+  if constexpr (D != 256) {
+    if (attention_backward_schedule() == AttentionBackwardSchedule::pingpong)
+      return launch_backward_schedule<T, D, AttentionBackwardSchedule::pingpong>(bp);
+  }
+  launch_backward_schedule<T, D, AttentionBackwardSchedule::standard>(bp);
 }
 
 }  // namespace seqmix::cuda::attn::sm90

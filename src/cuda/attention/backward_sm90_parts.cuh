@@ -14,23 +14,35 @@
 
 namespace seqmix::cuda::attn::sm90 {
 
-// --- wgmma with both operands MN-major in shared memory (for dQ = dS·K) -----------------
+// --- wgmma with operands in shared memory in other majors --------------------------------
+// MN, MN: dQ = dS·K (A = dS read from the dSᵀ rows, B = K rows). K, MN: the head-dim-split
+// kernel's dV += Pᵀ·dO and dK += dSᵀ·Q (A = the Pᵀ / dSᵀ rows, B = dO / Q rows).
 
-template <class T>
-struct GmmaMN;
-template <>
-struct GmmaMN<__nv_bfloat16> {
-  using SS = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::MN, cute::SM90::GMMA::Major::MN>;
-};
-template <>
-struct GmmaMN<__half> {
-  using SS = cute::SM90::GMMA::MMA_64x64x16_F32F16F16_SS<cute::SM90::GMMA::Major::MN, cute::SM90::GMMA::Major::MN>;
-};
+template <class T, int N>
+struct GmmaMajors;
+#define SEQMIX_ATTN_GMMA_MAJORS(TYPE, TAG, N)                                                                 \
+  template <>                                                                                                \
+  struct GmmaMajors<TYPE, N> {                                                                               \
+    using MN_MN = cute::SM90::GMMA::MMA_64x##N##x16_F32##TAG##TAG##_SS<cute::SM90::GMMA::Major::MN,          \
+                                                                       cute::SM90::GMMA::Major::MN>;         \
+    using K_MN = cute::SM90::GMMA::MMA_64x##N##x16_F32##TAG##TAG##_SS<cute::SM90::GMMA::Major::K,            \
+                                                                      cute::SM90::GMMA::Major::MN>;          \
+  };
+SEQMIX_ATTN_GMMA_MAJORS(__nv_bfloat16, BF16, 64)
+SEQMIX_ATTN_GMMA_MAJORS(__nv_bfloat16, BF16, 128)
+SEQMIX_ATTN_GMMA_MAJORS(__half, F16, 64)
+SEQMIX_ATTN_GMMA_MAJORS(__half, F16, 128)
+#undef SEQMIX_ATTN_GMMA_MAJORS
 
-// d[32] (+)= A(64x16, smem, M contiguous) · B(16x64, smem, N contiguous)
-template <class T>
-__device__ __forceinline__ void gmma_ss_mn(uint64_t a, uint64_t b, float (&d)[32], bool accumulate) {
-  gmma_ss_impl<typename GmmaMN<T>::SS>(a, b, d, accumulate, std::make_integer_sequence<int, 32>{});
+// d[N/2] (+)= A(64x16, smem, M contiguous) · B(16xN, smem, N contiguous)
+template <class T, int N>
+__device__ __forceinline__ void gmma_ss_mn(uint64_t a, uint64_t b, float (&d)[N / 2], bool accumulate) {
+  gmma_ss_impl<typename GmmaMajors<T, N>::MN_MN>(a, b, d, accumulate, std::make_integer_sequence<int, N / 2>{});
+}
+// d[N/2] += A(64x16, smem, K contiguous) · B(16xN, smem, N contiguous)
+template <class T, int N>
+__device__ __forceinline__ void gmma_ss_k_mn(uint64_t a, uint64_t b, float (&d)[N / 2]) {
+  gmma_ss_impl<typename GmmaMajors<T, N>::K_MN>(a, b, d, true, std::make_integer_sequence<int, N / 2>{});
 }
 
 __device__ __forceinline__ void fence_async_shared() {
@@ -135,6 +147,26 @@ __device__ __forceinline__ QueryRange query_blocks(const Sequence& s, int n0, bo
   return {first_q / kBlockM, (s.len_q + kBlockM - 1) / kBlockM};
 }
 
+// Element i of a thread's 64 × 64 accumulator fragment (rows = keys, columns = queries):
+// query column 8·(i / 4) + 2·(lane % 4) + (i & 1), key row lane / 4 + 8·((i / 2) & 1) of the warp's 16.
+__device__ __forceinline__ int fragment_column(int i, int lane) { return 8 * (i / 4) + 2 * (lane % 4) + (i & 1); }
+__device__ __forceinline__ int fragment_row(int i) { return 8 * ((i >> 1) & 1); }
+
+// Whether query q sees key `key` (both within the sequence, bottom-right causal).
+__device__ __forceinline__ bool visible(const Sequence& seq, bool causal, int q, int key) {
+  return q < seq.len_q && key < seq.len_k && (!causal || key <= q + seq.len_k - seq.len_q);
+}
+
+// dSᵀ of one element from its Pᵀ and dPᵀ. Exact zeros where masked (kMask), whatever the
+// operand rows past a sequence end hold: whole 64-row dQ tiles are added, rows past a varlen
+// sequence included.
+template <bool kMask>
+__device__ __forceinline__ float score_grad(float prob, float dp, float row_delta) {
+  const float grad = prob * (dp - row_delta);
+  if constexpr (kMask) return prob == 0.f ? 0.f : grad;
+  return grad;
+}
+
 // Sᵀ (64 keys × 64 queries fragment) -> Pᵀ in place, dPᵀ -> dSᵀ in place. kMask: zero the
 // elements past the sequence ends or above the causal diagonal.
 template <bool kMask>
@@ -146,23 +178,50 @@ __device__ __forceinline__ void probabilities_and_grads(float (&s)[32], float (&
   float2 lse2_pair, delta_pair;
 #pragma unroll
   for (int i = 0; i < 32; ++i) {
-    const int col = 8 * (i / 4) + 2 * (lane % 4) + (i & 1);  // query within the block
+    const int col = fragment_column(i, lane);
     if (i % 4 == 0) {
       lse2_pair = *reinterpret_cast<const float2*>(lse2 + col);
       delta_pair = *reinterpret_cast<const float2*>(delta + col);
     }
     const float row_lse2 = (i & 1) ? lse2_pair.y : lse2_pair.x, row_delta = (i & 1) ? delta_pair.y : delta_pair.x;
     float prob = fast_exp2(s[i] * scale_log2 - row_lse2);
-    if constexpr (kMask) {
+    if constexpr (kMask) {  // visible(), written out: through the call ptxas spills 4 bytes in pingpong D = 128
       const int key = key_row0 + 8 * ((i >> 1) & 1), q = m0 + col;
-      const bool visible = q < seq.len_q && key < seq.len_k && (!causal || key <= q + seq.len_k - seq.len_q);
-      if (!visible) prob = 0.f;
+      if (!(q < seq.len_q && key < seq.len_k && (!causal || key <= q + seq.len_k - seq.len_q))) prob = 0.f;
     }
     s[i] = prob;
     dp[i] = prob * (dp[i] - row_delta);
-    // Exact zeros where masked, whatever the operand rows past a sequence end hold: the
-    // pingpong schedule adds whole 64-row dQ tiles, rows past a varlen sequence included.
     if constexpr (kMask) dp[i] = prob == 0.f ? 0.f : dp[i];
+  }
+}
+
+// The head-dim-split kernel's halves of the pass above: Sᵀ -> Pᵀ in place (one warpgroup) ...
+template <bool kMask>
+__device__ __forceinline__ void probabilities(float (&s)[32], const float* lse2, float scale_log2, const Sequence& seq,
+                                              bool causal, int m0, int key_row0, int lane) {
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    const int col = fragment_column(i, lane);
+    const float2 lse2_pair = *reinterpret_cast<const float2*>(lse2 + col);
+    const int key = key_row0 + fragment_row(i);
+    s[i] = fast_exp2(s[i] * scale_log2 - lse2_pair.x);
+    s[i + 1] = fast_exp2(s[i + 1] * scale_log2 - lse2_pair.y);
+    if constexpr (kMask) {
+      if (!visible(seq, causal, m0 + col, key)) s[i] = 0.f;
+      if (!visible(seq, causal, m0 + col + 1, key)) s[i + 1] = 0.f;
+    }
+  }
+}
+
+// ... and dPᵀ -> dSᵀ in place from the 16-bit Pᵀ pairs that warpgroup stored (the other).
+template <class T, bool kMask>
+__device__ __forceinline__ void grads(float (&dp)[32], const uint32_t (&prob_pairs)[16], const float* delta, int lane) {
+#pragma unroll
+  for (int i = 0; i < 32; i += 2) {
+    const float2 prob = unpack2<T>(prob_pairs[i / 2]);
+    const float2 delta_pair = *reinterpret_cast<const float2*>(delta + fragment_column(i, lane));
+    dp[i] = score_grad<kMask>(prob.x, dp[i], delta_pair.x);
+    dp[i + 1] = score_grad<kMask>(prob.y, dp[i + 1], delta_pair.y);
   }
 }
 

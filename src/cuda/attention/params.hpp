@@ -80,8 +80,11 @@ void attention_set_backward_schedule(AttentionBackwardSchedule schedule);
 // Head dims with a compiled forward kernel.
 inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
-// Head dims the backward kernels take (dK and dV of a key block stay in registers).
-inline constexpr bool attention_backward_head_dim_supported(int64_t D) { return D == 64 || D == 128; }
+// Head dims the Hopper backward takes (D = 256: the head dim split between its warpgroups).
+inline constexpr bool attention_backward_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
+// Head dims the deterministic backward (backward.cuh) takes: dK and dV of its 64 keys stay in
+// the registers of 4 warps.
+inline constexpr bool attention_deterministic_backward_head_dim_supported(int64_t D) { return D == 64 || D == 128; }
 
 template <AttentionDtype dtype, int D>
 void attention_forward(const AttentionParams& p);

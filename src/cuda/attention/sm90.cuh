@@ -129,4 +129,16 @@ __device__ __forceinline__ uint32_t pack2<__half>(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// The inverse of pack2.
+template <class T>
+__device__ __forceinline__ float2 unpack2(uint32_t packed);
+template <>
+__device__ __forceinline__ float2 unpack2<__nv_bfloat16>(uint32_t packed) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&packed));
+}
+template <>
+__device__ __forceinline__ float2 unpack2<__half>(uint32_t packed) {
+  return __half22float2(*reinterpret_cast<const __half2*>(&packed));
+}
+
 }  // namespace seqmix::cuda::attn
