@@ -361,18 +361,21 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
     });
 
-// The Hopper backward at D = 256 (one schedule: the head dim split between the consumer
-// warpgroups, key blocks of 64, Pᵀ and dSᵀ exchanged through shared memory, dq by atomics).
-class AttentionCudaBackwardSm90HeadDim256 : public ::testing::TestWithParam<GpuAttnCase> {};
+// The Hopper backward at D = 256: the head dim split between the consumer warpgroups, key
+// blocks of 64, Pᵀ and dSᵀ exchanged through shared memory; dq by atomics (standard) or
+// staged in the block's Q/dO stage and added by tensor reduces (pingpong, without turns).
+class AttentionCudaBackwardSm90HeadDim256
+    : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionBackwardSchedule>> {};
 
 TEST_P(AttentionCudaBackwardSm90HeadDim256, GradientsMatchOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  check_backward(GetParam(), false);
+  const BackwardSchedule schedule(std::get<1>(GetParam()));
+  check_backward(std::get<0>(GetParam()), false);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaBackwardSm90HeadDim256,
-    ::testing::Values(
+    ::testing::Combine(::testing::Values(
         GpuAttnCase{"Small_bf16_d256_S100", 2, 100, 100, 2, 2, 256, DType::bf16, false, {}, {}},
         GpuAttnCase{"Small_bf16_d256_S1_causal", 3, 1, 1, 2, 2, 256, DType::bf16, true, {}, {}},
         GpuAttnCase{"Small_f16_d256_causal_gqa4_Sq77_Sk200", 1, 77, 200, 8, 2, 256, DType::f16, true, {}, {}},
@@ -387,7 +390,10 @@ INSTANTIATE_TEST_SUITE_P(
         GpuAttnCase{"f16_d256_S513_causal", 2, 513, 513, 2, 2, 256, DType::f16, true, {}, {}},
         GpuAttnCase{"bf16_d256_varlen_long_causal", 1, 0, 0, 4, 1, 256, DType::bf16, true, {0, 1000, 1001, 1700},
                     {0, 900, 1200, 2000}}),
-    [](const auto& info) { return std::string(info.param.name); });
+                       ::testing::Values(AttentionBackwardSchedule::standard, AttentionBackwardSchedule::pingpong)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
+    });
 
 struct DeviceBuffer {
   void* ptr = nullptr;
@@ -553,29 +559,30 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
   }
 }
 
-// Backward TFLOP/s of the Hopper backward's two schedules side by side, same shapes and
-// method as above (FLOPs 2.5× the forward's). Asserts that both give the same dq, dk, dv
-// within the dtype's tolerance (dq's float sums are added in another order).
+// Backward TFLOP/s of the Hopper backward's two schedules side by side, same method as above
+// (FLOPs 2.5× the forward's; D = 128 and 256, H·D = 2048, S = 2048 and 16384). Asserts that
+// both give the same dq, dk, dv within the dtype's tolerance (dq's float sums are added in
+// another order).
 TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  constexpr int64_t kTokens = 16384, H = 16, D = 128;
-  const size_t operand_bytes = static_cast<size_t>(kTokens * H * D) * 2;
+  constexpr int64_t kTokens = 16384, kWidth = 2048;
+  const size_t operand_bytes = static_cast<size_t>(kTokens * kWidth) * 2;
   DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes), dout(operand_bytes),
-      dq(operand_bytes), dk(operand_bytes), dv(operand_bytes), lse(static_cast<size_t>(kTokens * H) * sizeof(float)),
-      flush(kFlushBytes);
+      dq(operand_bytes), dk(operand_bytes), dv(operand_bytes),
+      lse(static_cast<size_t>(kTokens * kWidth / 64) * sizeof(float)), flush(kFlushBytes);
   for (void* ptr : {q.ptr, k.ptr, v.ptr, dout.ptr}) fill_random(ptr, operand_bytes, DType::bf16);
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0));
   const AttentionBackwardSchedule schedules[] = {AttentionBackwardSchedule::standard,
                                                  AttentionBackwardSchedule::pingpong};
 
-  std::printf("attention backward on %s, bf16 D=%lld H=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
-              prop.name, static_cast<long long>(D), static_cast<long long>(H), static_cast<long long>(kTokens),
-              kTimedRuns);
-  std::printf("%8s %7s %10s %10s %18s\n", "S", "causal", "standard", "pingpong", "pingpong/standard");
-  for (int64_t S : {int64_t{2048}, int64_t{16384}}) {
+  std::printf("attention backward on %s, bf16 H*D=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
+              prop.name, static_cast<long long>(kWidth), static_cast<long long>(kTokens), kTimedRuns);
+  std::printf("%4s %8s %7s %10s %10s %18s\n", "D", "S", "causal", "standard", "pingpong", "pingpong/standard");
+  const std::array<int64_t, 2> shapes[] = {{128, 2048}, {128, 16384}, {256, 2048}, {256, 16384}};
+  for (const auto& [D, S] : shapes) {
     for (bool causal : {false, true}) {
-      const int64_t B = kTokens / S;
+      const int64_t B = kTokens / S, H = kWidth / D;
       const Device gpu = Device::cuda(0);
       auto rows = [&](void* ptr) { return Tensor::contiguous(ptr, DType::bf16, {B, S, H, D}, gpu); };
       const AttentionInputs in{rows(q.ptr), rows(k.ptr), rows(v.ptr)};
@@ -591,6 +598,7 @@ TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
             attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, options);
           },
           flush);
+      std::printf("%4lld", static_cast<long long>(D));
       print_schedule_row(S, causal, 2.5 * 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0), ms);
 
       // The same gradients from both schedules.
@@ -607,7 +615,8 @@ TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
       }
       const char* names[] = {"dq", "dk", "dv"};
       for (int g = 0; g < 3; ++g)
-        EXPECT_LT(relative_difference_bf16(got[1][g], got[0][g]), tolerance(DType::bf16)) << names[g] << " S " << S;
+        EXPECT_LT(relative_difference_bf16(got[1][g], got[0][g]), tolerance(DType::bf16))
+            << names[g] << " D " << D << " S " << S;
     }
   }
 }

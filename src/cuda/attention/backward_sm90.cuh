@@ -54,17 +54,27 @@ struct BackwardSm90Config {
   static constexpr uint32_t kQBytes = kBlockM * D * sizeof(T);
   static constexpr uint32_t kDsBytes = kBlockN * kBlockM * sizeof(T);  // dSᵀ: kBlockN key rows × 64 queries (128 B)
   static constexpr bool kPingpong = kSchedule == AttentionBackwardSchedule::pingpong;
-  static_assert(!(kSplitHeadDim && kPingpong), "the turns assume each warpgroup owns its keys");
+  // The turns need each warpgroup to own its keys, so D = 256 takes none; there `pingpong`
+  // keeps the schedule's other half: dQ leaves through shared memory (the block's own Q/dO
+  // stage, free once the block's products are done) as tensor reduce-adds by producer warps.
+  static constexpr bool kTurns = kPingpong && !kSplitHeadDim;
+  static constexpr bool kReduceDq = kPingpong;
   // dSᵀ buffers. pingpong: block j's dSᵀ is read by both warpgroups' dQ products one turn
   // after it is written; with two buffers warpgroup 0 would rewrite one that warpgroup 1's
   // dQ product still reads. Three suffice by the turn order (a protocol model of the
   // schedule finds no conflict); four leave one block of slack, and shared memory has room.
-  static constexpr int kDsBuffers = kPingpong ? 4 : 2;
+  static constexpr int kDsBuffers = kTurns ? 4 : 2;
   // pingpong: each consumer warpgroup's dQ share of a block (64 rows × 64 floats) as two
   // boxes of 32 columns (rows of 128 bytes, 128-byte swizzle: the layout the tensor reduce
   // reads, and conflict-free for the consumers' 8-byte stores), one reduce-add each.
   static constexpr uint32_t kDqBoxBytes = kBlockM * 32 * sizeof(float);
-  static constexpr uint32_t kDqStagingBytes = kPingpong ? 2 * 2 * kDqBoxBytes : 0;
+  static constexpr uint32_t kDqStagingBytes = kTurns ? 2 * 2 * kDqBoxBytes : 0;
+  // split + reduce: each stage's Q and dO tiles take a block's dQ (64 rows × 256 floats) once
+  // read: warpgroup w's 128 columns (4 boxes) in its own halves of Q (boxes 0, 1) and dO (2, 3).
+  static_assert(!kSplitHeadDim || kQBytes == 2 * 2 * kDqBoxBytes, "a warpgroup's dQ share fills its Q and dO halves");
+  // Arrivals that free a stage: every consumer thread (the stats rows read), and with dQ
+  // staged in the stage (split + reduce) both reduce warps (their reduce-adds have read it).
+  static constexpr int kStageReleases = kConsumerThreads + (kSplitHeadDim && kReduceDq ? 2 : 0);
   static constexpr uint32_t kKOffset = 0;
   static constexpr uint32_t kVOffset = kKOffset + kKVBytes;
   static constexpr uint32_t kQOffset = kVOffset + kKVBytes;
@@ -77,6 +87,7 @@ struct BackwardSm90Config {
   static constexpr uint32_t kStatsOffset = kDqStagingOffset + kDqStagingBytes;  // lse2[kBlockM], delta[kBlockM] per stage
   static constexpr uint32_t kBarrierOffset = kStatsOffset + kStages * 2 * kBlockM * sizeof(float);
   // kv_full, q_full[], do_full[], stats_full[], stage_empty[], dq_full[2], dq_empty[2]
+  // (split + reduce: dq_full[stage][warpgroup] in the last four)
   static constexpr uint32_t kBarriers = 1 + 4 * kStages + 4;
   static constexpr uint32_t kSmemBytes = kBarrierOffset + 8 * kBarriers + 1024;  // + alignment slack
   static_assert(kSmemBytes <= 227 * 1024, "shared memory of one CTA");
@@ -91,7 +102,7 @@ template <class T, int D, AttentionBackwardSchedule kSchedule>
 __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__ BackwardSm90Args args) {
   using Cfg = BackwardSm90Config<T, D, kSchedule>;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
-  constexpr bool kPingpong = Cfg::kPingpong;
+  constexpr bool kTurns = Cfg::kTurns, kSplit = Cfg::kSplitHeadDim;
   const AttentionBackwardParams& bp = args.bp;
   const AttentionParams& p = bp.fwd;
 
@@ -126,6 +137,11 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   uint64_t* stage_empty = stats_full + kStages;
   uint64_t* dq_full = stage_empty + kStages;  // pingpong: a warpgroup's dQ share is staged
   uint64_t* dq_empty = dq_full + 2;           // pingpong: its bulk reduces have read it
+  // split + reduce: box `box` of warpgroup w's dQ share of the block in `stage`.
+  auto dq_box = [&](int stage, int w, int box) {
+    uint8_t* tiles = box < 2 ? q_tiles : do_tiles;
+    return tiles + stage * Cfg::kQBytes + 2 * w * kBlockM * 128 + (box % 2) * Cfg::kDqBoxBytes;
+  };
 
   if (threadIdx.x == 0) {
     tma::barrier_init(kv_full, 1);
@@ -133,11 +149,11 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       tma::barrier_init(&q_full[s], 1);
       tma::barrier_init(&do_full[s], 1);
       tma::barrier_init(&stats_full[s], 32);
-      tma::barrier_init(&stage_empty[s], Cfg::kConsumerThreads);
+      tma::barrier_init(&stage_empty[s], Cfg::kStageReleases);
     }
     for (int w = 0; w < 2; ++w) {
       tma::barrier_init(&dq_full[w], 128);
-      tma::barrier_init(&dq_empty[w], 1);
+      tma::barrier_init(&dq_empty[w], kSplit ? 128 : 1);  // split: dq_full of stage 1
     }
     tma::barrier_init_fence();
   }
@@ -192,7 +208,23 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         }
         tma::arrive(&stats_full[stage]);
       }
-    } else if (kPingpong && warp_in_group >= 2 && lane == 0) {
+    } else if (kSplit && Cfg::kReduceDq && warp_in_group >= 2 && lane == 0) {
+      // warp 2 + w, one lane: consumer warpgroup w's dQ share of each block (128 columns,
+      // staged in the block's stage), added by four tensor reduce-adds; then the stage is free.
+      const int w = warp_in_group - 2;
+      prefetch_tensor_map(&args.dq_map);
+      for (int it = 0; it < iterations; ++it) {
+        const int stage = it % kStages;
+        tma::wait(&dq_full[2 * stage + w], (it / kStages) & 1);
+        for (int box = 0; box < 4; ++box)
+          tensor_reduce_add(args.dq_map, dq_box(stage, w, box), Cfg::kDqCols * w + 32 * box,
+                            static_cast<int>(seq.q_start) + row0_of(it), head_of(it), seq.batch);
+        bulk_commit();
+        bulk_wait_read();
+        tma::arrive(&stage_empty[stage]);
+      }
+      bulk_wait_all();
+    } else if (kTurns && warp_in_group >= 2 && lane == 0) {
       // warp 2 + w, one lane: consumer warpgroup w's dQ share of each block, added into the
       // workspace by two tensor reduce-adds (64 rows × 32 columns each). Rows past the tensor
       // are dropped by the copy engine; rows past a varlen sequence (the next sequence's)
@@ -220,8 +252,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   claim_registers<240>();
   // pingpong branches on the warpgroup (its turns): read through a shuffle so the compiler
   // knows it is warp-uniform and keeps the wgmmas after those branches pipelined.
-  const int wg = kPingpong ? __shfl_sync(0xffffffff, warpgroup - 1, 0) : warpgroup - 1;
-  constexpr bool kSplit = Cfg::kSplitHeadDim;
+  const int wg = kTurns ? __shfl_sync(0xffffffff, warpgroup - 1, 0) : warpgroup - 1;
   const int key0 = kSplit ? 0 : wg * 64;  // the block's keys of this warpgroup's Sᵀ, dPᵀ, dK and dV rows
   const int key_row0 = n0 + key0 + warp_in_group * 16 + lane / 4;  // and + 8 (key within the sequence)
   const float scale_log2 = p.scale * 1.4426950408889634f;
@@ -415,10 +446,25 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       fence_registers(dv);
       fence_registers(dk);
       fence_registers(dq);
-      tma::arrive(&stage_empty[stage]);  // every consumer thread, after its last read of the stage
-      add_dq(head_of(it), m0, dq);
+      tma::arrive(&stage_empty[stage]);  // every consumer thread, after its last read of the stats
+      if constexpr (Cfg::kReduceDq) {
+        // Into this warpgroup's halves of the stage's Q and dO tiles, read by nobody else
+        // after the dSᵀ barrier: rows 16·warp + lane/4 (+8), columns 8c + 2·(lane % 4) of
+        // its 128, i.e. box c / 4, bytes 32·(c % 4) + 8·(lane % 4) of the row.
+#pragma unroll
+        for (int r = 0; r < 2; ++r)
+#pragma unroll
+          for (int c = 0; c < Cfg::kDqCols / 8; ++c)
+            *reinterpret_cast<float2*>(dq_box(stage, wg, c / 4) +
+                                       swizzled_offset(pair_row + 8 * r, 32 * (c % 4) + 8 * (lane % 4))) =
+                make_float2(dq[4 * c + 2 * r], dq[4 * c + 2 * r + 1]);
+        fence_async_shared();  // the generic stores, before the async proxy's reads
+        tma::arrive(&dq_full[2 * stage + wg]);
+      } else {
+        add_dq(head_of(it), m0, dq);
+      }
     }
-  } else if constexpr (!kPingpong) {
+  } else if constexpr (!kTurns) {
     if (iterations > 0) tma::wait(kv_full, 0);
     for (int it = 0; it < iterations; ++it) {
       const int head = head_of(it);
@@ -607,7 +653,7 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   args.v_map = tensor_map<T>(p.v, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.bp = bp;
   args.ws = ws;
-  if constexpr (Cfg::kPingpong) args.dq_map = dq_workspace_map(ws.dq, p, batch);
+  if constexpr (Cfg::kReduceDq) args.dq_map = dq_workspace_map(ws.dq, p, batch);
   const auto kernel = dkdv_dq_kernel<T, D, kSchedule>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention backward sm90)");
@@ -621,15 +667,14 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   check(cudaFreeAsync(scratch, stream), "cudaFreeAsync(attention dQ)");
 }
 
-// The schedule of attention_backward_schedule() (params.hpp).
-// D = 256 has only the standard schedule (its warpgroups split the head dim, not the keys).
+// The schedule of attention_backward_schedule() (params.hpp); at D = 256 `pingpong` is the
+// dQ reduce through the stage without turns (BackwardSm90Config::kTurns).
 template <class T, int D>
 void launch_backward(const AttentionBackwardParams& bp) {
-  if constexpr (D != 256) {
-    if (attention_backward_schedule() == AttentionBackwardSchedule::pingpong)
-      return launch_backward_schedule<T, D, AttentionBackwardSchedule::pingpong>(bp);
-  }
-  launch_backward_schedule<T, D, AttentionBackwardSchedule::standard>(bp);
+  if (attention_backward_schedule() == AttentionBackwardSchedule::pingpong)
+    launch_backward_schedule<T, D, AttentionBackwardSchedule::pingpong>(bp);
+  else
+    launch_backward_schedule<T, D, AttentionBackwardSchedule::standard>(bp);
 }
 
 }  // namespace seqmix::cuda::attn::sm90
