@@ -93,6 +93,20 @@ struct BackwardTail {
   ~BackwardTail() { cuda::gla_set_backward_tail(before); }
 };
 
+// Selects the forward walks' block (8 or 16 warps) for one test, and restores it.
+struct ForwardWarps {
+  cuda::GlaForwardWarps before = cuda::gla_forward_warps();
+  explicit ForwardWarps(cuda::GlaForwardWarps warps) { cuda::gla_set_forward_warps(warps); }
+  ~ForwardWarps() { cuda::gla_set_forward_warps(before); }
+};
+
+// Selects the forward walks' tiling of the state and o for one test, and restores it.
+struct ForwardTiling {
+  cuda::GlaForwardTiling before = cuda::gla_forward_tiling();
+  explicit ForwardTiling(cuda::GlaForwardTiling tiling) { cuda::gla_set_forward_tiling(tiling); }
+  ~ForwardTiling() { cuda::gla_set_forward_tiling(before); }
+};
+
 // The forward (output and final state) against the oracle, by the diagonal selected.
 void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
@@ -120,6 +134,26 @@ TEST_P(GlaCuda, ForwardMatchesOracle) {
 TEST_P(GlaCuda, ForwardTensorDiagonalMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
+  forward_matches_oracle(GetParam());
+}
+
+// The same with 16 warps a block (the outputs pass and, when split, pass 1).
+TEST_P(GlaCuda, ForwardSixteenWarpsMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
+  const ForwardWarps warps(cuda::GlaForwardWarps::sixteen);
+  forward_matches_oracle(GetParam());
+}
+
+// The same with each warp on 32 rows of the state and of o (both diagonals).
+TEST_P(GlaCuda, ForwardTallTilingMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
+  {
+    const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
+    forward_matches_oracle(GetParam());
+  }
+  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::cuda_cores);
   forward_matches_oracle(GetParam());
 }
 
@@ -184,6 +218,20 @@ TEST_P(GlaCuda, BackwardWideTailMatchesOracle) {
   const BackwardDiagonal diagonal(cuda::GlaBackwardDiagonal::tensor_cores);
   const BackwardWalk walk(cuda::GlaBackwardWalk::quads);
   const BackwardTail tail(cuda::GlaBackwardTail::wide);
+  backward_matches_oracle(GetParam());
+}
+
+// The default gradient kernel with the chunk states walked by 16 warps a block.
+TEST_P(GlaCuda, BackwardSixteenWarpsMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardWarps warps(cuda::GlaForwardWarps::sixteen);
+  backward_matches_oracle(GetParam());
+}
+
+// The default gradient kernel with the chunk states walked in the tall tiling.
+TEST_P(GlaCuda, BackwardTallTilingMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
   backward_matches_oracle(GetParam());
 }
 

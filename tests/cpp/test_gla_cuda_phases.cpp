@@ -1,8 +1,8 @@
 // Where the GLA CUDA time goes: each launch of a forward (with either diagonal, with its
 // median time over 20 runs) and of a backward timed with events, and the forward walk's chunk
 // step split into its phases (SM cycles), and the backward's gradient kernel's phases, at the
-// benchmark shapes (H 16, K = V = 128, bf16); and the backward by each form of its gradient
-// kernel (token walk, tail) side by side.
+// benchmark shapes (H 16, K = V = 128, bf16); the backward by each form of its gradient
+// kernel (token walk, tail) side by side; and the forward walks by 8 and 16 warps a block.
 // Printed; run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were
 // counted and the outputs are finite.
 #include <cuda_runtime.h>
@@ -201,6 +201,83 @@ void compare_backward_walks(int64_t B, int64_t T) {
   cuda::gla_set_backward_diagonal(diagonal_before);
   cuda::gla_set_backward_walk(walk_before);
   cuda::gla_set_backward_tail(tail_before);
+}
+
+// The forward walks by 8 and by 16 warps a block (params.hpp GlaForwardWarps) and by 8 warps in
+// the tall tiling (GlaForwardTiling), side by side on the same inputs, alternated twice: forward and backward medians of 20 event-timed runs after
+// 3 warm-ups, then one profiled forward each (launches and the outputs pass's phases) and the
+// backward's launches (its chunk-state walk takes the same block). Asserts that the outputs
+// and gradients agree within the bf16 bound.
+void compare_forward_warps(int64_t B, int64_t T) {
+  const int64_t H = 16, K = 128, V = 128;
+  HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
+             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0),
+             d_out = uniform({B, T, H, V}, DType::bf16);
+  HostTensor o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32), dg({B, T, H, K}, DType::bf16),
+      dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16);
+  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_o(o), d_hT(hT), d_do(d_out), d_dq(dq), d_dk(dk), d_dv(dv),
+      d_dg(dg);
+  GlaOptions options;
+  options.scale = 1.0 / std::sqrt(static_cast<double>(K));
+  auto forward = [&] { gla_forward({d_q, d_k, d_v, d_g}, {d_o.view, d_hT.view}, options); };
+  auto backward = [&] {
+    gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
+                 options);
+  };
+  const cuda::GlaForwardWarps warps_before = cuda::gla_forward_warps();
+  const cuda::GlaForwardTiling tiling_before = cuda::gla_forward_tiling();
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16, forward walks by block size and tiling, medians of 20:\n",
+              static_cast<long long>(B), static_cast<long long>(T));
+  struct Form {
+    const char* name;
+    cuda::GlaForwardWarps warps;
+    cuda::GlaForwardTiling tiling;
+  };
+  const Form forms[] = {{"8 warps", cuda::GlaForwardWarps::eight, cuda::GlaForwardTiling::wide},
+                        {"16 warps", cuda::GlaForwardWarps::sixteen, cuda::GlaForwardTiling::wide},
+                        {"8 tall", cuda::GlaForwardWarps::eight, cuda::GlaForwardTiling::tall}};
+  std::vector<double> first_out, first_dg;
+  for (int round = 0; round < 2; ++round)
+    for (const Form& form : forms) {
+      const char* name = form.name;
+      cuda::gla_set_forward_warps(form.warps);
+      cuda::gla_set_forward_tiling(form.tiling);
+      const float fwd_ms = median_ms(forward, {.reps = 20, .warmups = 3, .flush_l2 = false});
+      const float bwd_ms = median_ms(backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
+      std::printf("  %-8s forward %.4f ms, backward %.4f ms\n", name, fwd_ms, bwd_ms);
+      if (round > 0) continue;
+      cuda::gla_profile_start();
+      forward();
+      const GlaProfile fwd = cuda::gla_profile_stop();
+      print_launches(name, fwd);
+      print_phases(fwd);
+      cuda::gla_profile_start();
+      backward();
+      print_launches("backward", cuda::gla_profile_stop());
+      const std::vector<double> out = d_o.values(o), grad = d_dg.values(dg);
+      if (first_out.empty()) first_out = out, first_dg = grad;
+      else {
+        EXPECT_LT(rel_err(out, first_out), tolerance(DType::bf16)) << "o: " << name << " against 8 warps";
+        EXPECT_LT(rel_err(grad, first_dg), tolerance(DType::bf16)) << "dg: " << name << " against 8 warps";
+      }
+    }
+  cuda::gla_set_forward_warps(warps_before);
+  cuda::gla_set_forward_tiling(tiling_before);
+}
+
+TEST(GlaCudaTiming, ForwardWarpsB8T2048) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_forward_warps(8, 2048);
+}
+
+TEST(GlaCudaTiming, ForwardWarpsB4T4096) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_forward_warps(4, 4096);
+}
+
+TEST(GlaCudaTiming, ForwardWarpsB1T32768) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_forward_warps(1, 32768);
 }
 
 TEST(GlaCudaTiming, BackwardWalksB8T2048) {

@@ -85,8 +85,9 @@ __device__ inline Span sequence_span(const GlaParams& p, int64_t n) {
 // Rows [0, 64) × cols [0, COLS) of a chunk into a shared tile of pitch PITCH; rows past
 // `valid` are zero-filled (a zero key or value adds nothing, a zero decay keeps e^{g} = 1).
 // kRolled: one copy of the loop body (the backward's gradient kernel, whose code outgrows the
-// instruction caches: NOTES.md v11); otherwise unrolled.
-template <int COLS, int PITCH, bool kRolled = false, class E>
+// instruction caches: NOTES.md v11); otherwise unrolled. kBlockThreads: the threads that share
+// the copies (the whole block).
+template <int COLS, int PITCH, bool kRolled = false, int kBlockThreads = kThreads, class E>
 __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride_time, int valid, int tid) {
   constexpr int kVectors = COLS / 8;
   auto copy = [&](int i) {
@@ -96,10 +97,10 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
   };
   if constexpr (kRolled) {
 #pragma unroll 1
-    for (int i = tid; i < kChunk * kVectors; i += kThreads) copy(i);
+    for (int i = tid; i < kChunk * kVectors; i += kBlockThreads) copy(i);
   } else {
 #pragma unroll
-    for (int i = tid; i < kChunk * kVectors; i += kThreads) copy(i);
+    for (int i = tid; i < kChunk * kVectors; i += kBlockThreads) copy(i);
   }
 }
 
@@ -284,15 +285,16 @@ __device__ __forceinline__ void diagonal_scores(S& s, int warp, int lane) {
 }
 
 // The pairs inside each 4-token quad (the tensor-core diagonal's CUDA-core part), exactly,
-// from the raw q, k and g: 16 threads a quad (a half warp), each over KD/16 channels, ten
-// sums (i, j ≤ i) with the weight e^{b_i − b_j} a running product of e^{g} from j = i down,
-// then combined across the half warp. Entries above the diagonal stay as set (zero).
-template <class S>
+// from the raw q, k and g: kLanes threads a quad (a half warp, or with 16 warps a whole one),
+// each over KD/kLanes channels, ten sums (i, j ≤ i) with the weight e^{b_i − b_j} a running
+// product of e^{g} from j = i down, then combined across the kLanes. Entries above the
+// diagonal stay as set (zero). Threads tid < 16·kLanes.
+template <int kLanes = 16, class S>
 __device__ __forceinline__ void quad_inner_scores(S& s, int tid) {
   using E = typename S::Element;
-  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA, kPerThread = KD / 16;
-  static_assert(kPerThread % 4 == 0, "four channels a load");
-  const int t0 = 4 * (tid / 16), slice = tid % 16;
+  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA, kPerThread = KD / kLanes;
+  static_assert(kPerThread % 4 == 0 && (kLanes == 16 || kLanes == 32), "four channels a load");
+  const int t0 = 4 * (tid / kLanes), slice = tid % kLanes;
   float acc[10] = {};  // pair (i, j), j ≤ i: index i(i + 1)/2 + j
 #pragma unroll
   for (int part = 0; part < kPerThread; part += 4) {
@@ -319,7 +321,7 @@ __device__ __forceinline__ void quad_inner_scores(S& s, int tid) {
 #pragma unroll
   for (int n = 0; n < 10; ++n)
 #pragma unroll
-    for (int offset = 1; offset < 16; offset *= 2) acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], offset);
+    for (int offset = 1; offset < kLanes; offset *= 2) acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], offset);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -387,66 +389,78 @@ __device__ __forceinline__ void pair_scores(S& s, int warp, int lane) {
   }
 }
 
-// The state S [KD, VB] as accumulator fragments: warp w owns rows 16·(w % RB) and the
-// columns of its column split w / RB.
-template <class E, int KD, int VB>
+// The state S [KD, VB] as accumulator fragments: warp w owns kRowBlocks blocks of 16 rows from
+// row 16·kRowBlocks·(w % RB) and the columns of its column split w / RB (kWarps warps tile
+// the state). Two row blocks a warp (params.hpp GlaForwardTiling::tall) halve the column split's
+// width, so each warp reads half as many fragments of v in advance() for the same products.
+template <class E, int KD, int VB, int kWarps = 8, int kRowBlocks = 1>
 struct StateTile {
-  static constexpr int RB = KD / 16, CS = 8 / RB, CW = VB / CS, NT = CW / 8;
-  static_assert(RB * CS == 8 && CW % 16 == 0, "8 warps tile the state");
-  float f[NT][4];
-  int row, col;  // this lane's first element (row, col); the others at +8 rows, +8·nt cols
+  static constexpr int MB = kRowBlocks, RB = KD / (16 * MB), CS = kWarps / RB, CW = VB / CS, NT = CW / 8;
+  static_assert(KD % (16 * MB) == 0 && RB * CS == kWarps && CW % 16 == 0, "the warps tile the state");
+  float f[MB][NT][4];
+  int row, col;  // this lane's first element (row, col); the others at +8 and +16·m rows, +8·nt cols
 
   __device__ StateTile(int warp, int lane)
-      : row(16 * (warp % RB) + lane / 4), col(CW * (warp / RB) + 2 * (lane % 4)) {}
+      : row(16 * MB * (warp % RB) + lane / 4), col(CW * (warp / RB) + 2 * (lane % 4)) {}
+
+  // Row and column of element e of tile (m, nt).
+  __device__ int row_of(int m, int e) const { return row + 16 * m + 8 * (e / 2); }
+  __device__ int col_of(int nt, int e) const { return col + 8 * nt + e % 2; }
 
   // From a [KD, V] float row-major state (at column vb0), or zeros.
   __device__ void load(const float* state, int64_t V) {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int m = 0; m < MB; ++m)
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        f[nt][e] = state ? state[(row + 8 * (e / 2)) * V + col + 8 * nt + e % 2] : 0.0f;
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f[m][nt][e] = state ? state[row_of(m, e) * V + col_of(nt, e)] : 0.0f;
   }
   __device__ void store(float* state, int64_t V) const {
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt)
+    for (int m = 0; m < MB; ++m)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) state[(row + 8 * (e / 2)) * V + col + 8 * nt + e % 2] = f[nt][e];
+      for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) state[row_of(m, e) * V + col_of(nt, e)] = f[m][nt][e];
+  }
+  // Rounded to E, pairs of adjacent columns, into a row-major tile of pitch `pitch`.
+  template <class Index>
+  __device__ void store_pairs(E* tile, Index pitch) const {
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        *reinterpret_cast<uint32_t*>(&tile[row_of(m, 0) * pitch + col_of(nt, 0)]) = pack2<E>(f[m][nt][0], f[m][nt][1]);
+        *reinterpret_cast<uint32_t*>(&tile[row_of(m, 2) * pitch + col_of(nt, 0)]) = pack2<E>(f[m][nt][2], f[m][nt][3]);
+      }
   }
   // As the product operand, rounded to E.
-  __device__ void store_operand(E* tile) const {
-    constexpr int PV = Smem<E, KD, VB>::PV;
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      *reinterpret_cast<uint32_t*>(&tile[row * PV + col + 8 * nt]) = pack2<E>(f[nt][0], f[nt][1]);
-      *reinterpret_cast<uint32_t*>(&tile[(row + 8) * PV + col + 8 * nt]) = pack2<E>(f[nt][2], f[nt][3]);
-    }
-  }
+  __device__ void store_operand(E* tile) const { store_pairs(tile, Smem<E, KD, VB>::PV); }
   // Rounded to E into a [KD, V] row-major global array (at column vb0).
-  __device__ void store_rounded(E* state, int64_t V) const {
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      *reinterpret_cast<uint32_t*>(&state[row * V + col + 8 * nt]) = pack2<E>(f[nt][0], f[nt][1]);
-      *reinterpret_cast<uint32_t*>(&state[(row + 8) * V + col + 8 * nt]) = pack2<E>(f[nt][2], f[nt][3]);
-    }
-  }
+  __device__ void store_rounded(E* state, int64_t V) const { store_pairs(state, V); }
   // S ← decay ⊙ S + keysᵀ v: keys [64, KD] (pitch KD + 8), v [64, VB] (pitch VB + 8), decay
   // one factor per key row. The forward passes k ⊙ e^{b_last − b} and e^{b_last}.
   __device__ void advance(const E* keys, const float* decay, const E* v, int lane) {
     constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
-    const float d0 = decay[row], d1 = decay[row + 8];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) f[nt][0] *= d0, f[nt][1] *= d0, f[nt][2] *= d1, f[nt][3] *= d1;
+    for (int m = 0; m < MB; ++m) {
+      const float d0 = decay[row_of(m, 0)], d1 = decay[row_of(m, 2)];
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) f[m][nt][0] *= d0, f[m][nt][1] *= d0, f[m][nt][2] *= d1, f[m][nt][3] *= d1;
+    }
     const int m0 = row - lane / 4, n0 = col - 2 * (lane % 4);
 #pragma unroll
     for (int kk = 0; kk < kChunk / 16; ++kk) {
-      uint32_t a[4];
-      load_a_transposed(a, keys, PK, 16 * kk, m0, lane);
+      uint32_t a[MB][4];
+#pragma unroll
+      for (int m = 0; m < MB; ++m) load_a_transposed(a[m], keys, PK, 16 * kk, m0 + 16 * m, lane);
 #pragma unroll
       for (int np = 0; np < NT / 2; ++np) {
         uint32_t b[4];
         load_b(b, v, PV, 16 * kk, n0 + 16 * np, lane);
-        mma_pair<E>(f[2 * np], f[2 * np + 1], a, b);
+#pragma unroll
+        for (int m = 0; m < MB; ++m) mma_pair<E>(f[m][2 * np], f[m][2 * np + 1], a[m], b);
       }
     }
   }
@@ -482,47 +496,62 @@ struct KeyBlock {
   }
 };
 
-// o for rows 16·(w % 4) and half the value block, w / 4: (q_start·S_0 + A·v)·scale.
+// o = (q_start·S_0 + A·v)·scale. Warp w takes kRowBlocks 16-row blocks from row block
+// kRowBlocks·(w % RG) (RG = 4 / kRowBlocks warps down the chunk) and the value block's column
+// split w / RG (kWarps / RG splits). Two row blocks a warp (GlaForwardTiling::tall) read half
+// as many fragments of the state and of v for the same products.
 // S: Smem, or any layout with q_start, state and scores members and Smem's pitches.
 // partial_row0 (key blocks, see KeyBlock): when not null, this key block's share of o goes
 // there in float (stride `stride_time` too), and o_row0 is not written.
-template <class S, class E = typename S::Element>
+template <int kWarps = 8, int kRowBlocks = 1, class S, class E = typename S::Element>
 __device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, int lane, E* o_row0,
                                              int64_t stride_time, int valid, float scale,
                                              float* partial_row0 = nullptr) {
   constexpr int KD = S::kKeys, VB = S::kValues, PK = S::PK, PV = S::PV, PA = S::PA;
-  constexpr int NT = VB / 16;  // 8-column tiles per warp
-  const int rb = warp % 4, n0 = (warp / 4) * (VB / 2);
-  float acc[NT][4] = {};
+  constexpr int MB = kRowBlocks, RG = 4 / MB, CS = kWarps / RG, NT = VB / (8 * CS);  // NT: 8-column tiles
+  static_assert(RG * MB == 4 && NT % 2 == 0, "the warps tile o in pairs of 8-column tiles");
+  const int rb0 = MB * (warp % RG), n0 = (warp / RG) * (VB / CS);
+  float acc[MB][NT][4] = {};
 #pragma unroll
   for (int kk = 0; kk < KD / 16; ++kk) {
-    uint32_t a[4];
-    load_a(a, s.q_start, PK, 16 * rb, 16 * kk, lane);
+    uint32_t a[MB][4];
+#pragma unroll
+    for (int m = 0; m < MB; ++m) load_a(a[m], s.q_start, PK, 16 * (rb0 + m), 16 * kk, lane);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
       load_b(b, s.state, PV, 16 * kk, n0 + 16 * np, lane);
-      mma_pair<E>(acc[2 * np], acc[2 * np + 1], a, b);
+#pragma unroll
+      for (int m = 0; m < MB; ++m) mma_pair<E>(acc[m][2 * np], acc[m][2 * np + 1], a[m], b);
     }
   }
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
-    if (kk > rb) break;  // A is zero above the diagonal blocks
-    uint32_t a[4];
-    load_a(a, s.scores, PA, 16 * rb, 16 * kk, lane);
+    if (kk > rb0 + MB - 1) break;  // A is zero above the diagonal blocks
+    uint32_t a[MB][4];
+#pragma unroll
+    for (int m = 0; m < MB; ++m)
+      if (kk <= rb0 + m) load_a(a[m], s.scores, PA, 16 * (rb0 + m), 16 * kk, lane);
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
       load_b(b, v, PV, 16 * kk, n0 + 16 * np, lane);
-      mma_pair<E>(acc[2 * np], acc[2 * np + 1], a, b);
+#pragma unroll
+      for (int m = 0; m < MB; ++m)
+        if (kk <= rb0 + m) mma_pair<E>(acc[m][2 * np], acc[m][2 * np + 1], a[m], b);
     }
   }
-  const int r = 16 * rb + lane / 4, c = n0 + 2 * (lane % 4);
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    if (r < valid) store_pair(o_row0, partial_row0, r * stride_time + c + 8 * nt, scale * acc[nt][0], scale * acc[nt][1]);
-    if (r + 8 < valid)
-      store_pair(o_row0, partial_row0, (r + 8) * stride_time + c + 8 * nt, scale * acc[nt][2], scale * acc[nt][3]);
+  for (int m = 0; m < MB; ++m) {
+    const int r = 16 * (rb0 + m) + lane / 4, c = n0 + 2 * (lane % 4);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      if (r < valid)
+        store_pair(o_row0, partial_row0, r * stride_time + c + 8 * nt, scale * acc[m][nt][0], scale * acc[m][nt][1]);
+      if (r + 8 < valid)
+        store_pair(o_row0, partial_row0, (r + 8) * stride_time + c + 8 * nt, scale * acc[m][nt][2],
+                   scale * acc[m][nt][3]);
+    }
   }
 }
 
@@ -595,10 +624,16 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // One block walks the chunks of one segment of one sequence (the whole sequence when not
 // split) for one head and value block.
 // kQuads (outputs pass only): the tensor-core diagonal (quad_*) instead of diagonal_scores.
-template <class E, int KD, int VB, Pass kPass, bool kQuads = false>
-__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
+// kWarps (params.hpp GlaForwardWarps): 8, or 16 so that each scheduler has four warps to
+// hide the latencies of the products and the quad sums (the walkers still take 2·KD
+// threads; the others wait at the barrier). kRowBlocks (GlaForwardTiling): 16-row blocks a
+// warp of the state and of o (StateTile, chunk_output).
+template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kWarps = 8, int kRowBlocks = 1>
+__global__ void __launch_bounds__(32 * kWarps, 1) forward_kernel(const GlaParams p) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
+  constexpr int kBlockThreads = 32 * kWarps;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
+  static_assert(kWarps == 8 || (kWarps == 16 && (kQuads || !kOutput)), "the CUDA-core diagonal takes 8 warps");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
@@ -611,7 +646,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
   float* const segment_decay =
       p.workspace ? p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V + plan.state_slot * p.K + key0
                   : nullptr;
-  StateTile<E, KD, VB> S(warp, lane);
+  StateTile<E, KD, VB, kWarps, kRowBlocks> S(warp, lane);
   if (plan.first_chunk >= plan.end_chunk) {  // a segment past a short sequence's end
     if constexpr (kEnds) {
       S.load(nullptr, p.V);
@@ -631,18 +666,20 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
   auto g_tile = [&](int stage) { return kOutput || stage == 0 ? s.g : s.q_start; };
   // The decays of a chunk are read first and released first: two groups of copies.
   auto issue_decay_loads = [&](int64_t chunk, int stage) {
-    load_chunk<KD, PK>(g_tile(stage), row0(p.g, chunk * kChunk, key0), p.g.stride_time, plan.valid(chunk), tid);
+    load_chunk<KD, PK, false, kBlockThreads>(g_tile(stage), row0(p.g, chunk * kChunk, key0), p.g.stride_time,
+                                             plan.valid(chunk), tid);
     copy_async_commit();
   };
   auto issue_token_loads = [&](int64_t chunk, int stage) {
     const int64_t t = chunk * kChunk;
-    if constexpr (kOutput) load_chunk<KD, PK>(s.q, row0(p.q, t, key0), p.q.stride_time, plan.valid(chunk), tid);
-    load_chunk<KD, PK>(k_tile(stage), row0(p.k, t, key0), p.k.stride_time, plan.valid(chunk), tid);
-    load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
+    const int valid = plan.valid(chunk);
+    if constexpr (kOutput) load_chunk<KD, PK, false, kBlockThreads>(s.q, row0(p.q, t, key0), p.q.stride_time, valid, tid);
+    load_chunk<KD, PK, false, kBlockThreads>(k_tile(stage), row0(p.k, t, key0), p.k.stride_time, valid, tid);
+    load_chunk<VB, PV, false, kBlockThreads>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, valid, tid);
     copy_async_commit();
   };
 
-  for (int i = tid; i < kChunk * Smem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
+  for (int i = tid; i < kChunk * Smem<E, KD, VB>::PA; i += kBlockThreads) s.scores[i] = from_float<E>(0.0f);
   const int64_t state_offset = kb.state(p, plan.n * p.H + h);
   if constexpr (kEnds) S.load(nullptr, p.V);
   else S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
@@ -658,7 +695,9 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
     phases.mark(kGlaPhaseLoadWait);
     if constexpr (kQuads) {
-      quad_inner_scores(s, tid);
+      // With 16 warps at K = 128 a whole warp a quad (four channels a thread); else a half warp.
+      constexpr int kQuadLanes = kWarps == 16 && KD >= 128 ? 32 : 16;
+      if (tid < 16 * kQuadLanes) quad_inner_scores<kQuadLanes>(s, tid);
       __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
       phases.mark(kGlaPhaseDiagonal);
     }
@@ -687,8 +726,8 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       phases.mark(kGlaPhasePairs);
       const int64_t t = chunk * kChunk;
       float* const partial = kb.partial(p, plan.seq.batch, plan.seq.start + t, h, vb0);
-      chunk_output(s, s.v[stage], warp, lane, row0(p.o, t, vb0), partial ? p.H * p.V : p.o.stride_time,
-                   plan.valid(chunk), p.scale, partial);
+      chunk_output<kWarps, kRowBlocks>(s, s.v[stage], warp, lane, row0(p.o, t, vb0),
+                                       partial ? p.H * p.V : p.o.stride_time, plan.valid(chunk), p.scale, partial);
       phases.mark(kGlaPhaseOutput);
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];

@@ -132,6 +132,33 @@ inline constexpr GlaBackwardTail kDefaultBackwardTail = GlaBackwardTail::wide;
 GlaBackwardTail gla_backward_tail();
 void gla_set_backward_tail(GlaBackwardTail tail);
 
+// The block of the forward's chunk walks (forward.cuh forward_kernel; the outputs pass with
+// the tensor-core diagonal, the split's pass 1 and the backward's chunk states): eight warps,
+// or sixteen, so that each scheduler holds four warps instead of two to hide the latencies
+// of the products and the quad sums (the state then takes half the registers a thread).
+enum class GlaForwardWarps { eight, sixteen };
+// Eight by default until sixteen is measured faster on the H100 (NOTES.md v12).
+inline constexpr GlaForwardWarps kDefaultForwardWarps = GlaForwardWarps::eight;
+
+// The block in use: process-wide, kDefaultForwardWarps unless the environment variable
+// SEQMIX_GLA_FORWARD_WARPS is "8" or "16" when first asked, or a caller set it.
+GlaForwardWarps gla_forward_warps();
+void gla_set_forward_warps(GlaForwardWarps warps);
+
+// How the 8 warps of a forward walk tile the state and o (forward.cuh StateTile, chunk_output):
+// wide gives each warp 16 rows (of keys; of tokens) and a half (o) or all (the state) of the
+// value columns; tall gives each warp 32 rows and half as many columns, so that each fragment
+// of v and of the state operand is read by half as many warps (shared-memory wavefronts a chunk
+// step: ≈ 8.8 k at B8 T2048 K = V = 128, ≈ 0.7 k fewer with tall).
+enum class GlaForwardTiling { wide, tall };
+// Wide by default until tall is measured faster on the H100 (NOTES.md v13).
+inline constexpr GlaForwardTiling kDefaultForwardTiling = GlaForwardTiling::wide;
+
+// The tiling in use: process-wide, kDefaultForwardTiling unless the environment variable
+// SEQMIX_GLA_FORWARD_TILING is "wide" or "tall" when first asked, or a caller set it.
+GlaForwardTiling gla_forward_tiling();
+void gla_set_forward_tiling(GlaForwardTiling tiling);
+
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:
 // process-wide, on unless the environment variable SEQMIX_GLA_FORWARD_PIECES is "0" when

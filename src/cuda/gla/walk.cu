@@ -1,5 +1,5 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
-// walk and tail, and the forward's pass 1 in pieces (params.hpp).
+// walk and tail, the forward walks' block size and tiling, and the forward's pass 1 in pieces (params.hpp).
 #include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
 
@@ -36,6 +36,20 @@ GlaBackwardTail& current_backward_tail() {
   return tail;
 }
 
+GlaForwardWarps& current_forward_warps() {
+  static GlaForwardWarps warps = choice_from_environment(
+      "SEQMIX_GLA_FORWARD_WARPS", {{"8", GlaForwardWarps::eight}, {"16", GlaForwardWarps::sixteen}},
+      kDefaultForwardWarps);
+  return warps;
+}
+
+GlaForwardTiling& current_forward_tiling() {
+  static GlaForwardTiling tiling = choice_from_environment(
+      "SEQMIX_GLA_FORWARD_TILING", {{"wide", GlaForwardTiling::wide}, {"tall", GlaForwardTiling::tall}},
+      kDefaultForwardTiling);
+  return tiling;
+}
+
 // On unless SEQMIX_GLA_FORWARD_PIECES=0.
 bool& current_pieces() {
   static bool on = flag_from_environment("SEQMIX_GLA_FORWARD_PIECES", true);
@@ -46,6 +60,12 @@ bool& current_pieces() {
 
 bool gla_forward_pieces() { return current_pieces(); }
 void gla_set_forward_pieces(bool on) { current_pieces() = on; }
+
+GlaForwardWarps gla_forward_warps() { return current_forward_warps(); }
+void gla_set_forward_warps(GlaForwardWarps warps) { current_forward_warps() = warps; }
+
+GlaForwardTiling gla_forward_tiling() { return current_forward_tiling(); }
+void gla_set_forward_tiling(GlaForwardTiling tiling) { current_forward_tiling() = tiling; }
 
 GlaForwardDiagonal gla_forward_diagonal() { return current_diagonal(); }
 void gla_set_forward_diagonal(GlaForwardDiagonal diagonal) { current_diagonal() = diagonal; }
