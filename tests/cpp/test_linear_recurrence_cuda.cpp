@@ -9,8 +9,9 @@
 // its forward in three launches and in one pass (chunks of 16) side by side (any other
 // value, e.g. "auto", times the default), SEQMIX_LINREC_TIMING_FUSED_BLOCKS=2,3 the one
 // pass of f32 at two and three blocks per SM (_BF16=3,4: the bf16 forward at three and four);
-// SEQMIX_LINREC_TIMING_FUSED_TRANSFERS=shared,registers the one-pass forward's two
-// transfers (the running product in shared memory or in registers);
+// SEQMIX_LINREC_TIMING_FUSED_TRANSFERS=shared,registers,transposed the one-pass forward's
+// transfers (the running product in shared memory, or in registers with mma.sync or wgmma
+// products);
 // SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma,
 // the default) picks the chunk-transfer product for every other test.
 #include <cuda_runtime.h>
@@ -260,6 +261,34 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"F32ManyChunksRegisterP", 16, 1500, 64, f32, "fused8", 0, true, "3", false, "registers"},
                       FusedCase{"Bf16ManyChunksRegisterP", 16, 1500, 64, bf16, "fused8", 0, true, "4", false,
                                 "registers"},
+                      // The transposed product on wgmma (chunk_transfer_transposed.cuh).
+                      FusedCase{"SmallF32N64Transposed", 2, 100, 64, f32, "fused", 0, true, "3", false, "transposed"},
+                      FusedCase{"SmallF32N40TransposedNoState", 3, 53, 40, f32, "fused8", 0, false, "3", false,
+                                "transposed"},
+                      FusedCase{"SmallF32N64TransposedChunkOption", 1, 29, 64, f32, "fused", 5, true, "3", false,
+                                "transposed"},
+                      FusedCase{"SmallF32N64TransposedOneChunk", 2, 11, 64, f32, "fused", 0, true, "3", false,
+                                "transposed"},
+                      FusedCase{"SmallBf16N64Transposed", 1, 70, 64, bf16, "fused", 0, true, "4", false,
+                                "transposed"},
+                      FusedCase{"SmallBf16N48TransposedNoState", 3, 53, 48, bf16, "fused8", 0, false, "4", false,
+                                "transposed"},
+                      FusedCase{"F32ManyChunksTransposed", 16, 1500, 64, f32, "fused8", 0, true, "3", false,
+                                "transposed"},
+                      FusedCase{"Bf16ManyChunksTransposed", 16, 1500, 64, bf16, "fused8", 0, true, "4", false,
+                                "transposed"},
+                      // Its other step orders, and the shared-memory transfer it replaced as the default.
+                      FusedCase{"SmallF32N64TransposedLate", 2, 100, 64, f32, "fused", 0, true, "3", false,
+                                "transposed-late"},
+                      FusedCase{"SmallF32N40TransposedMatvecFirst", 3, 53, 40, f32, "fused8", 0, false, "3", false,
+                                "transposed-matvec-first"},
+                      FusedCase{"SmallBf16N64TransposedEarly", 1, 70, 64, bf16, "fused", 0, true, "4", false,
+                                "transposed-early"},
+                      FusedCase{"SmallBf16N48TransposedLate", 3, 53, 48, bf16, "fused8", 0, false, "4", false,
+                                "transposed-late"},
+                      FusedCase{"SmallF32N64SharedTransfer", 2, 100, 64, f32, "fused", 0, true, "3", false, "shared"},
+                      FusedCase{"SmallBf16N48SharedTransferNoState", 3, 53, 48, bf16, "fused8", 0, false, "4", false,
+                                "shared"},
                       FusedCase{"F32ManyChunks", 16, 1500, 64, f32, "fused8"},
                       FusedCase{"Bf16ManyChunks", 16, 1500, 64, bf16, "fused8"},
                       FusedCase{"F32Long", 4, 4000, 64, f32, "fused32"},
@@ -621,7 +650,7 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const char* forwards = std::getenv("SEQMIX_LINREC_TIMING_FORWARDS");    // "split,fused16,fused32"
     const char* fused_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS");  // "2,3" (f32, n ≤ 64)
     const char* bf16_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS_BF16");  // "3,4" (bf16 forward)
-    const char* fused_transfers = std::getenv("SEQMIX_LINREC_TIMING_FUSED_TRANSFERS");  // "shared,registers"
+    const char* fused_transfers = std::getenv("SEQMIX_LINREC_TIMING_FUSED_TRANSFERS");  // "shared,transposed"
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);

@@ -22,6 +22,24 @@ namespace seqmix::cuda::linrec {
 template <class T, int count>
 __device__ __forceinline__ float dot_row(const T* row, const float* x);
 
+// The tf32 A fragment (m16n8k8, also wgmma's per warp) of a 16×8 slice of a product held
+// in accumulators: rows gid, gid + 8 × columns tig, tig + 4 of the slice, in a[0..3], from
+// the accumulator tile of the same columns (columns 2·tig, 2·tig + 1 of rows gid, gid + 8).
+// Lane tig of a quad needs column tig from lane tig / 2 and column tig + 4 from lane
+// 2 + tig / 2. Two shuffles a row half: the first brings column tig (even tig) or tig + 4
+// (odd), the second the other; each sender picks the element its readers of that shuffle
+// want.
+__device__ __forceinline__ void tile_as_tf32_a_fragment(const float (&tile)[4], int lane, float (&a)[4]) {
+  const int tig = lane % 4, quad = lane & ~3, odd = tig & 1, upper = tig >> 1;
+  const int from_x = quad | (upper + 2 * odd), from_y = quad | (upper + 2 * (1 - odd));
+  const float x_top = __shfl_sync(0xffffffffu, upper ? tile[1] : tile[0], from_x);
+  const float x_bottom = __shfl_sync(0xffffffffu, upper ? tile[3] : tile[2], from_x);
+  const float y_top = __shfl_sync(0xffffffffu, upper ? tile[0] : tile[1], from_y);
+  const float y_bottom = __shfl_sync(0xffffffffu, upper ? tile[2] : tile[3], from_y);
+  a[0] = odd ? y_top : x_top, a[1] = odd ? y_bottom : x_bottom;
+  a[2] = odd ? x_top : y_top, a[3] = odd ? x_bottom : y_bottom;
+}
+
 // Chunk `chunk_index` of group g of a forward chain (not transposed, no identity step),
 // m = 1: emit(row, col, value) for every padded row < N and column ≤ N of [P | v] (column
 // N: v). Cfg: the caller's shared-memory layout (stages after kSplitBytes); v's buffers sit
@@ -71,13 +89,6 @@ __device__ __forceinline__ void chunk_transfer_in_registers(unsigned char* smem,
       }
     if (half == 0) v_buffers[row] = row < n ? to_float(stage[Cfg::kStageA + row]) : 0.f;
   }
-  // The A fragment of k-slice ks (rows gid, gid + 8 × columns tig, tig + 4 of the slice)
-  // from accumulator tile ks (columns 2·tig, 2·tig + 1): lane tig of a quad needs column
-  // tig from lane tig / 2 and column tig + 4 from lane 2 + tig / 2. Two shuffles a row
-  // half: the first brings column tig (even tig) or tig + 4 (odd), the second the other;
-  // each sender picks the element its readers of that shuffle want.
-  const int quad = lane & ~3, odd = tig & 1, upper = tig >> 1;
-  const int from_x = quad | (upper + 2 * odd), from_y = quad | (upper + 2 * (1 - odd));
   for (int64_t i = 1; i < len; ++i) {
     const T* stage = begin_step(i);
     {  // v_i = A_i·v_{i-1} + b_i
@@ -93,13 +104,8 @@ __device__ __forceinline__ void chunk_transfer_in_registers(unsigned char* smem,
       for (int k = 0; k < 4; ++k) next[t][k] = 0.f;
 #pragma unroll
     for (int ks = 0; ks < NT; ++ks) {
-      const float* tile = acc[ks];
-      const float x_top = __shfl_sync(0xffffffffu, upper ? tile[1] : tile[0], from_x);
-      const float x_bottom = __shfl_sync(0xffffffffu, upper ? tile[3] : tile[2], from_x);
-      const float y_top = __shfl_sync(0xffffffffu, upper ? tile[0] : tile[1], from_y);
-      const float y_bottom = __shfl_sync(0xffffffffu, upper ? tile[2] : tile[3], from_y);
-      const float a[4] = {odd ? y_top : x_top, odd ? y_bottom : x_bottom, odd ? x_top : y_top,
-                          odd ? x_bottom : y_bottom};
+      float a[4];
+      tile_as_tf32_a_fragment(acc[ks], lane, a);
       unsigned a_hi[4], a_lo[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) a_hi[k] = to_tf32(a[k]), a_lo[k] = to_tf32(a[k] - __uint_as_float(a_hi[k]));

@@ -127,16 +127,33 @@ inline int fused_blocks_f32() {
   return kDefaultFusedBlocksF32;
 }
 
-// The one-pass forward's transfer: the running product in shared memory (wgmma, the
-// default) or in registers (mma.sync, chunk_transfer_registers.cuh; compact kernels at
-// N = 64). SEQMIX_LINREC_FUSED_TRANSFER=registers|shared, read at every call.
-inline bool fused_transfer_in_registers() {
-  return choice_from_environment("SEQMIX_LINREC_FUSED_TRANSFER", {{"registers", true}}, false);
+// The one-pass forward's transfer (compact kernels at N = 64): the running product in
+// shared memory (wgmma), or transposed in registers with mma.sync products
+// (chunk_transfer_registers.cuh) or wgmma products (chunk_transfer_transposed.cuh).
+// SEQMIX_LINREC_FUSED_TRANSFER=shared|registers|transposed (the dtype's default order)|
+// transposed-matvec-first|transposed-early|transposed-late, read at every call. Default:
+// transposed, in the order measured fastest for the dtype on the H100 (NOTES.md, version
+// 11, G16 T4096 n64 m1 forward: f32 0.815 → 0.783 ms early; bf16 0.519 → 0.477 ms
+// matvec first).
+template <class T>
+inline constexpr FusedTransfer kDefaultFusedTransfer =
+    sizeof(T) == 4 ? FusedTransfer::transposed_early : FusedTransfer::transposed_matvec_first;
+
+template <class T>
+inline FusedTransfer fused_transfer() {
+  return choice_from_environment("SEQMIX_LINREC_FUSED_TRANSFER",
+                                 {{"shared", FusedTransfer::shared},
+                                  {"registers", FusedTransfer::registers},
+                                  {"transposed", kDefaultFusedTransfer<T>},
+                                  {"transposed-matvec-first", FusedTransfer::transposed_matvec_first},
+                                  {"transposed-early", FusedTransfer::transposed_early},
+                                  {"transposed-late", FusedTransfer::transposed_late}},
+                                 kDefaultFusedTransfer<T>);
 }
 
-template <class T, int N, bool kWgmma, bool kReverse, bool kCompact, bool kRegisterP = false>
+template <class T, int N, bool kWgmma, bool kReverse, bool kCompact, FusedTransfer kTransfer = FusedTransfer::shared>
 void launch_fused_kernel(const FusedChunkParams& p, cudaStream_t stream) {
-  const auto kernel = fused_chunk_kernel<T, N, kWgmma, kReverse, kCompact, kRegisterP>;
+  const auto kernel = fused_chunk_kernel<T, N, kWgmma, kReverse, kCompact, kTransfer>;
   // The forward's one chain is never transposed: its own layout sizes it.
   const int smem = kReverse ? fused_chunk_smem_bytes<T, N, kWgmma, kCompact>()
                             : ChunkTransferConfig<T, N, false, kWgmma, kCompact>::smem_bytes();
@@ -150,20 +167,40 @@ void launch_fused_kernel(const FusedChunkParams& p, cudaStream_t stream) {
 // The compact layout: f32 in both directions (three blocks per SM); bf16 in the forward
 // only (four blocks per SM: 56.6 KB, 128 registers; the reverse chain's transposed stages
 // would not let four fit).
+// The compact forward with the transfer chosen at run time (without wgmma: the transposed
+// forms take the shared one).
+template <class T, int N, bool kWgmma>
+void launch_compact_forward(const FusedChunkParams& p, cudaStream_t stream) {
+  switch (fused_transfer<T>()) {
+    case FusedTransfer::registers:
+      return launch_fused_kernel<T, N, kWgmma, false, true, FusedTransfer::registers>(p, stream);
+#if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
+    case FusedTransfer::transposed_matvec_first:
+      if constexpr (kWgmma)
+        return launch_fused_kernel<T, N, kWgmma, false, true, FusedTransfer::transposed_matvec_first>(p, stream);
+      break;
+    case FusedTransfer::transposed_early:
+      if constexpr (kWgmma) return launch_fused_kernel<T, N, kWgmma, false, true, FusedTransfer::transposed_early>(p, stream);
+      break;
+    case FusedTransfer::transposed_late:
+      if constexpr (kWgmma) return launch_fused_kernel<T, N, kWgmma, false, true, FusedTransfer::transposed_late>(p, stream);
+      break;
+#endif
+    default: break;
+  }
+  launch_fused_kernel<T, N, kWgmma, false, true>(p, stream);
+}
+
 template <class T, int N, bool kWgmma>
 void launch_fused_chunk(const FusedChunkParams& p, bool reverse, cudaStream_t stream) {
   // reverse: the backward's kernel (float states, a transposed chain)
   if constexpr (N == 64 && kWgmma && sizeof(T) == 4) {
-    if (fused_blocks_f32() == 3) {
-      if (!reverse && fused_transfer_in_registers()) return launch_fused_kernel<T, N, kWgmma, false, true, true>(p, stream);
+    if (fused_blocks_f32() == 3)
       return reverse ? launch_fused_kernel<T, N, kWgmma, true, true>(p, stream)
-                     : launch_fused_kernel<T, N, kWgmma, false, true>(p, stream);
-    }
+                     : launch_compact_forward<T, N, kWgmma>(p, stream);
   }
   if constexpr (N == 64 && kWgmma && sizeof(T) == 2) {
-    if (!reverse && fused_blocks_bf16() == 4)
-      return fused_transfer_in_registers() ? launch_fused_kernel<T, N, kWgmma, false, true, true>(p, stream)
-                                           : launch_fused_kernel<T, N, kWgmma, false, true>(p, stream);
+    if (!reverse && fused_blocks_bf16() == 4) return launch_compact_forward<T, N, kWgmma>(p, stream);
   }
   if (reverse) launch_fused_kernel<T, N, kWgmma, true, false>(p, stream);
   else launch_fused_kernel<T, N, kWgmma, false, false>(p, stream);

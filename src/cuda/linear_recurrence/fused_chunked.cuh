@@ -18,8 +18,15 @@
 
 #include "cuda/linear_recurrence/chunk_transfer.cuh"
 #include "cuda/linear_recurrence/chunk_transfer_registers.cuh"
+#include "cuda/linear_recurrence/chunk_transfer_transposed.cuh"
 
 namespace seqmix::cuda::linrec {
+
+// Where the one-pass forward's chunk transfer keeps the running product: in shared memory,
+// split, the B operand of wgmma (chunk_transfer.cuh); transposed in registers with
+// mma.sync products (chunk_transfer_registers.cuh) or with wgmma products
+// (chunk_transfer_transposed.cuh, in one of its step orders).
+enum class FusedTransfer { shared, registers, transposed_matvec_first, transposed_early, transposed_late };
 
 struct FusedChunkParams {
   // One or two chains side by side (the backward's forward and reverse-time chains):
@@ -80,9 +87,10 @@ __device__ __forceinline__ float dot_row(const T* row, const float* x) {
 // backward's chains, whose states go to float scratch (the forward's: the input type).
 // Both compile-time, so the forward's kernel keeps its registers (bf16: 3 blocks per SM).
 // kCompact: the transfer block's two-stage layout (three blocks per SM; f32).
-// kRegisterP: the forward's transfer with the running product in registers
-// (chunk_transfer_registers.cuh; m = 1, not transposed), in the same layout.
-template <class T, int N, bool kTransposed, bool kWgmma, bool kFloatStates, bool kCompact, bool kRegisterP = false>
+// kTransfer: how the forward's transfer keeps the running product (FusedTransfer; the
+// register forms: m = 1, not transposed, in the same layout).
+template <class T, int N, bool kTransposed, bool kWgmma, bool kFloatStates, bool kCompact,
+          FusedTransfer kTransfer = FusedTransfer::shared>
 __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, const SeqChain& c, int z, int64_t chunk,
                                                   int64_t g) {
   using Cfg = ChunkTransferConfig<T, N, kTransposed, kWgmma, kCompact>;
@@ -114,9 +122,17 @@ __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, con
 
   const auto keep = [&](int row, int col, float value) { summary[row * LDF + col] = value; };
   if (!last_chunk) {
-    if constexpr (kRegisterP) {
+    if constexpr (kTransfer == FusedTransfer::registers) {
       static_assert(!kTransposed, "the forward chain only");
       chunk_transfer_in_registers<T, N, Cfg>(smem, c, g, p.chunk, chunk, n, keep);
+#if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
+    } else if constexpr (kTransfer != FusedTransfer::shared) {
+      static_assert(!kTransposed && kWgmma, "the forward chain only, on wgmma");
+      constexpr TransposedOrder order = kTransfer == FusedTransfer::transposed_matvec_first ? TransposedOrder::matvec_first
+                                        : kTransfer == FusedTransfer::transposed_early      ? TransposedOrder::early
+                                                                                            : TransposedOrder::late;
+      chunk_transfer_transposed<T, N, Cfg, order>(smem, c, g, p.chunk, chunk, n, keep);
+#endif
     } else {
       ChunkTransferParams t;
       t.chunk = p.chunk, t.chunks = p.chunks, t.n = n, t.m = 1;
@@ -204,7 +220,7 @@ __device__ __forceinline__ void fused_chunk_block(const FusedChunkParams& p, con
 template <class T, int N, bool kWgmma, bool kCompact>
 inline constexpr int kFusedMinBlocks = kCompact ? (sizeof(T) == 2 ? 4 : 3) : sizeof(T) == 2 && kWgmma ? 3 : 1;
 
-template <class T, int N, bool kWgmma, bool kReverse, bool kCompact, bool kRegisterP = false>
+template <class T, int N, bool kWgmma, bool kReverse, bool kCompact, FusedTransfer kTransfer = FusedTransfer::shared>
 __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThreads,
                                   kFusedMinBlocks<T, N, kWgmma, kCompact>)
     fused_chunk_kernel(const FusedChunkParams p) {
@@ -217,7 +233,8 @@ __global__ void __launch_bounds__(ChunkTransferConfig<T, N, false, kWgmma>::kThr
   const int64_t g = rest % p.G;
   const SeqChain c = z ? p.chains[1] : p.chains[0];  // constant indices: registers, not local memory
   if (kReverse && c.transposed) fused_chunk_block<T, N, kReverse, kWgmma, kReverse, kCompact>(p, c, z, chunk, g);
-  else fused_chunk_block<T, N, false, kWgmma, kReverse, kCompact, kRegisterP && !kReverse>(p, c, z, chunk, g);
+  else fused_chunk_block<T, N, false, kWgmma, kReverse, kCompact, kReverse ? FusedTransfer::shared : kTransfer>(
+      p, c, z, chunk, g);
 }
 
 template <class T, int N, bool kWgmma, bool kCompact>

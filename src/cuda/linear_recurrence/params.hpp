@@ -109,7 +109,7 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
 
 // The method "automatic" runs on a CUDA device: the fastest forward measured on the H100
 // over the grid (n 32/64/128, T 1024–8192, G 1/16/64, m 1/64, f32 and bf16;
-// `python -m seqmix.bench.gpu.linear_recurrence sweep`, two runs, NOTES.md version 4). The
+// `python -m seqmix.bench.gpu.linear_recurrence` sweep, two runs, NOTES.md version 4; the sweep is now the `grid` command). The
 // winner was the same in f32 and bf16 at every measured point, so the table has no
 // dtype; where two methods were within 1% (one group, T = 8192, m = 64: chunked against
 // cyclic reduction) the table takes the one faster in both runs. Why

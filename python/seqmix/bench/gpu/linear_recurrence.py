@@ -364,44 +364,191 @@ def cases(quick: bool = False) -> list:
     return grid
 
 
-# --- a forward sweep of the grid and a per-phase profile (python -m ...) -----------------
+# --- the whole grid in one call, and a per-phase profile (python -m ...) -----------------
 
-def sweep(points, limit_ms=FULL_PREDICTED_LIMIT_MS, reps=5, stream=sys.stdout) -> None:
-    """For each point of ``grid_plan``: every timed method's forward (median of ``reps``
-    CUDA-event timings, L2 flushed) and peak memory; the backward of the fastest
-    forward and of the sequential method. One JSON line per point on ``stream`` (what
-    the "auto" table in params.hpp is read from)."""
+# The grid run times every method at every point where its case fits memory (nothing is
+# left out for being slow): its forward as the median of GRID_REPS timed calls (CUDA
+# events, L2 flushed) after the first call, which also reads the peak memory and checks h
+# against a float64 loop on the first group; GRID_REPS_SLOW repetitions for a forward over
+# GRID_SLOW_MS, whose spread is small against its length. "auto" (the fastest method by
+# the measured table, what the criteria compare) also gets its backward.
+GRID_REPS, GRID_REPS_SLOW, GRID_SLOW_MS = 5, 3, 20.0
+_GRID_POINT_OVERHEAD_S = 0.3  # inputs, the float64 reference, empty_cache
+_REFERENCE_STEP_S = 12e-6    # one step of the float64 reference loop (a baddbmm launch)
+
+
+def grid_reps(forward_ms: float) -> int:
+    return GRID_REPS if forward_ms < GRID_SLOW_MS else GRID_REPS_SLOW
+
+
+def expected_grid_seconds(plan=None) -> float:
+    """The grid run's predicted duration: per timed method its first call and its
+    repetitions (each with the call overhead), "auto"'s backward at ~2.5 forwards a call
+    (one building call, a warm-up and the repetitions), and per point the inputs and the
+    float64 reference."""
+    total = 0.0
+    for G, T, n, m, dtype, timed, _, _ in plan or grid_plan():
+        for k in timed:
+            ms = predicted_forward_ms(k, G, T, n, m) + _CALL_OVERHEAD_MS
+            total += ms * (1 + grid_reps(ms)) / 1e3
+            if k == "auto":
+                total += 2.5 * ms * (2 + grid_reps(ms)) / 1e3
+        total += _GRID_POINT_OVERHEAD_S + _REFERENCE_STEP_S * T
+    return total
+
+
+def _record_lines(path):
     import json
 
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def grid(points, out_dir, stream=sys.stderr) -> str:
+    """Runs ``points`` (entries of ``grid_plan``) and writes ``grid.jsonl`` (one record a
+    point, written as each finishes, so a run cut short keeps what it measured; the first
+    line describes the run) and ``grid.md`` (``grid_summary``) to ``out_dir``. Returns the
+    Markdown."""
+    import json
+    import os
+
+    from .ceilings import copy_bandwidth
     from .timing import CudaTimer, flush_bytes
 
+    os.makedirs(out_dir, exist_ok=True)
     timer = CudaTimer(torch, flush_bytes(torch))
     small = torch.randn((1, 16, 8, 8), device="cuda")
-    for name in METHODS:  # the first calls' context and kernel loading, outside every probe
+    for name in METHODS:  # the first calls' context and kernel loading, outside every timing
         seqmix.linear_recurrence(small, small[..., :1].contiguous(), method=name)
-    for G, T, n, m, dtype, timed, skipped, _ in points:
-        A = ((torch.rand((G, T, n, n), device="cuda") * 2 - 1) * (1.2 / n**0.5)).to(dtype).requires_grad_()
-        b = torch.randn((G, T, n, m), device="cuda").to(dtype).requires_grad_()
-        dy = torch.randn_like(b)
-        out = {"G": G, "T": T, "n": n, "m": m, "dtype": _dtype_name(dtype), "skipped": skipped,
-               "fwd": {}, "bwd": {}, "peak_mib": {}}
-        for name in (k for k in timed if k != "auto"):
-            run = (lambda name: lambda: seqmix.linear_recurrence(A, b, method=name))(name)
-            peak, ms = peak_memory(run)
-            out["peak_mib"][name] = round(peak / 2**20, 1)
-            if ms > 2 * limit_ms:  # the probe says: too slow to repeat
-                out["skipped"][name] = f"one forward took {ms:.0f} ms"
-                continue
-            out["fwd"][name] = timer.median_ms(run, reps, 1)
-        best = min(out["fwd"], key=out["fwd"].get) if out["fwd"] else None
-        for name in {best, "sequential"} & set(out["fwd"]):
-            h = seqmix.linear_recurrence(A, b, method=name)
-            out["bwd"][name] = timer.median_ms(lambda: torch.autograd.backward(h, dy, retain_graph=True), reps, 1,
-                                               before=lambda: setattr(A, "grad", None) or setattr(b, "grad", None))
+    copy = copy_bandwidth(torch, timer, 5, 2)
+    torch.cuda.empty_cache()
+    path = os.path.join(out_dir, "grid.jsonl")
+    started = time.perf_counter()
+    with open(path, "w") as out:
+        run_info = {"run": {"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                            "copy_gbps": round(copy["GB/s"], 1), "points": len(points),
+                            "predicted_s": round(expected_grid_seconds(points), 1),
+                            "reps": [GRID_REPS, GRID_REPS_SLOW, GRID_SLOW_MS]}}
+        print(json.dumps(run_info), file=out, flush=True)
+        for G, T, n, m, dtype, timed, skipped, _ in points:
+            try:
+                record = grid_point(timer, G, T, n, m, dtype, timed, skipped)
+            except Exception as e:  # a point that fails (out of memory, say) is reported, the rest still run
+                torch.cuda.empty_cache()
+                record = {"point": f"G{G} T{T} n{n} m{m} {_dtype_name(dtype)}", "error": f"{type(e).__name__}: {e}"[:300]}
+            print(json.dumps(record), file=out, flush=True)
+            print(f"linear_recurrence grid {record['point']}: {time.perf_counter() - started:.0f} s", file=stream,
+                  flush=True)
+    records = _record_lines(path)
+    records[0]["run"]["wall_s"] = round(time.perf_counter() - started, 1)
+    text = grid_summary(records)
+    with open(os.path.join(out_dir, "grid.md"), "w") as f:
+        f.write(text + "\n")
+    return text
+
+
+def grid_point(timer, G, T, n, m, dtype, timed, skipped) -> dict:
+    """One point of the grid: every timed method's forward ms, repetitions, peak memory
+    (above the inputs, outputs and workspace alive) and h's error against a float64 loop
+    on group 0; "auto"'s backward ms."""
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    # Made in place in their dtype: the largest points hold tens of GiB of transitions.
+    A = torch.empty((G, T, n, n), dtype=dtype, device="cuda").uniform_(-1.2 / n**0.5, 1.2 / n**0.5, generator=gen)
+    b = torch.empty((G, T, n, m), dtype=dtype, device="cuda").normal_(generator=gen)
+    dy = torch.empty((G, T, n, m), dtype=dtype, device="cuda").normal_(generator=gen)
+    reference = torch_loop(A[:1].double(), b[:1].double())
+    A.requires_grad_(), b.requires_grad_()
+    record = {"point": f"G{G} T{T} n{n} m{m} {_dtype_name(dtype)}", "G": G, "T": T, "n": n, "m": m,
+              "dtype": _dtype_name(dtype), "skipped": dict(skipped), "fwd": {}, "reps": {}, "peak_mib": {},
+              "err": {}, "bwd": {}}
+    for name in timed:
+        def run(name=name):
+            return seqmix.linear_recurrence(A, b, method=name)
+
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        start = time.perf_counter()
+        h = run()
+        torch.cuda.synchronize()
+        first_ms = (time.perf_counter() - start) * 1e3
+        record["peak_mib"][name] = round((torch.cuda.max_memory_allocated() - before) / 2**20, 1)
+        record["err"][name] = float((h[:1].double() - reference).norm() / reference.norm())
+        del h
+        reps = grid_reps(first_ms)
+        record["fwd"][name], record["reps"][name] = timer.median_ms(run, reps, 0), reps
+        if name == "auto":
+            h = run()
+            record["bwd"][name] = timer.median_ms(
+                lambda: torch.autograd.backward(h, dy, retain_graph=True), reps, 1,
+                before=lambda: setattr(A, "grad", None) or setattr(b, "grad", None))
             del h
-        print(json.dumps(out), file=stream, flush=True)
-        del A, b, dy
-        torch.cuda.empty_cache()
+            A.grad = b.grad = None
+    del A, b, dy, reference
+    torch.cuda.empty_cache()
+    return record
+
+
+def grid_summary(records, copy_gbps=None) -> str:
+    """A Markdown report of ``grid``'s records: per point each method's forward ms (bold:
+    the fastest), the fastest against the memory floor (fwd bytes at the run's measured
+    copy rate), cyclic reduction over the scan in time and their peak memory, "auto"'s
+    backward over its forward, and the largest error of h against float64; then the
+    criteria's ranges and every skipped method with its reason."""
+    run = records[0].get("run", {}) if records and "run" in records[0] else {}
+    points = [r for r in records if "point" in r and "error" not in r]
+    failed = [r for r in records if "error" in r]
+    copy_gbps = copy_gbps or run.get("copy_gbps") or 3000.0
+    names = [k for k in METHODS]
+    head = (f"Dense recurrence grid on {run.get('device', 'the GPU')} (torch {run.get('torch', '?')}): "
+            f"{len(points)} points; floor = A, b read and h written once at the measured copy rate "
+            f"{copy_gbps:.0f} GB/s; forward medians of {GRID_REPS} timed calls ({GRID_REPS_SLOW} over "
+            f"{GRID_SLOW_MS:.0f} ms) after a first call, L2 flushed; peak = memory allocated above the inputs "
+            f"during one forward; err = max over methods of ‖h − h₆₄‖/‖h₆₄‖ on group 0."
+            + (f" Wall time {run['wall_s']:.0f} s (predicted {run['predicted_s']:.0f} s)." if "wall_s" in run else ""))
+    out = [head, "",
+           "| point | " + " | ".join(names) + " | fastest × floor | CR ÷ scan (peak MiB scan / CR) | auto bwd ÷ fwd "
+           "| max err |", "|---" * (len(names) + 5) + "|"]
+    cr_scan, floors, back, notes = [], [], [], []
+    for r in points:
+        fwd, peak = r["fwd"], r["peak_mib"]
+        itemsize = 4 if r["dtype"] == "fp32" else 2
+        floor_ms = recurrence_bytes(r["G"], r["T"], r["n"], r["m"], itemsize)["fwd"] / (copy_gbps * 1e6)
+        methods = {k: v for k, v in fwd.items() if k != "auto"}
+        best = min(methods, key=methods.get) if methods else None
+        cells = [(f"**{fwd[k]:.3f}**" if k == best else f"{fwd[k]:.3f}") if k in fwd else "–" for k in names]
+        ratio = "–"
+        if {"scan", "cyclic_reduction"} <= set(fwd):
+            q = fwd["scan"] / fwd["cyclic_reduction"]
+            cr_scan.append((q, peak["cyclic_reduction"] <= peak["scan"], r["point"]))
+            ratio = f"{q:.2f}× ({peak['scan']:.0f} / {peak['cyclic_reduction']:.0f})"
+        floor = "–"
+        if best:
+            floor = f"{fwd[best] / floor_ms:.2f}× ({best})"
+            if r["G"] == 16 and r["n"] <= 64:
+                floors.append((fwd[best] / floor_ms, r["point"]))
+        bwd = "–"
+        if "auto" in r["bwd"]:
+            bwd = f"{r['bwd']['auto'] / fwd['auto']:.2f}×"
+            back.append((r["bwd"]["auto"] / fwd["auto"], r["point"]))
+        err = f"{max(r['err'].values()):.1e}" if r["err"] else "–"
+        out.append(f"| {r['point']} | " + " | ".join(cells) + f" | {floor} | {ratio} | {bwd} | {err} |")
+        notes += [f"- {r['point']}: {k} not timed: {why}" for k, why in r["skipped"].items()]
+    out.append("")
+    if cr_scan:
+        low, high = min(cr_scan), max(cr_scan)
+        out.append(f"- Cyclic reduction ÷ scan (forward time): {low[0]:.2f}× ({low[2]}) to {high[0]:.2f}× ({high[2]}) "
+                   f"at {len(cr_scan)} points; {sum(q >= 1.5 for q, _, _ in cr_scan)} at ≥ 1.5×; peak memory no "
+                   f"higher at {sum(lower for _, lower, _ in cr_scan)}.")
+    if floors:
+        out.append(f"- Fastest method ÷ floor at G = 16, n ≤ 64: {min(floors)[0]:.2f}× ({min(floors)[1]}) to "
+                   f"{max(floors)[0]:.2f}× ({max(floors)[1]}); within 2× at {sum(f <= 2 for f, _ in floors)} of "
+                   f"{len(floors)}.")
+    if back:
+        out.append(f"- auto backward ÷ forward: {min(back)[0]:.2f}× to {max(back)[0]:.2f}× ({max(back)[1]}); "
+                   f"within 2.5× at {sum(q <= 2.5 for q, _ in back)} of {len(back)}.")
+    notes += [f"- {r['point']}: failed: {r['error']}" for r in failed]
+    return "\n".join(out + ([""] + notes if notes else []))
 
 
 def profile(G=16, T=4096, n=64, m=1, dtype=torch.float32, method="chunked", reps=5) -> str:
@@ -426,39 +573,16 @@ def profile(G=16, T=4096, n=64, m=1, dtype=torch.float32, method="chunked", reps
     return title + "\n" + prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60)
 
 
-def summary(lines, copy_gbps=3000.0) -> str:
-    """A Markdown table of ``sweep``'s JSON lines: each method's forward ms, the fastest
-    against the memory floor (fwd bytes at ``copy_gbps``), cyclic reduction over scan with
-    the peak memory of each, and the backward over the forward of the fastest method."""
-    import json
-
-    names = [k for k in METHODS if k != "auto"]
-    out = ["| point | " + " | ".join(names) + " | fastest × floor | scan / CR (MiB scan / CR) | bwd / fwd |",
-           "|---" * (len(names) + 4) + "|"]
-    for line in lines:
-        r = json.loads(line)
-        fwd, peak = r["fwd"], r["peak_mib"]
-        itemsize = 4 if r["dtype"] == "fp32" else 2
-        floor_ms = recurrence_bytes(r["G"], r["T"], r["n"], r["m"], itemsize)["fwd"] / (copy_gbps * 1e6)
-        best = min(fwd, key=fwd.get) if fwd else None
-        cells = [f"**{fwd[k]:.3f}**" if k == best else (f"{fwd[k]:.3f}" if k in fwd else "–") for k in names]
-        ratio = (f"{fwd['scan'] / fwd['cyclic_reduction']:.2f}× ({peak['scan']:.0f} / {peak['cyclic_reduction']:.0f})"
-                 if {"scan", "cyclic_reduction"} <= set(fwd) else "–")
-        back = f"{r['bwd'][best] / fwd[best]:.2f}× ({best})" if best in r["bwd"] else "–"
-        floor = f"{fwd[best] / floor_ms:.1f}×" if best else "–"
-        out.append(f"| G{r['G']} T{r['T']} n{r['n']} m{r['m']} {r['dtype']} | " + " | ".join(cells)
-                   + f" | {floor} | {ratio} | {back} |")
-    return "\n".join(out)
-
-
 def _main(argv=None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m seqmix.bench.gpu.linear_recurrence")
-    parser.add_argument("what", choices=("plan", "sweep", "profile", "summary"))
-    parser.add_argument("--sweep-file", help="summary: the JSON lines a sweep printed")
-    parser.add_argument("--n", type=int, nargs="*", help="limit the sweep to these state sizes")
-    parser.add_argument("--dtype", choices=("fp32", "bf16"), help="limit the sweep to one dtype")
+    parser.add_argument("what", choices=("plan", "grid", "profile", "summary"))
+    parser.add_argument("--out", default="linear_recurrence-grid", help="grid: the folder for grid.jsonl, grid.md")
+    parser.add_argument("--grid-file", help="summary: the grid.jsonl a grid run wrote")
+    parser.add_argument("--n", type=int, nargs="*", help="limit the grid to these state sizes")
+    parser.add_argument("--dtype", choices=("fp32", "bf16"),
+                        help="limit the grid to one dtype (each is about half of the grid's time)")
     args = parser.parse_args(argv)
     plan = grid_plan()
     if args.n:
@@ -474,11 +598,12 @@ def _main(argv=None) -> int:
                   + "".join(f"; {k} forward in {FEW_REPS} repetitions (predicted "
                             f"{predicted_forward_ms(k, G, T, n, m):.0f} ms, over {FEW_LIMIT_MS:.0f} ms)" for k in few))
         print(f"full suite, this op: about {expected_full_seconds(plan) / 60:.0f} min (predicted)")
+        print(f"grid run (every method timed, forward; auto's backward): about {expected_grid_seconds(plan):.0f} s "
+              "(predicted)")
     elif args.what == "summary":
-        with open(args.sweep_file) as f:
-            print(summary(f))
-    elif args.what == "sweep":
-        sweep([p for p in plan if p[5]])
+        print(grid_summary(_record_lines(args.grid_file)))
+    elif args.what == "grid":
+        print(grid([p for p in plan if p[5]], args.out))
     else:
         for dtype in (torch.float32, torch.bfloat16):
             for method in ("chunked", "sequential"):
