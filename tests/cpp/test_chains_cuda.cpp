@@ -276,7 +276,9 @@ TEST(ProjectionChainCuda, WideIdentityRunSplitsAroundItsGates) {
     views.push_back(v);
     first += seg.width;
   }
+  setenv("SEQMIX_CHAINS_GATES_IN_GEMM", "0", 1);  // the split, not the default gates-in-GEMM path
   projection_chain_forward(d_x.view, d_weight.view, std::nullopt, segments, views);
+  unsetenv("SEQMIX_CHAINS_GATES_IN_GEMM");
   const std::vector<double> got = d_out.values(out);
   first = 0;
   for (size_t s = 0; s < segments.size(); ++s) {

@@ -52,11 +52,19 @@ struct ColumnsInputs {
   std::optional<Tensor> device_bias() const { return c.bias ? std::optional<Tensor>(d_bias.view) : std::nullopt; }
 };
 
-class ProjectionChainCudaNarrowColumns : public ::testing::TestWithParam<ColumnsCase> {};
+// The wide chains' gates on the narrow-column kernel beside a plain GEMM of the identity
+// columns (the split the gates-in-GEMM default replaced; SEQMIX_CHAINS_GATES_IN_GEMM=0
+// keeps it reachable, and tested here).
+class ProjectionChainCudaNarrowColumns : public ::testing::TestWithParam<ColumnsCase> {
+ protected:
+  void SetUp() override { setenv("SEQMIX_CHAINS_GATES_IN_GEMM", "0", 1); }
+  void TearDown() override { unsetenv("SEQMIX_CHAINS_GATES_IN_GEMM"); }
+};
 
-TEST_P(ProjectionChainCudaNarrowColumns, ForwardMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  ColumnsInputs in(GetParam());
+// The forward through the public API against the oracle, `calls` times on the same inputs
+// (the second call finds the kept column vectors when they are on).
+void expect_forward_matches_oracle(const ColumnsCase& c, int calls = 1) {
+  ColumnsInputs in(c);
   std::vector<HostTensor> want;
   std::vector<Tensor> want_views;
   for (const auto& s : in.segments) {
@@ -65,20 +73,21 @@ TEST_P(ProjectionChainCudaNarrowColumns, ForwardMatchesOracle) {
   }
   projection_chain_forward(in.x64, in.weight64, in.host_bias(), in.segments, want_views, in.reference);
 
-  HostTensor out = poisoned({in.c.M, in.N}, in.c.f32 ? DType::f32 : DType::bf16);
-  DeviceTensor d_out(out);
-  projection_chain_forward(in.d_x, in.d_weight, in.device_bias(), in.segments,
-                           column_views(d_out.view, in.segments));
-  // f32 outputs: only the operands' bf16 rounding is shared with the oracle.
-  expect_segments_match(d_out.values(out), want, in.segments, in.c.M,
-                        in.c.f32 ? 1e-4 : tolerance(DType::bf16));
+  for (int call = 0; call < calls; ++call) {
+    HostTensor out = poisoned({in.c.M, in.N}, in.c.f32 ? DType::f32 : DType::bf16);
+    DeviceTensor d_out(out);
+    projection_chain_forward(in.d_x, in.d_weight, in.device_bias(), in.segments,
+                             column_views(d_out.view, in.segments));
+    // f32 outputs: only the operands' bf16 rounding is shared with the oracle.
+    expect_segments_match(d_out.values(out), want, in.segments, in.c.M,
+                          in.c.f32 ? 1e-4 : tolerance(DType::bf16));
+  }
 }
 
 // The backward's recompute of the gates (narrow_columns_derivative_bf16) inside the whole
 // chain's backward; the gradients separate bf16 tensors, as autograd hands them over.
-TEST_P(ProjectionChainCudaNarrowColumns, BackwardMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  ColumnsInputs in(GetParam());
+void expect_backward_matches_oracle(const ColumnsCase& c) {
+  ColumnsInputs in(c);
   std::vector<HostTensor> d_outputs, d_outputs64;
   std::vector<std::unique_ptr<DeviceTensor>> device_d_outputs;
   std::vector<Tensor> host_views, device_views;
@@ -105,6 +114,16 @@ TEST_P(ProjectionChainCudaNarrowColumns, BackwardMatchesOracle) {
   if (in.c.bias) EXPECT_LT(rel_err(d_db.values(db), db64.values()), tolerance(DType::bf16)) << "dbias";
 }
 
+TEST_P(ProjectionChainCudaNarrowColumns, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  expect_forward_matches_oracle(GetParam());
+}
+
+TEST_P(ProjectionChainCudaNarrowColumns, BackwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  expect_backward_matches_oracle(GetParam());
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, ProjectionChainCudaNarrowColumns,
     ::testing::Values(ColumnsCase{"Small_gates_M1_K136_nobias_bf16", &kGates, 1, 136, false, false},
@@ -116,6 +135,51 @@ INSTANTIATE_TEST_SUITE_P(
                       ColumnsCase{"Small_wide_M1_K136_nobias_bf16", &kWideWithGates, 1, 136, false, false},
                       ColumnsCase{"Small_wide_M1000_K136_nobias_bf16", &kWideWithGates, 1000, 136, false, false},
                       ColumnsCase{"Small_wide_M4500_K264_nobias_bf16", &kWideWithGates, 4500, 264, false, false}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// The same cases with the gates in the plain GEMM (then activate_columns) and the column
+// vectors kept across calls (SEQMIX_CHAINS_GATES_IN_GEMM=1, SEQMIX_CHAINS_CACHED_COLUMNS=1,
+// both the defaults; set here so the cases keep their path if a default changes):
+// the forward twice (the second call reuses the kept vectors), and the backward; plus a
+// chain whose gates start off a multiple of 8, so the activated piece takes in identity
+// columns (factor 1) and lanes with mixed codes.
+const std::vector<ProjectionSegment> kWideMixedOffEight = {{196, Activation::identity, 1.0},
+                                                           {12, Activation::softplus, 1.0},
+                                                           {8, Activation::sigmoid, 1.0},
+                                                           {12, Activation::logsigmoid, 4.0},
+                                                           {8, Activation::silu, 1.0},
+                                                           {20, Activation::identity, 1.0}};
+
+class ProjectionChainCudaGatesInGemm : public ::testing::TestWithParam<ColumnsCase> {
+ protected:
+  void SetUp() override {
+    setenv("SEQMIX_CHAINS_GATES_IN_GEMM", "1", 1);
+    setenv("SEQMIX_CHAINS_CACHED_COLUMNS", "1", 1);
+  }
+  void TearDown() override {
+    unsetenv("SEQMIX_CHAINS_GATES_IN_GEMM");
+    unsetenv("SEQMIX_CHAINS_CACHED_COLUMNS");
+  }
+};
+
+TEST_P(ProjectionChainCudaGatesInGemm, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  expect_forward_matches_oracle(GetParam(), 2);
+}
+
+TEST_P(ProjectionChainCudaGatesInGemm, BackwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  expect_backward_matches_oracle(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, ProjectionChainCudaGatesInGemm,
+    ::testing::Values(ColumnsCase{"Small_wide_M1_K136_nobias_bf16", &kWideWithGates, 1, 136, false, false},
+                      ColumnsCase{"Small_wide_M1000_K136_nobias_bf16", &kWideWithGates, 1000, 136, false, false},
+                      ColumnsCase{"Small_offeight_M1000_K40_nobias_bf16", &kWideMixedOffEight, 1000, 40, false,
+                                  false},
+                      ColumnsCase{"Small_offeight_M63_K72_bias_bf16", &kWideMixedOffEight, 63, 72, true, false},
+                      ColumnsCase{"Small_gates_M1000_K136_nobias_f32", &kGates, 1000, 136, false, true}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // The launcher itself, for what the public API's checks refuse: a run 20 columns wide (its

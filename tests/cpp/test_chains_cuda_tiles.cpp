@@ -5,6 +5,7 @@
 // Small* so the GPU check runs them under compute-sanitizer.
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <optional>
 #include <vector>
 
@@ -132,6 +133,30 @@ TEST(ChainsCudaTiles, ActivationNamesAnUnbuiltTile) {
     EXPECT_SEQMIX_ERROR(cuda::activation_gemm_bf16_scheduled({tile}, 8, 8, 8, {}, {}, {}, {}, nullptr),
                         std::string("no activation kernel for ") + cuda::gemm_tile_name(tile));
   }
+}
+
+// The forward schedule by rounds (SEQMIX_CHAINS_FORWARD_ROUNDS=1) on a 132-SM H100, at
+// issue 6's widths: a swizzle of 2 where it costs no round (Gated DeltaNet's 97 column tiles
+// of 128 at 8192 tokens: 24 rounds either way), 1 where padding the column tiles to an even
+// count would add one (GLA's 49: 13 rounds against 12); above 16k tokens 256 × 128 where it
+// needs fewer rounds than 128 × 256 (GLA 32768: 48 against 49). Skipped on other devices.
+TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    sms = 132;  // no GPU: the dispatch assumes an H100's count
+  if (sms != 132) GTEST_SKIP() << "the expected schedules are an H100's (132 SMs), this device has " << sms;
+  setenv("SEQMIX_CHAINS_FORWARD_ROUNDS", "1", 1);
+  const auto tall = cuda::GemmTile::cooperative_256x128_cluster2x1;
+  EXPECT_EQ(cuda::forward_schedule(8192, 12320, 2048).swizzle, 2);
+  EXPECT_EQ(cuda::forward_schedule(8192, 6160, 2048).swizzle, 1);
+  EXPECT_EQ(cuda::forward_schedule(8192, 6160, 2048).tile, tall);
+  EXPECT_EQ(cuda::forward_schedule(32768, 6160, 2048).tile, tall);
+  EXPECT_EQ(cuda::forward_schedule(32768, 12288, 2048).tile, cuda::GemmTile::cooperative_128x256_cluster2x1);
+  EXPECT_EQ(cuda::forward_schedule(2048, 6160, 2048).raster, cuda::Raster::along_m);
+  setenv("SEQMIX_CHAINS_FORWARD_ROUNDS", "0", 1);
+  EXPECT_EQ(cuda::forward_schedule(8192, 6160, 2048).swizzle, 2);
+  unsetenv("SEQMIX_CHAINS_FORWARD_ROUNDS");
 }
 
 }  // namespace

@@ -8,7 +8,9 @@
 #include <string>
 #include <type_traits>
 
+#include "cuda/chains/dependent_launch.hpp"
 #include "cuda/chains/gemm_tiles.hpp"
+#include "cuda/common/environment.hpp"
 #include "seqmix/error.hpp"
 
 namespace seqmix::cuda {
@@ -23,17 +25,6 @@ const char* gemm_tile_name(GemmTile tile) {
     case GemmTile::pingpong_128x128_cluster1x1: return "pingpong 128x128 cluster 1x1";
   }
   return "unknown tile";
-}
-
-// Measured on the H100 (ChainsCudaTiming.ForwardTiles, NOTES.md "Tile choice, measured"),
-// d = 2048: up to ~3k tokens, 256 × 128 along M fills the 132 SMs in 3 rounds where
-// 128 × 256 needs a fourth, nearly empty one at GLA's width (0.78× the default's time);
-// up to 16k tokens, 256 × 128 along N with a swizzle of 2 was 0.89-0.95× at both layer
-// widths; beyond, the default was best. Differences under ~5% are within run-to-run noise.
-GemmSchedule forward_schedule(int64_t M, int64_t /*N*/, int64_t /*K*/) {
-  if (M <= 3072) return {GemmTile::cooperative_256x128_cluster2x1, Raster::along_m, 1};
-  if (M <= 16384) return {GemmTile::cooperative_256x128_cluster2x1, Raster::along_n, 2};
-  return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
 }
 
 namespace {
@@ -92,10 +83,13 @@ void gemm_tn_bf16_scheduled(GemmSchedule s, int64_t M, int64_t N, int64_t K, Row
 
 namespace {
 
-// Rounds of a persistent grid of 128 × 256 tiles over out [M, N] in clusters of cm × cn CTAs:
-// the cluster pads the tile grid to its multiple, and the SMs hold sms / (cm·cn) clusters.
-int64_t tile_rounds(int64_t M, int64_t N, int cm, int cn, int sms) {
-  const int64_t clusters = (((M + 127) / 128 + cm - 1) / cm) * (((N + 255) / 256 + cn - 1) / cn);
+// Rounds of a persistent grid over out [M, N] in tiles of tm × tn, clusters of cm × cn CTAs
+// and a swizzle of `swizzle` tiles: CUTLASS's scheduler pads each index of the tile grid to
+// a multiple of swizzle × cluster, and the SMs hold sms / (cm·cn) clusters at a time.
+int64_t tile_rounds(int64_t M, int64_t N, int64_t tm, int64_t tn, int cm, int cn, int swizzle, int sms) {
+  const auto padded = [](int64_t tiles, int64_t multiple) { return (tiles + multiple - 1) / multiple * multiple; };
+  const int64_t clusters = padded((M + tm - 1) / tm, int64_t(swizzle) * cm) / cm *
+                           (padded((N + tn - 1) / tn, int64_t(swizzle) * cn) / cn);
   const int64_t slots = std::max(1, sms / (cm * cn));
   return (clusters + slots - 1) / slots;
 }
@@ -122,17 +116,48 @@ GemmSchedule backward_tn_schedule(int64_t M, int64_t N, int64_t /*K*/) {
     if (t >= 0 && t < kGemmTiles && tn_tile_built(static_cast<GemmTile>(t))) return {static_cast<GemmTile>(t)};
   }
   const int sms = sm_count();
-  if (tile_rounds(M, N, 1, 2, sms) < tile_rounds(M, N, 2, 1, sms))
+  if (tile_rounds(M, N, 128, 256, 1, 2, 1, sms) < tile_rounds(M, N, 128, 256, 2, 1, 1, sms))
     return {GemmTile::cooperative_128x256_cluster1x2, Raster::along_n, 1};
   return {};
 }
 
-void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream) {
-  gemm_tn_bf16_scheduled(backward_tn_schedule(M, N, K), M, N, K, a, b, out, stream);
+void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,
+                  bool programmatic) {
+  GemmSchedule s = backward_tn_schedule(M, N, K);
+  s.programmatic = programmatic && programmatic_launch_enabled();
+  gemm_tn_bf16_scheduled(s, M, N, K, a, b, out, stream);
 }
 
-void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream) {
-  gemm_nt_bf16_scheduled(forward_schedule(M, N, K), M, N, K, a, b, out, stream);
+// Measured on the H100 (ChainsCudaTiming.ForwardTiles, NOTES.md "Tile choice, measured"),
+// d = 2048: up to ~3k tokens, 256 × 128 along M fills the 132 SMs in 3 rounds where
+// 128 × 256 needs a fourth, nearly empty one at GLA's width (0.78× the default's time);
+// up to 16k tokens, 256 × 128 along N with a swizzle of 2 was 0.89-0.95× at both layer
+// widths; beyond, the default was best. Differences under ~5% are within run-to-run noise.
+// With SEQMIX_CHAINS_FORWARD_ROUNDS=1 the rounds decide (NOTES.md, "Where the forward's gap
+// is"): the swizzle of 2 pads the column tiles to an even count, which at GLA's 49 column
+// tiles of 128 (6160 columns) and 8192 tokens made 1600 tiles, 13 rounds instead of 12, so
+// it is taken only where it costs no round; above 16k tokens 256 × 128 along N replaces the
+// default where it needs fewer rounds (GLA 32768: 48 against 49).
+bool programmatic_launch_enabled() { return flag_from_environment("SEQMIX_CHAINS_PDL", true); }
+
+bool forward_rounds_enabled() { return flag_from_environment("SEQMIX_CHAINS_FORWARD_ROUNDS", true); }
+
+GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t /*K*/) {
+  constexpr GemmTile kTall = GemmTile::cooperative_256x128_cluster2x1;
+  if (M <= 3072) return {kTall, Raster::along_m, 1};
+  const bool by_rounds = forward_rounds_enabled();
+  const int sms = by_rounds ? sm_count() : 132;
+  const auto tall_rounds = [&](int swizzle) { return tile_rounds(M, N, 256, 128, 2, 1, swizzle, sms); };
+  if (M <= 16384) return {kTall, Raster::along_n, !by_rounds || tall_rounds(2) <= tall_rounds(1) ? 2 : 1};
+  if (by_rounds && tall_rounds(1) < tile_rounds(M, N, 128, 256, 2, 1, 1, sms)) return {kTall, Raster::along_n, 1};
+  return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
+}
+
+void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,
+                  bool programmatic) {
+  GemmSchedule s = forward_schedule(M, N, K);
+  s.programmatic = programmatic && programmatic_launch_enabled();
+  gemm_nt_bf16_scheduled(s, M, N, K, a, b, out, stream);
 }
 
 void activation_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,

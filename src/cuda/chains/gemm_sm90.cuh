@@ -10,6 +10,14 @@
 //   form); RowMajor: B is stored [K, N] row-major.
 #pragma once
 
+// CUTLASS's grid dependency control: the producer warp waits for the previous grid before
+// its first load (griddepcontrol.wait, a no-op unless the GEMM was launched as a
+// programmatic dependent) and every CTA lets the next grid launch when it reaches its last
+// tile. Must precede every CUTLASS include of the translation unit.
+#ifndef CUTLASS_ENABLE_GDC_FOR_SM90
+#define CUTLASS_ENABLE_GDC_FOR_SM90 1
+#endif
+
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
 #include <cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp>
@@ -136,9 +144,10 @@ struct Sm90Gemm {
     return known[device];
   }
 
-  // Launches on `stream`; the scratch CUTLASS asks for (none for this schedule without
-  // split-K, but asked) comes from the stream-ordered allocator.
-  static void run(const Arguments& args, cudaStream_t stream, const char* what) {
+  // Launches on `stream`, as a programmatic dependent of its previous kernel when asked; the
+  // scratch CUTLASS asks for (none for this schedule without split-K, but asked) comes from
+  // the stream-ordered allocator.
+  static void run(const Arguments& args, cudaStream_t stream, const char* what, bool programmatic = false) {
     Gemm gemm;
     cutlass::Status status = gemm.can_implement(args);
     if (status != cutlass::Status::kSuccess)
@@ -147,7 +156,7 @@ struct Sm90Gemm {
     void* workspace = nullptr;
     if (bytes > 0) check(cudaMallocAsync(&workspace, bytes, stream), what);
     status = gemm.initialize(args, workspace, stream);
-    if (status == cutlass::Status::kSuccess) status = gemm.run(stream);
+    if (status == cutlass::Status::kSuccess) status = gemm.run(stream, nullptr, programmatic);
     if (workspace) check(cudaFreeAsync(workspace, stream), what);
     if (status != cutlass::Status::kSuccess)
       throw Error(std::string("seqmix: ") + what + ": CUTLASS " + cutlassGetStatusString(status));

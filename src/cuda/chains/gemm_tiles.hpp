@@ -32,6 +32,9 @@ struct GemmSchedule {
   GemmTile tile = GemmTile::cooperative_128x256_cluster2x1;
   Raster raster = Raster::heuristic;
   int swizzle = 1;
+  // Launched as a programmatic dependent of the stream's previous kernel (PDL): its CTAs may
+  // start, set up and wait while that kernel finishes (dependent_launch.cuh).
+  bool programmatic = false;
 };
 
 // The schedule the forward GEMMs (gemm_nt_bf16, activation_gemm_bf16) use for a problem

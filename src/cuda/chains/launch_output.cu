@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <tuple>
 
+#include "cuda/chains/dependent_launch.cuh"
 #include "cuda/chains/params.hpp"
 #include "cuda/chains/scratch.cuh"
 #include "cuda/common/environment.hpp"
@@ -62,7 +63,11 @@ struct NormGate {
   for (int64_t index = (blockIdx.x * int64_t(blockDim.x) + threadIdx.x) / 32; index < (ng).rows(); \
        index += int64_t(gridDim.x) * blockDim.x / 32)
 
+// The norm-gate kernels let the GEMM that reads what they write launch early
+// (allow_next_grid): its CTAs set up on the SMs these blocks leave and wait there
+// (NOTES.md, "Programmatic dependent launch").
 __global__ void norm_gate_forward(NormGate ng, bf16* u) {
+  allow_next_grid();
   const int lane = threadIdx.x % 32;
   FOR_EACH_ROW(ng, index) {
     const Row r = ng.row(index);
@@ -101,6 +106,7 @@ __device__ void store8(bf16* p, const float (&v)[8]) {
 // copy rate.
 template <int kVectors>
 __global__ void norm_gate_forward_vec8(NormGate ng, bf16* u) {
+  allow_next_grid();
   const int lane = threadIdx.x % 32;
   FOR_EACH_ROW(ng, index) {
     const Row r = ng.row(index);
@@ -135,6 +141,8 @@ __global__ void norm_gate_forward_vec8(NormGate ng, bf16* u) {
 // (per block in shared memory, then one atomic per column and block).
 __global__ void norm_gate_backward(NormGate ng, const bf16* du, bf16* d_o, int64_t d_o_stride, bf16* dg,
                                    int64_t dg_stride, float* dw_sums) {
+  wait_for_previous_grid();  // du comes from the GEMM before (launched as its dependent)
+  allow_next_grid();
   extern __shared__ float dw_block[];
   for (int j = threadIdx.x; j < ng.dv; j += blockDim.x) dw_block[j] = 0.f;
   __syncthreads();
@@ -176,6 +184,8 @@ __global__ void norm_gate_backward(NormGate ng, const bf16* du, bf16* d_o, int64
 template <int kVectors>
 __global__ void norm_gate_backward_vec8(NormGate ng, const bf16* du, bf16* d_o, int64_t d_o_stride, bf16* dg,
                                         int64_t dg_stride, float* dw_sums, bf16* u) {
+  wait_for_previous_grid();  // du comes from the GEMM before (launched as its dependent)
+  allow_next_grid();
   extern __shared__ float dw_block[];
   for (int j = threadIdx.x; j < ng.dv; j += blockDim.x) dw_block[j] = 0.f;
   __syncthreads();
@@ -264,6 +274,13 @@ void normalise_and_gate(const OutputChainProblem& p, bf16* u, cudaStream_t strea
   check_launch("output chain: norm_gate_forward");
 }
 
+// The most tokens for which the forward's GEMM is launched as a programmatic dependent of
+// the norm-gate pass: measured on the H100 (ChainsCudaTiming.OutputPdl, graph replays) 0.980
+// / 0.988 of the plain launch's time at 2048 tokens (GLA / Gated DeltaNet widths), 0.992 /
+// 1.001 at 8192, but 1.025 / 1.015 at 32768 (inside that size's clock drift, but not
+// faster), so it stays off there.
+constexpr int64_t kProgrammaticForwardMaxTokens = 8192;
+
 // SEQMIX_CHAINS_OUTPUT_FUSED=0: the backward recomputes u in its own pass first, as before.
 bool output_backward_fused() { return flag_from_environment("SEQMIX_CHAINS_OUTPUT_FUSED", true); }
 
@@ -277,7 +294,8 @@ void output_chain_forward(const OutputChainProblem& p, MutableRows y) {
   const int64_t width = p.heads * p.dv;
   const chains::Scratch<chains::bf16> u(p.tokens * width, stream);
   chains::normalise_and_gate(p, u.get(), stream);
-  gemm_nt_bf16(p.tokens, p.d_out, width, Rows{u.get(), width}, p.out_weight, y, p.stream);
+  gemm_nt_bf16(p.tokens, p.d_out, width, Rows{u.get(), width}, p.out_weight, y, p.stream,
+               /*programmatic=*/p.tokens <= chains::kProgrammaticForwardMaxTokens);
 }
 
 void output_chain_backward(const OutputChainProblem& p, const OutputChainGradients& g) {
@@ -290,12 +308,14 @@ void output_chain_backward(const OutputChainProblem& p, const OutputChainGradien
   // u (not kept by the forward) comes from the norm-gate backward itself when its 16-byte
   // kernel runs: one pass over o, g and du instead of a recompute pass over o and g first.
   const bool fused = vec8 && chains::output_backward_fused();
+  const chains::Scratch<float> dw(p.dv, stream);
+  // Zeroed first, so that nothing stands between du's GEMM and the norm-gate backward that
+  // is launched as its programmatic dependent, nor between that and dout_weight's GEMM.
+  check(cudaMemsetAsync(dw.get(), 0, p.dv * sizeof(float), stream), "output chain: dnorm_weight");
   if (!fused) chains::normalise_and_gate(p, u.get(), stream);
   gemm_nn_bf16(p.tokens, width, p.d_out, g.dy, p.out_weight, MutableRows{du.get(), width}, p.stream);
   if (!fused) gemm_tn_bf16(p.d_out, width, p.tokens, g.dy, Rows{u.get(), width}, g.dout_weight, p.stream);
 
-  const chains::Scratch<float> dw(p.dv, stream);
-  check(cudaMemsetAsync(dw.get(), 0, p.dv * sizeof(float), stream), "output chain: dnorm_weight");
   // Few enough blocks that the per-block dw atomics stay cheap, enough to fill the device.
   const unsigned blocks = std::min(chains::grid_for(p.tokens * p.heads * 32, chains::kThreads), 1024u);
   const auto args = std::make_tuple(chains::norm_gate(p), static_cast<const bf16*>(du.get()),
@@ -303,15 +323,18 @@ void output_chain_backward(const OutputChainProblem& p, const OutputChainGradien
                                     g.dg.stride, dw.get());
   const size_t shared = p.dv * sizeof(float);
   const auto launch = [&](auto kernel, auto... extra) {
-    std::apply([&](auto... a) { kernel<<<blocks, chains::kThreads, shared, stream>>>(a..., extra...); }, args);
+    std::apply([&](auto... a) {
+      launch_dependent(kernel, blocks, chains::kThreads, shared, stream, "output chain: norm_gate_backward", a...,
+                       extra...);
+    }, args);
   };
   bf16* const u_out = fused ? u.get() : nullptr;
   if (vec8) launch(p.dv <= 256 ? chains::norm_gate_backward_vec8<1> : chains::norm_gate_backward_vec8<2>, u_out);
   else launch(chains::norm_gate_backward);
-  check_launch("output chain: norm_gate_backward");
+  if (fused)
+    gemm_tn_bf16(p.d_out, width, p.tokens, g.dy, Rows{u.get(), width}, g.dout_weight, p.stream, /*programmatic=*/true);
   chains::to_bf16<<<chains::grid_for(p.dv, 256), 256, 0, stream>>>(dw.get(), p.dv, static_cast<bf16*>(g.dnorm_weight));
   check_launch("output chain: dnorm_weight");
-  if (fused) gemm_tn_bf16(p.d_out, width, p.tokens, g.dy, Rows{u.get(), width}, g.dout_weight, p.stream);
 }
 
 }  // namespace seqmix::cuda

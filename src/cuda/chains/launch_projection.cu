@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <optional>
 #include <utility>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
 #include "cuda/chains/scratch.cuh"
+#include "cuda/common/environment.hpp"
 
 namespace seqmix::cuda::chains {
 namespace {
@@ -113,24 +116,64 @@ bool has_activation(const ProjectionChainProblem& p) {
   return false;
 }
 
-// The epilogue's per-column vectors in scratch, padded to a multiple of 8 columns so that
-// a sub-range starting at a multiple of 8 is 16-byte aligned.
+// The vectors of a chain without bias depend on its segments only: kept per device and
+// segment list, filled once (a synchronous copy outside any stream capture), so that a call
+// launches no fill_columns (one kernel and launch gap less per call; the low-rank gate's
+// whole forward is two kernels). Entries live as long as the process, one per distinct
+// chain. SEQMIX_CHAINS_CACHED_COLUMNS=0 fills them per call, as before.
+bool cached_columns_enabled() { return flag_from_environment("SEQMIX_CHAINS_CACHED_COLUMNS", true); }
+
+const float* cached_vectors(const ProjectionChainProblem& p, int64_t padded, cudaStream_t stream) {
+  if (p.bias || !cached_columns_enabled()) return nullptr;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  std::vector<double> key{double(device), double(p.columns)};
+  for (const auto& s : p.segments) key.insert(key.end(), {double(s.offset), double(s.width), double(s.code), s.scale});
+  static std::mutex mutex;
+  static std::map<std::vector<double>, float*> known;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  // A capture may not allocate or copy synchronously: that call fills its own.
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capturing), "projection chain: capture status");
+  if (capturing != cudaStreamCaptureStatusNone) return nullptr;
+  std::vector<float> host(3 * padded, 0.f);  // bias 0; padding columns identity, scale 1
+  std::fill(host.begin() + 2 * padded, host.end(), 1.f);
+  for (const auto& s : p.segments)
+    for (int64_t c = s.offset; c < s.offset + s.width; ++c) {
+      host[padded + c] = float(s.code);
+      host[2 * padded + c] = s.scale;
+    }
+  float* data = nullptr;
+  check(cudaMalloc(reinterpret_cast<void**>(&data), host.size() * sizeof(float)), "projection chain: column vectors");
+  check(cudaMemcpy(data, host.data(), host.size() * sizeof(float), cudaMemcpyHostToDevice),
+        "projection chain: column vectors");
+  known.emplace(std::move(key), data);
+  return data;
+}
+
+// The epilogue's per-column vectors, padded to a multiple of 8 columns so that a sub-range
+// starting at a multiple of 8 is 16-byte aligned: the kept ones, or scratch filled per call.
 class ColumnVectors {
  public:
   ColumnVectors(const ProjectionChainProblem& p, cudaStream_t stream)
-      : padded_(round_up(p.columns, 8)), data_(3 * padded_, stream) {
+      : padded_(round_up(p.columns, 8)), data_(cached_vectors(p, padded_, stream)) {
+    if (data_) return;
+    scratch_.emplace(3 * padded_, stream);
+    data_ = scratch_->get();
     fill_columns<<<grid_for(padded_, 256), 256, 0, stream>>>(segment_table(p), static_cast<const bf16*>(p.bias),
-                                                             p.columns, padded_, data_.get(), data_.get() + padded_,
-                                                             data_.get() + 2 * padded_);
+                                                             p.columns, padded_, scratch_->get(),
+                                                             scratch_->get() + padded_, scratch_->get() + 2 * padded_);
     check_launch("projection chain: fill_columns");
   }
   ColumnEpilogue from(int64_t column) const {
-    return {data_.get() + column, data_.get() + padded_ + column, data_.get() + 2 * padded_ + column};
+    return {data_ + column, data_ + padded_ + column, data_ + 2 * padded_ + column};
   }
 
  private:
   int64_t padded_;
-  Scratch<float> data_;
+  const float* data_;
+  std::optional<Scratch<float>> scratch_;
 };
 
 const bf16* element(Rows m, int64_t row, int64_t column) {
@@ -188,6 +231,27 @@ bool worth_splitting(const ProjectionChainProblem& p, const OutputRun& run) {
   return p.tokens > kSplitMinTokens || all_narrow;
 }
 
+// A bf16 run without bias whose activation columns (widened to multiples of 8) are at most a
+// quarter of it, with SEQMIX_CHAINS_GATES_IN_GEMM=1: the plain GEMM over the whole run, then
+// activate_columns over the activation pieces. At Gated DeltaNet's width 32 gate columns
+// add one 128-wide column tile to the GEMM, which at 2048 and 8192 tokens costs no extra
+// round of tiles on 132 SMs (776 tiles against 768, both 6 rounds at 2048 tokens).
+bool gates_in_plain_gemm(const ProjectionChainProblem& p, const OutputRun& run) {
+  if (p.bias || run.f32 || !gates_in_plain_gemm_enabled()) return false;
+  int64_t activation_columns = 0;
+  for (const auto& [a, b] : activation_pieces(p, run)) activation_columns += b - a;
+  return activation_columns > 0 && 4 * activation_columns <= run.width;
+}
+
+void plain_gemm_then_activate(const ProjectionChainProblem& p, const OutputRun& run, const ColumnVectors& vectors) {
+  gemm_nt_bf16(p.tokens, run.width, p.d, p.x, Rows{element(p.weight, run.first, 0), p.weight.stride}, run.out,
+               p.stream);
+  for (const auto& [a, b] : activation_pieces(p, run))
+    activate_columns_bf16(p.tokens, b - a,
+                          MutableRows{static_cast<bf16*>(run.out.data) + (a - run.first), run.out.stride},
+                          vectors.from(a), p.stream);
+}
+
 void split_at_activations(const ProjectionChainProblem& p, const OutputRun& run, const ColumnVectors& vectors) {
   const auto gemm = [&](int64_t first, int64_t last, bool activation) {
     if (first >= last) return;
@@ -233,6 +297,7 @@ void projection_chain_forward(const ProjectionChainProblem& p, const std::vector
         narrow_columns_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
       else activation_gemm_bf16_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
     } else if (plain) gemm_nt_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, p.stream);
+    else if (chains::gates_in_plain_gemm(p, run)) chains::plain_gemm_then_activate(p, run, *vectors);
     else if (chains::worth_splitting(p, run)) chains::split_at_activations(p, run, *vectors);
     else if (chains::narrow_fits(p, run.first, run.first + run.width))
       narrow_columns_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);

@@ -19,6 +19,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "cuda/chains/dependent_launch.cuh"
 #include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
 #include "cuda/common/runtime.cuh"
@@ -185,6 +186,9 @@ __device__ __forceinline__ void load_x(uint32_t (&a)[kMaxSteps][4], const bf16* 
 template <class Out, Mode kMode>
 __global__ void __launch_bounds__(kThreads)
     narrow_projection(int64_t M, int64_t N, int K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns) {
+  // Launched as a programmatic dependent: x is usually the previous GEMM's output (GLA's
+  // low-rank code), so nothing is read before that GEMM has finished.
+  wait_for_previous_grid();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t slab = int64_t(blockIdx.x) * kSlabColumns;
   const int steps = (K + 15) / 16;
@@ -277,9 +281,8 @@ void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows ou
   const int64_t wanted = std::max<int64_t>(1, int64_t(sms) * resident / slabs);
   const int64_t row_grid = std::min({row_blocks, wanted, int64_t{65535}});
   const dim3 grid(static_cast<unsigned>(slabs), static_cast<unsigned>(row_grid));
-  narrow_projection<Out, kMode><<<grid, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(M, N, static_cast<int>(K), x,
-                                                                                   weight, out, columns);
-  check_launch("projection chain: narrow_projection");
+  launch_dependent(narrow_projection<Out, kMode>, grid, kThreads, 0, static_cast<cudaStream_t>(stream),
+                   "projection chain: narrow_projection", M, N, static_cast<int>(K), x, weight, out, columns);
 }
 
 }  // namespace seqmix::cuda::narrow

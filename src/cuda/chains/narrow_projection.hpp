@@ -71,6 +71,15 @@ void narrow_columns_f32out(int64_t M, int64_t N, int64_t K, Rows x, Rows weight,
 void narrow_columns_derivative_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows dz,
                                     ColumnEpilogue columns, void* stream);
 
+// out [M, N] ← act(out + bias)·scale in place (bf16), column by column: the activation of
+// columns the plain GEMM wrote (activate_columns.cu). N, out's base and row stride in whole
+// 16-byte groups (a seqmix::Error otherwise).
+void activate_columns_bf16(int64_t M, int64_t N, MutableRows out, ColumnEpilogue columns, void* stream);
+// Whether a wide bf16 run's few activation columns go through the plain GEMM of the whole run
+// and then activate_columns_bf16 (SEQMIX_CHAINS_GATES_IN_GEMM=1), instead of a kernel of
+// their own beside a plain GEMM of the identity columns.
+bool gates_in_plain_gemm_enabled();
+
 // Whether the projection chain sends narrow activation runs to the narrow-column kernel
 // (SEQMIX_CHAINS_NARROW_COLUMNS=0 turns it off: the CUTLASS activation GEMM then runs them,
 // and a wide bf16 run is split around its gates only above 16384 tokens, as before).

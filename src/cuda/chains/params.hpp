@@ -40,11 +40,15 @@ void activation_gemm_bf16_f32out(int64_t M, int64_t N, int64_t K, Rows x, Rows w
 void derivative_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows dy, MutableRows dz,
                           ColumnEpilogue columns, void* stream);
 // out [M, N] = a·bᵀ with a [M, K], b [N, K] (both K-major: x and a weight in nn.Linear form).
-void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream);
+// `programmatic`: launched as a programmatic dependent of the stream's previous kernel (its
+// CTAs start and wait while that kernel finishes; dependent_launch.cuh).
+void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,
+                  bool programmatic = false);
 // out [M, N] = a·b with a [M, K], b [K, N].
 void gemm_nn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream);
 // out [M, N] = aᵀ·b with a stored [K, M], b [K, N].
-void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream);
+void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,
+                  bool programmatic = false);
 
 // ---- the chains (launch_projection.cu, launch_output.cu) ----
 

@@ -24,7 +24,7 @@ void gemm(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void
   identity.beta = 0.f;
   G::run(G::arguments(M, N, K, a.data, a.stride, b.data, b.stride, nullptr, out.stride, out.data, out.stride,
                       identity, schedule),
-         static_cast<cudaStream_t>(stream), what);
+         static_cast<cudaStream_t>(stream), what, schedule.programmatic);
 }
 
 }  // namespace seqmix::cuda::plain

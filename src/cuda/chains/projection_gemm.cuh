@@ -7,8 +7,8 @@
 // only in warps that straddle two segments.
 #pragma once
 
+#include "cuda/chains/gemm_sm90.cuh"  // first: it turns CUTLASS's grid dependency control on
 #include "cuda/chains/activation.cuh"
-#include "cuda/chains/gemm_sm90.cuh"
 #include "cuda/chains/params.hpp"
 
 namespace seqmix::cuda::proj {
@@ -58,7 +58,7 @@ void activation_gemm(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Mutab
       pre_activation_arguments<typename G::TileShape>(c), {c.code, 0.f, {}}, {c.scale, 1.f, {}}, {}};
   G::run(G::arguments(M, N, K, x.data, x.stride, weight.data, weight.stride, nullptr, out.stride, out.data,
                       out.stride, tree, schedule),
-         static_cast<cudaStream_t>(stream), "projection chain GEMM");
+         static_cast<cudaStream_t>(stream), "projection chain GEMM", schedule.programmatic);
 }
 
 template <class Element>
