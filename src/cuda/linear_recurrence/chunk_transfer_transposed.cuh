@@ -203,21 +203,11 @@ __device__ __forceinline__ void chunk_transfer_transposed(unsigned char* smem, c
     for (int q = 0; q < kHalfUnits; ++q) {
       const int u = half * kHalfUnits + q, at = L::unit_offset(row, u);
       const float* x = v_prev + u * L::kUnitElems;
+      sum += dot_unit(reinterpret_cast<const T*>(stage + at), x);
       if constexpr (L::kF32) {
         const float4 a4 = *reinterpret_cast<const float4*>(stage + at);
-        const float4 v = *reinterpret_cast<const float4*>(x);
-        sum += a4.x * v.x + a4.y * v.y + a4.z * v.z + a4.w * v.w;
         const auto lo = [](float y) { return y - __uint_as_float(__float_as_uint(y) & 0xffffe000u); };
         *reinterpret_cast<float4*>(smem + L::kLo + at) = make_float4(lo(a4.x), lo(a4.y), lo(a4.z), lo(a4.w));
-      } else {
-        const uint4 raw = *reinterpret_cast<const uint4*>(stage + at);
-        const float4 v0 = *reinterpret_cast<const float4*>(x), v1 = *reinterpret_cast<const float4*>(x + 4);
-        const float2 a0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-        const float2 a1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-        const float2 a2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.z));
-        const float2 a3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.w));
-        sum += a0.x * v0.x + a0.y * v0.y + a1.x * v0.z + a1.y * v0.w + a2.x * v1.x + a2.y * v1.y + a3.x * v1.z +
-               a3.y * v1.w;
       }
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 16);

@@ -38,6 +38,21 @@ __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) {
   return __float2bfloat16_rn(x);
 }
 
+// Σ_k unit[k]·x[k] over one 16-byte unit of T (4 f32 or 8 bf16), x 16-byte aligned.
+__device__ __forceinline__ float dot_unit(const float* unit, const float* x) {
+  const float4 a = *reinterpret_cast<const float4*>(unit), v = *reinterpret_cast<const float4*>(x);
+  return a.x * v.x + a.y * v.y + a.z * v.z + a.w * v.w;
+}
+__device__ __forceinline__ float dot_unit(const __nv_bfloat16* unit, const float* x) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(unit);
+  const float4 v0 = *reinterpret_cast<const float4*>(x), v1 = *reinterpret_cast<const float4*>(x + 4);
+  const float2 a0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 a1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  const float2 a2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.z));
+  const float2 a3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.w));
+  return a0.x * v0.x + a0.y * v0.y + a1.x * v0.z + a1.y * v0.w + a2.x * v1.x + a2.y * v1.y + a3.x * v1.z + a3.y * v1.w;
+}
+
 // Copies `bytes` (4, 8 or 16) from global to shared memory without passing through
 // registers; `valid` false writes zeros and reads nothing.
 template <int bytes>

@@ -59,26 +59,10 @@ __device__ __forceinline__ float wait_for(const unsigned long long* slot) {
 // 16-byte aligned in shared memory: vector loads (a quarter of the scalar ones in f32).
 template <class T, int count>
 __device__ __forceinline__ float dot_row(const T* row, const float* x) {
+  constexpr int kUnit = 16 / int(sizeof(T));
   float sum = 0.f;
-  if constexpr (sizeof(T) == 4) {
 #pragma unroll
-    for (int k = 0; k < count; k += 4) {
-      const float4 a = *reinterpret_cast<const float4*>(row + k), v = *reinterpret_cast<const float4*>(x + k);
-      sum += a.x * v.x + a.y * v.y + a.z * v.z + a.w * v.w;
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < count; k += 8) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(row + k);
-      const float4 v0 = *reinterpret_cast<const float4*>(x + k), v1 = *reinterpret_cast<const float4*>(x + k + 4);
-      const float2 a0 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-      const float2 a1 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-      const float2 a2 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.z));
-      const float2 a3 = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.w));
-      sum += a0.x * v0.x + a0.y * v0.y + a1.x * v0.z + a1.y * v0.w + a2.x * v1.x + a2.y * v1.y + a3.x * v1.z +
-             a3.y * v1.w;
-    }
-  }
+  for (int k = 0; k < count; k += kUnit) sum += dot_unit(row + k, x + k);
   return sum;
 }
 

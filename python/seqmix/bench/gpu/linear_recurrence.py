@@ -198,9 +198,9 @@ def recurrence_case(G, T, n, m, device="cuda", dtype=torch.float32, baselines=Tr
                 tolerance=1e-2, notes=NOTES, plot="bandwidth")
 
 
-def peak_memory(call) -> tuple:
-    """(peak bytes allocated above what was allocated before, wall ms) of one call, with
-    its outputs (and autograd graph) alive until the peak is read."""
+def first_call(call) -> tuple:
+    """(output, peak bytes allocated above what was allocated before, wall ms) of one
+    call, its output (and autograd graph) alive while the peak is read."""
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
@@ -208,8 +208,12 @@ def peak_memory(call) -> tuple:
     out = call()
     torch.cuda.synchronize()
     ms = (time.perf_counter() - start) * 1e3
-    peak = torch.cuda.max_memory_allocated() - before
-    del out
+    return out, torch.cuda.max_memory_allocated() - before, ms
+
+
+def peak_memory(call) -> tuple:
+    """(peak bytes, wall ms) of one call (``first_call``), its output then dropped."""
+    _, peak, ms = first_call(call)
     return peak, ms
 
 
@@ -465,15 +469,9 @@ def grid_point(timer, G, T, n, m, dtype, timed, skipped) -> dict:
         def run(name=name):
             return seqmix.linear_recurrence(A, b, method=name)
 
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        start = time.perf_counter()
-        h = run()
-        torch.cuda.synchronize()
-        first_ms = (time.perf_counter() - start) * 1e3
-        record["peak_mib"][name] = round((torch.cuda.max_memory_allocated() - before) / 2**20, 1)
-        record["err"][name] = float((h[:1].double() - reference).norm() / reference.norm())
+        h, peak, first_ms = first_call(run)
+        record["peak_mib"][name] = round(peak / 2**20, 3)
+        record["err"][name] = float((h[:1].detach().double() - reference).norm() / reference.norm())
         del h
         reps = grid_reps(first_ms)
         record["fwd"][name], record["reps"][name] = timer.median_ms(run, reps, 0), reps
