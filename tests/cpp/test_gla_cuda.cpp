@@ -93,18 +93,18 @@ struct BackwardTail {
   ~BackwardTail() { cuda::gla_set_backward_tail(before); }
 };
 
-// Selects the forward walks' block (8 or 16 warps) for one test, and restores it.
-struct ForwardWarps {
-  cuda::GlaForwardWarps before = cuda::gla_forward_warps();
-  explicit ForwardWarps(cuda::GlaForwardWarps warps) { cuda::gla_set_forward_warps(warps); }
-  ~ForwardWarps() { cuda::gla_set_forward_warps(before); }
-};
-
 // Selects the forward walks' tiling of the state and o for one test, and restores it.
 struct ForwardTiling {
   cuda::GlaForwardTiling before = cuda::gla_forward_tiling();
   explicit ForwardTiling(cuda::GlaForwardTiling tiling) { cuda::gla_set_forward_tiling(tiling); }
   ~ForwardTiling() { cuda::gla_set_forward_tiling(before); }
+};
+
+// Selects the stages of the backward's dL/dS walk for one test, and restores it.
+struct BackwardStateStages {
+  int before = cuda::gla_backward_state_stages();
+  explicit BackwardStateStages(int stages) { cuda::gla_set_backward_state_stages(stages); }
+  ~BackwardStateStages() { cuda::gla_set_backward_state_stages(before); }
 };
 
 // The forward (output and final state) against the oracle, by the diagonal selected.
@@ -137,17 +137,15 @@ TEST_P(GlaCuda, ForwardTensorDiagonalMatchesOracle) {
   forward_matches_oracle(GetParam());
 }
 
-// The same with 16 warps a block (the outputs pass and, when split, pass 1).
-TEST_P(GlaCuda, ForwardSixteenWarpsMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
-  const ForwardWarps warps(cuda::GlaForwardWarps::sixteen);
-  forward_matches_oracle(GetParam());
-}
-
-// The same with each warp on 32 rows of the state and of o (both diagonals).
+// The same with each warp on 32 rows of the state and of o (the default), by both diagonals;
+// the wide tiling by the tensor-core diagonal.
 TEST_P(GlaCuda, ForwardTallTilingMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
+  {
+    const ForwardTiling tiling(cuda::GlaForwardTiling::wide);
+    const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
+    forward_matches_oracle(GetParam());
+  }
   const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
   {
     const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
@@ -221,17 +219,21 @@ TEST_P(GlaCuda, BackwardWideTailMatchesOracle) {
   backward_matches_oracle(GetParam());
 }
 
-// The default gradient kernel with the chunk states walked by 16 warps a block.
-TEST_P(GlaCuda, BackwardSixteenWarpsMatchesOracle) {
+// The backward with the tall tiling selected (the split's pass 1 takes it) and the wide one.
+TEST_P(GlaCuda, BackwardTallTilingMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const ForwardWarps warps(cuda::GlaForwardWarps::sixteen);
+  {
+    const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
+    backward_matches_oracle(GetParam());
+  }
+  const ForwardTiling tiling(cuda::GlaForwardTiling::wide);
   backward_matches_oracle(GetParam());
 }
 
-// The default gradient kernel with the chunk states walked in the tall tiling.
-TEST_P(GlaCuda, BackwardTallTilingMatchesOracle) {
+// The default backward with the dL/dS walk's copies three stages deep.
+TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
+  const BackwardStateStages stages(3);
   backward_matches_oracle(GetParam());
 }
 

@@ -2,7 +2,7 @@
 // median time over 20 runs) and of a backward timed with events, and the forward walk's chunk
 // step split into its phases (SM cycles), and the backward's gradient kernel's phases, at the
 // benchmark shapes (H 16, K = V = 128, bf16); the backward by each form of its gradient
-// kernel (token walk, tail) side by side; and the forward walks by 8 and 16 warps a block.
+// kernel (token walk, tail) side by side; and the forward walks by tiling.
 // Printed; run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were
 // counted and the outputs are finite.
 #include <cuda_runtime.h>
@@ -71,22 +71,35 @@ void print_gradient_phases(const GlaProfile& profile) {
                 static_cast<double>(c[i]) / blocks, 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
 }
 
-void profile_shape(int64_t B, int64_t T) {
-  const int64_t H = 16, K = 128, V = 128;
-  HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
-             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0);
-  HostTensor o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32), d_out = uniform({B, T, H, V}, DType::bf16);
-  HostTensor dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16),
-      dg({B, T, H, K}, DType::bf16);
-  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_o(o), d_hT(hT), d_do(d_out), d_dq(dq), d_dk(dk), d_dv(dv),
-      d_dg(dg);
+// Random bf16 inputs of a timing shape (H 16, K = V = 128) on the device, with output and
+// gradient buffers, and the forward and backward over them (default options, scale K^-½).
+struct TimingInputs {
+  static constexpr int64_t H = 16, K = 128, V = 128;
+  HostTensor q, k, v, g, d_out, o, hT, dq, dk, dv, dg;
+  DeviceTensor d_q, d_k, d_v, d_g, d_do, d_o, d_hT, d_dq, d_dk, d_dv, d_dg;
   GlaOptions options;
-  options.scale = 1.0 / std::sqrt(static_cast<double>(K));
-  auto forward = [&] { gla_forward({d_q, d_k, d_v, d_g}, {d_o.view, d_hT.view}, options); };
-  auto backward = [&] {
+
+  TimingInputs(int64_t B, int64_t T)
+      : q(uniform({B, T, H, K}, DType::bf16)), k(uniform({B, T, H, K}, DType::bf16)),
+        v(uniform({B, T, H, V}, DType::bf16)), g(uniform({B, T, H, K}, DType::bf16, -0.2, 0.0)),
+        d_out(uniform({B, T, H, V}, DType::bf16)), o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32),
+        dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16),
+        dg({B, T, H, K}, DType::bf16), d_q(q), d_k(k), d_v(v), d_g(g), d_do(d_out), d_o(o), d_hT(hT), d_dq(dq),
+        d_dk(dk), d_dv(dv), d_dg(dg) {
+    options.scale = 1.0 / std::sqrt(static_cast<double>(K));
+  }
+  void forward() { gla_forward({d_q, d_k, d_v, d_g}, {d_o.view, d_hT.view}, options); }
+  void backward() {
     gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
                  options);
-  };
+  }
+};
+
+void profile_shape(int64_t B, int64_t T) {
+  const int64_t H = TimingInputs::H, K = TimingInputs::K, V = TimingInputs::V;
+  TimingInputs in(B, T);
+  auto forward = [&] { in.forward(); };
+  auto backward = [&] { in.backward(); };
   for (int i = 0; i < 3; ++i) forward(), backward();  // warm-up
   std::printf("gla B%lld T%lld H%lld K%lld V%lld bf16, per launch:\n", static_cast<long long>(B),
               static_cast<long long>(T), static_cast<long long>(H), static_cast<long long>(K),
@@ -109,8 +122,9 @@ void profile_shape(int64_t B, int64_t T) {
     print_launches(f.name, fwd);
     print_phases(fwd);
     EXPECT_GT(fwd.phase_cycles[cuda::kGlaPhaseSteps], 0u);
-    if (cuda_core_out.empty()) cuda_core_out = d_o.values(o);
-    else EXPECT_LT(rel_err(d_o.values(o), cuda_core_out), tolerance(DType::bf16)) << f.name << " against CUDA cores";
+    if (cuda_core_out.empty()) cuda_core_out = in.d_o.values(in.o);
+    else
+      EXPECT_LT(rel_err(in.d_o.values(in.o), cuda_core_out), tolerance(DType::bf16)) << f.name << " against CUDA cores";
   }
   cuda::gla_set_forward_diagonal(diagonal_before);
   // A split forward's pass 1 as one block a segment against in pieces (launch.cuh), side by
@@ -121,8 +135,8 @@ void profile_shape(int64_t B, int64_t T) {
       cuda::gla_set_forward_pieces(pieces);
       const float ms = median_ms(forward, {.reps = 20, .warmups = 3, .flush_l2 = false});
       std::printf("  forward, pass 1 %s: median %.4f ms\n", pieces ? "in pieces" : "a block a segment", ms);
-      if (!pieces) whole = d_o.values(o);
-      else EXPECT_LT(rel_err(d_o.values(o), whole), tolerance(DType::bf16)) << "pieces against whole segments";
+      if (!pieces) whole = in.d_o.values(in.o);
+      else EXPECT_LT(rel_err(in.d_o.values(in.o), whole), tolerance(DType::bf16)) << "pieces against whole segments";
     }
     cuda::gla_set_forward_pieces(false);
     cuda::gla_profile_start();
@@ -141,7 +155,7 @@ void profile_shape(int64_t B, int64_t T) {
 
   EXPECT_FALSE(fwd.launches.empty());
   EXPECT_FALSE(bwd.launches.empty());
-  const std::vector<double> out = d_o.values(o), grad = d_dg.values(dg);
+  const std::vector<double> out = in.d_o.values(in.o), grad = in.d_dg.values(in.dg);
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](double x) { return std::isfinite(x); }));
   EXPECT_TRUE(std::all_of(grad.begin(), grad.end(), [](double x) { return std::isfinite(x); }));
 }
@@ -152,19 +166,8 @@ void profile_shape(int64_t B, int64_t T) {
 // (launches and the gradient kernel's phases). Asserts that their gradients agree within
 // the bf16 bound.
 void compare_backward_walks(int64_t B, int64_t T) {
-  const int64_t H = 16, K = 128, V = 128;
-  HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
-             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0),
-             d_out = uniform({B, T, H, V}, DType::bf16);
-  HostTensor dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16),
-      dg({B, T, H, K}, DType::bf16);
-  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_do(d_out), d_dq(dq), d_dk(dk), d_dv(dv), d_dg(dg);
-  GlaOptions options;
-  options.scale = 1.0 / std::sqrt(static_cast<double>(K));
-  auto backward = [&] {
-    gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
-                 options);
-  };
+  TimingInputs in(B, T);
+  auto backward = [&] { in.backward(); };
   const cuda::GlaBackwardDiagonal diagonal_before = cuda::gla_backward_diagonal();
   const cuda::GlaBackwardWalk walk_before = cuda::gla_backward_walk();
   const cuda::GlaBackwardTail tail_before = cuda::gla_backward_tail();
@@ -192,7 +195,8 @@ void compare_backward_walks(int64_t B, int64_t T) {
       const GlaProfile profile = cuda::gla_profile_stop();
       print_launches(form.name, profile);
       print_gradient_phases(profile);
-      const std::vector<double> got[4] = {d_dq.values(dq), d_dk.values(dk), d_dv.values(dv), d_dg.values(dg)};
+      const std::vector<double> got[4] = {in.d_dq.values(in.dq), in.d_dk.values(in.dk), in.d_dv.values(in.dv),
+                                          in.d_dg.values(in.dg)};
       for (int i = 0; i < 4; ++i) {
         if (&form == forms) first[i] = got[i];
         else EXPECT_LT(rel_err(got[i], first[i]), tolerance(DType::bf16)) << "gradient " << i << ": " << form.name;
@@ -203,45 +207,23 @@ void compare_backward_walks(int64_t B, int64_t T) {
   cuda::gla_set_backward_tail(tail_before);
 }
 
-// The forward walks by 8 and by 16 warps a block (params.hpp GlaForwardWarps) and by 8 warps in
-// the tall tiling (GlaForwardTiling), side by side on the same inputs, alternated twice: forward and backward medians of 20 event-timed runs after
+// The forward walks in the wide and the tall tiling (params.hpp GlaForwardTiling), side by side
+// on the same inputs, alternated twice: forward and backward medians of 20 event-timed runs after
 // 3 warm-ups, then one profiled forward each (launches and the outputs pass's phases) and the
-// backward's launches (its chunk-state walk takes the same block). Asserts that the outputs
+// backward's launches (when split, its pass 1 takes the same tiling). Asserts that the outputs
 // and gradients agree within the bf16 bound.
-void compare_forward_warps(int64_t B, int64_t T) {
-  const int64_t H = 16, K = 128, V = 128;
-  HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
-             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0),
-             d_out = uniform({B, T, H, V}, DType::bf16);
-  HostTensor o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32), dg({B, T, H, K}, DType::bf16),
-      dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16);
-  DeviceTensor d_q(q), d_k(k), d_v(v), d_g(g), d_o(o), d_hT(hT), d_do(d_out), d_dq(dq), d_dk(dk), d_dv(dv),
-      d_dg(dg);
-  GlaOptions options;
-  options.scale = 1.0 / std::sqrt(static_cast<double>(K));
-  auto forward = [&] { gla_forward({d_q, d_k, d_v, d_g}, {d_o.view, d_hT.view}, options); };
-  auto backward = [&] {
-    gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
-                 options);
-  };
-  const cuda::GlaForwardWarps warps_before = cuda::gla_forward_warps();
+void compare_forward_tilings(int64_t B, int64_t T) {
+  TimingInputs in(B, T);
+  auto forward = [&] { in.forward(); };
+  auto backward = [&] { in.backward(); };
   const cuda::GlaForwardTiling tiling_before = cuda::gla_forward_tiling();
-  std::printf("gla B%lld T%lld H16 K128 V128 bf16, forward walks by block size and tiling, medians of 20:\n",
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16, forward walks by tiling, medians of 20:\n",
               static_cast<long long>(B), static_cast<long long>(T));
-  struct Form {
-    const char* name;
-    cuda::GlaForwardWarps warps;
-    cuda::GlaForwardTiling tiling;
-  };
-  const Form forms[] = {{"8 warps", cuda::GlaForwardWarps::eight, cuda::GlaForwardTiling::wide},
-                        {"16 warps", cuda::GlaForwardWarps::sixteen, cuda::GlaForwardTiling::wide},
-                        {"8 tall", cuda::GlaForwardWarps::eight, cuda::GlaForwardTiling::tall}};
   std::vector<double> first_out, first_dg;
   for (int round = 0; round < 2; ++round)
-    for (const Form& form : forms) {
-      const char* name = form.name;
-      cuda::gla_set_forward_warps(form.warps);
-      cuda::gla_set_forward_tiling(form.tiling);
+    for (const cuda::GlaForwardTiling tiling : {cuda::GlaForwardTiling::wide, cuda::GlaForwardTiling::tall}) {
+      const char* name = tiling == cuda::GlaForwardTiling::wide ? "wide" : "tall";
+      cuda::gla_set_forward_tiling(tiling);
       const float fwd_ms = median_ms(forward, {.reps = 20, .warmups = 3, .flush_l2 = false});
       const float bwd_ms = median_ms(backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
       std::printf("  %-8s forward %.4f ms, backward %.4f ms\n", name, fwd_ms, bwd_ms);
@@ -254,30 +236,69 @@ void compare_forward_warps(int64_t B, int64_t T) {
       cuda::gla_profile_start();
       backward();
       print_launches("backward", cuda::gla_profile_stop());
-      const std::vector<double> out = d_o.values(o), grad = d_dg.values(dg);
+      const std::vector<double> out = in.d_o.values(in.o), grad = in.d_dg.values(in.dg);
       if (first_out.empty()) first_out = out, first_dg = grad;
       else {
-        EXPECT_LT(rel_err(out, first_out), tolerance(DType::bf16)) << "o: " << name << " against 8 warps";
-        EXPECT_LT(rel_err(grad, first_dg), tolerance(DType::bf16)) << "dg: " << name << " against 8 warps";
+        EXPECT_LT(rel_err(out, first_out), tolerance(DType::bf16)) << "o: tall against wide";
+        EXPECT_LT(rel_err(grad, first_dg), tolerance(DType::bf16)) << "dg: tall against wide";
       }
     }
-  cuda::gla_set_forward_warps(warps_before);
   cuda::gla_set_forward_tiling(tiling_before);
 }
 
-TEST(GlaCudaTiming, ForwardWarpsB8T2048) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  compare_forward_warps(8, 2048);
+// The backward with its dL/dS walk's copies two and three stages deep (params.hpp
+// gla_backward_state_stages), side by side on the same inputs, alternated twice: medians of 20
+// event-timed runs after 3 warm-ups, then one profiled run each (launches). Asserts that the
+// gradients are the same (the same sums in the same order).
+void compare_state_stages(int64_t B, int64_t T) {
+  TimingInputs in(B, T);
+  auto backward = [&] { in.backward(); };
+  const int before = cuda::gla_backward_state_stages();
+  std::printf("gla backward B%lld T%lld H16 K128 V128 bf16 by dL/dS walk stages, medians of 20:\n",
+              static_cast<long long>(B), static_cast<long long>(T));
+  std::vector<double> first_dq, first_dg;
+  for (int round = 0; round < 2; ++round)
+    for (const int stages : {2, 3}) {
+      cuda::gla_set_backward_state_stages(stages);
+      const float ms = median_ms(backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
+      std::printf("  %d stages: backward %.4f ms\n", stages, ms);
+      if (round > 0) continue;
+      cuda::gla_profile_start();
+      backward();
+      print_launches(stages == 2 ? "2 stages" : "3 stages", cuda::gla_profile_stop());
+      const std::vector<double> got_dq = in.d_dq.values(in.dq), got_dg = in.d_dg.values(in.dg);
+      if (first_dq.empty()) first_dq = got_dq, first_dg = got_dg;
+      else {
+        EXPECT_EQ(rel_err(got_dq, first_dq), 0.0) << "dq: 3 stages against 2";
+        EXPECT_EQ(rel_err(got_dg, first_dg), 0.0) << "dg: 3 stages against 2";
+      }
+    }
+  cuda::gla_set_backward_state_stages(before);
 }
 
-TEST(GlaCudaTiming, ForwardWarpsB4T4096) {
+TEST(GlaCudaTiming, BackwardStateStagesB8T2048) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  compare_forward_warps(4, 4096);
+  compare_state_stages(8, 2048);
 }
 
-TEST(GlaCudaTiming, ForwardWarpsB1T32768) {
+TEST(GlaCudaTiming, BackwardStateStagesB1T32768) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  compare_forward_warps(1, 32768);
+  compare_state_stages(1, 32768);
+}
+
+TEST(GlaCudaTiming, ForwardTilingsB8T2048) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_forward_tilings(8, 2048);
+}
+
+TEST(GlaCudaTiming, ForwardTilingsB4T4096) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_forward_tilings(4, 4096);
+}
+
+TEST(GlaCudaTiming, ForwardTilingsB1T32768) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_forward_tilings(1, 32768);
 }
 
 TEST(GlaCudaTiming, BackwardWalksB8T2048) {

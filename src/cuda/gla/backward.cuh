@@ -70,12 +70,14 @@ __device__ __forceinline__ int64_t chunk_slot(const GlaParams& p, int64_t n, int
 
 // ---- Pass 2: dL/dS at every chunk's end ----
 
-template <class E, int KD, int VB>
+// kStages stages of q, g, do: the chunk kStages − 1 ahead lands during this one (two stages:
+// 122 KB at K = V = 128; three: 175 KB).
+template <class E, int KD, int VB, int kStages = 2>
 struct StateGradSmem {
   static constexpr int PK = KD + 8, PV = VB + 8;  // the pitches StateTile::advance reads
-  E q[2][kChunk * PK], g[2][kChunk * PK];  // two stages: the next chunk lands during this one
-  E q_start[kChunk * PK];                  // scale · q ⊙ e^{b}
-  E d_o[2][kChunk * PV];
+  E q[kStages][kChunk * PK], g[kStages][kChunk * PK];
+  E q_start[kChunk * PK];  // scale · q ⊙ e^{b}
+  E d_o[kStages][kChunk * PV];
   float decay_all[KD];  // e^{b_last}
 };
 
@@ -85,11 +87,13 @@ struct StateGradSmem {
 // once the chunk states are written; the forward's pass left each segment's total decay).
 // Otherwise: from dL/dS at the segment's end (p.d_final_state, or the chained slot), every
 // chunk's dL/dS_end into p.chunk_state_grads, and d initial state after the first chunk.
-template <class E, int KD, int VB, bool kOwn>
+// kStages (params.hpp gla_backward_state_stages): the copies run kStages − 1 chunks ahead.
+template <class E, int KD, int VB, bool kOwn, int kStages = 2>
 __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams p) {
+  using Sm = StateGradSmem<E, KD, VB, kStages>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
-  auto& s = *reinterpret_cast<StateGradSmem<E, KD, VB>*>(smem_bytes);
-  constexpr int PK = StateGradSmem<E, KD, VB>::PK, PV = StateGradSmem<E, KD, VB>::PV;
+  auto& s = *reinterpret_cast<Sm*>(smem_bytes);
+  constexpr int PK = Sm::PK, PV = Sm::PV;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const KeyBlock kb = KeyBlock::of_block<KD, VB>(p);
   const int64_t vb0 = kb.vb0, key0 = kb.key0;
@@ -104,22 +108,29 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   StateTile<E, KD, VB> D(warp, lane);  // dL/dS after the chunk being walked
   if constexpr (kOwn) D.load(nullptr, p.V);
   else D.load(p.segments > 1 ? segment_state : p.d_final_state ? p.d_final_state + state_offset : nullptr, p.V);
-  auto issue_loads = [&](int64_t chunk, int stage) {
-    const int64_t t0 = chunk * kChunk;
-    const int valid = plan.valid(chunk);
-    load_chunk<KD, PK>(s.q[stage], row0(p.q, t0, key0), p.q.stride_time, valid, tid);
-    load_chunk<KD, PK>(s.g[stage], row0(p.g, t0, key0), p.g.stride_time, valid, tid);
-    load_chunk<VB, PV>(s.d_o[stage], row0(p.d_o, t0, vb0), p.d_o.stride_time, valid, tid);
+  // The stage of a chunk: the walk goes from the last chunk down.
+  auto stage_of = [&](int64_t chunk) { return static_cast<int>((plan.end_chunk - 1 - chunk) % kStages); };
+  // One commit group a call, empty past the segment's first chunk, so that each step waits on
+  // a fixed count of newer groups.
+  auto issue_loads = [&](int64_t chunk) {
+    if (chunk >= plan.first_chunk) {
+      const int64_t t0 = chunk * kChunk;
+      const int valid = plan.valid(chunk), stage = stage_of(chunk);
+      load_chunk<KD, PK>(s.q[stage], row0(p.q, t0, key0), p.q.stride_time, valid, tid);
+      load_chunk<KD, PK>(s.g[stage], row0(p.g, t0, key0), p.g.stride_time, valid, tid);
+      load_chunk<VB, PV>(s.d_o[stage], row0(p.d_o, t0, vb0), p.d_o.stride_time, valid, tid);
+    }
     copy_async_commit();
   };
-  if (plan.first_chunk < plan.end_chunk) issue_loads(plan.end_chunk - 1, 0);
+#pragma unroll
+  for (int ahead = 0; ahead < kStages - 1; ++ahead) issue_loads(plan.end_chunk - 1 - ahead);
   for (int64_t chunk = plan.end_chunk - 1; chunk >= plan.first_chunk; --chunk) {
-    const int stage = static_cast<int>((plan.end_chunk - 1 - chunk) & 1);
+    const int stage = stage_of(chunk);
     if constexpr (!kOwn)
       D.store_rounded(static_cast<E*>(p.chunk_state_grads) + kb.state(p, chunk_slot(p, n, h, chunk)), p.V);
-    copy_async_wait_all();
-    __syncthreads();  // this chunk's tiles are in; the other stage was read by the last step
-    if (chunk > plan.first_chunk) issue_loads(chunk - 1, stage ^ 1);
+    copy_async_wait_pending<kStages - 2>();
+    __syncthreads();  // this chunk's tiles are in; the stage issued next was read by the last step
+    issue_loads(chunk - (kStages - 1));
     if (tid < KD) {  // rows past the sequence's end hold zeros: e^{0} = 1, q = 0
       const E* const q = s.q[stage];
       const E* const g = s.g[stage];
@@ -977,6 +988,28 @@ void allow_shared(Kernel kernel, size_t bytes, const char* what) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
 }
 
+// Pass 2 (the dL/dS walk, split like the forward when the grid is small) with kStages stages
+// of copies.
+template <class E, int KD, int VB, int kStages>
+void state_gradients(const GlaParams& p, cudaStream_t stream) {
+  const size_t state_smem = sizeof(StateGradSmem<E, KD, VB, kStages>);
+  const dim3 state_grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
+                        static_cast<unsigned>(p.num_sequences * p.segments));
+  if (p.segments > 1) {
+    auto own = state_grad_kernel<E, KD, VB, true, kStages>;
+    allow_shared(own, state_smem, "gla backward state gradients shared memory");
+    timed_launch(stream, "gla backward segment state gradients",
+                 [&] { own<<<state_grid, kThreads, state_smem, stream>>>(p); });
+    const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
+                    static_cast<unsigned>(p.num_sequences));
+    timed_launch(stream, "gla backward chain segments",
+                 [&] { chain_segment_grads_kernel<<<grid, 256, 0, stream>>>(p); });
+  }
+  auto walk = state_grad_kernel<E, KD, VB, false, kStages>;
+  allow_shared(walk, state_smem, "gla backward state gradients shared memory");
+  timed_launch(stream, "gla backward state gradients", [&] { walk<<<state_grid, kThreads, state_smem, stream>>>(p); });
+}
+
 template <class E, int KD, int VB>
 void launch_backward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
@@ -996,21 +1029,8 @@ void launch_backward(GlaParams p) {
   if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
   launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
 
-  const size_t state_smem = sizeof(StateGradSmem<E, KD, VB>);
-  const dim3 state_grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
-                        static_cast<unsigned>(p.num_sequences * p.segments));
-  if (p.segments > 1) {
-    allow_shared(state_grad_kernel<E, KD, VB, true>, state_smem, "gla backward state gradients shared memory");
-    timed_launch(stream, "gla backward segment state gradients",
-                 [&] { state_grad_kernel<E, KD, VB, true><<<state_grid, kThreads, state_smem, stream>>>(p); });
-    const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
-                    static_cast<unsigned>(p.num_sequences));
-    timed_launch(stream, "gla backward chain segments",
-                 [&] { chain_segment_grads_kernel<<<grid, 256, 0, stream>>>(p); });
-  }
-  allow_shared(state_grad_kernel<E, KD, VB, false>, state_smem, "gla backward state gradients shared memory");
-  timed_launch(stream, "gla backward state gradients",
-               [&] { state_grad_kernel<E, KD, VB, false><<<state_grid, kThreads, state_smem, stream>>>(p); });
+  if (gla_backward_state_stages() == 3) state_gradients<E, KD, VB, 3>(p, stream);
+  else state_gradients<E, KD, VB, 2>(p, stream);
 
   p.phase_cycles = profile_counters();  // the gradient kernel's phase clocks while profiling
   const size_t grad_smem = sizeof(GradSmem<E, KD>);

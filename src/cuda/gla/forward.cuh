@@ -85,9 +85,8 @@ __device__ inline Span sequence_span(const GlaParams& p, int64_t n) {
 // Rows [0, 64) × cols [0, COLS) of a chunk into a shared tile of pitch PITCH; rows past
 // `valid` are zero-filled (a zero key or value adds nothing, a zero decay keeps e^{g} = 1).
 // kRolled: one copy of the loop body (the backward's gradient kernel, whose code outgrows the
-// instruction caches: NOTES.md v11); otherwise unrolled. kBlockThreads: the threads that share
-// the copies (the whole block).
-template <int COLS, int PITCH, bool kRolled = false, int kBlockThreads = kThreads, class E>
+// instruction caches: NOTES.md v11); otherwise unrolled.
+template <int COLS, int PITCH, bool kRolled = false, class E>
 __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride_time, int valid, int tid) {
   constexpr int kVectors = COLS / 8;
   auto copy = [&](int i) {
@@ -97,10 +96,10 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
   };
   if constexpr (kRolled) {
 #pragma unroll 1
-    for (int i = tid; i < kChunk * kVectors; i += kBlockThreads) copy(i);
+    for (int i = tid; i < kChunk * kVectors; i += kThreads) copy(i);
   } else {
 #pragma unroll
-    for (int i = tid; i < kChunk * kVectors; i += kBlockThreads) copy(i);
+    for (int i = tid; i < kChunk * kVectors; i += kThreads) copy(i);
   }
 }
 
@@ -285,16 +284,15 @@ __device__ __forceinline__ void diagonal_scores(S& s, int warp, int lane) {
 }
 
 // The pairs inside each 4-token quad (the tensor-core diagonal's CUDA-core part), exactly,
-// from the raw q, k and g: kLanes threads a quad (a half warp, or with 16 warps a whole one),
-// each over KD/kLanes channels, ten sums (i, j ≤ i) with the weight e^{b_i − b_j} a running
-// product of e^{g} from j = i down, then combined across the kLanes. Entries above the
-// diagonal stay as set (zero). Threads tid < 16·kLanes.
-template <int kLanes = 16, class S>
+// from the raw q, k and g: 16 threads a quad (a half warp), each over KD/16 channels, ten
+// sums (i, j ≤ i) with the weight e^{b_i − b_j} a running product of e^{g} from j = i down,
+// then combined across the half warp. Entries above the diagonal stay as set (zero).
+template <class S>
 __device__ __forceinline__ void quad_inner_scores(S& s, int tid) {
   using E = typename S::Element;
-  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA, kPerThread = KD / kLanes;
-  static_assert(kPerThread % 4 == 0 && (kLanes == 16 || kLanes == 32), "four channels a load");
-  const int t0 = 4 * (tid / kLanes), slice = tid % kLanes;
+  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA, kPerThread = KD / 16;
+  static_assert(kPerThread % 4 == 0, "four channels a load");
+  const int t0 = 4 * (tid / 16), slice = tid % 16;
   float acc[10] = {};  // pair (i, j), j ≤ i: index i(i + 1)/2 + j
 #pragma unroll
   for (int part = 0; part < kPerThread; part += 4) {
@@ -321,7 +319,7 @@ __device__ __forceinline__ void quad_inner_scores(S& s, int tid) {
 #pragma unroll
   for (int n = 0; n < 10; ++n)
 #pragma unroll
-    for (int offset = 1; offset < kLanes; offset *= 2) acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], offset);
+    for (int offset = 1; offset < 16; offset *= 2) acc[n] += __shfl_xor_sync(0xffffffffu, acc[n], offset);
 #pragma unroll
   for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -390,11 +388,12 @@ __device__ __forceinline__ void pair_scores(S& s, int warp, int lane) {
 }
 
 // The state S [KD, VB] as accumulator fragments: warp w owns kRowBlocks blocks of 16 rows from
-// row 16·kRowBlocks·(w % RB) and the columns of its column split w / RB (kWarps warps tile
-// the state). Two row blocks a warp (params.hpp GlaForwardTiling::tall) halve the column split's
+// row 16·kRowBlocks·(w % RB) and the columns of its column split w / RB (the 8 warps tile the
+// state). Two row blocks a warp (params.hpp GlaForwardTiling::tall) halve the column split's
 // width, so each warp reads half as many fragments of v in advance() for the same products.
-template <class E, int KD, int VB, int kWarps = 8, int kRowBlocks = 1>
+template <class E, int KD, int VB, int kRowBlocks = 1>
 struct StateTile {
+  static constexpr int kWarps = kThreads / 32;
   static constexpr int MB = kRowBlocks, RB = KD / (16 * MB), CS = kWarps / RB, CW = VB / CS, NT = CW / 8;
   static_assert(KD % (16 * MB) == 0 && RB * CS == kWarps && CW % 16 == 0, "the warps tile the state");
   float f[MB][NT][4];
@@ -498,17 +497,17 @@ struct KeyBlock {
 
 // o = (q_start·S_0 + A·v)·scale. Warp w takes kRowBlocks 16-row blocks from row block
 // kRowBlocks·(w % RG) (RG = 4 / kRowBlocks warps down the chunk) and the value block's column
-// split w / RG (kWarps / RG splits). Two row blocks a warp (GlaForwardTiling::tall) read half
+// split w / RG (8 / RG splits). Two row blocks a warp (GlaForwardTiling::tall) read half
 // as many fragments of the state and of v for the same products.
 // S: Smem, or any layout with q_start, state and scores members and Smem's pitches.
 // partial_row0 (key blocks, see KeyBlock): when not null, this key block's share of o goes
 // there in float (stride `stride_time` too), and o_row0 is not written.
-template <int kWarps = 8, int kRowBlocks = 1, class S, class E = typename S::Element>
+template <int kRowBlocks = 1, class S, class E = typename S::Element>
 __device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, int lane, E* o_row0,
                                              int64_t stride_time, int valid, float scale,
                                              float* partial_row0 = nullptr) {
   constexpr int KD = S::kKeys, VB = S::kValues, PK = S::PK, PV = S::PV, PA = S::PA;
-  constexpr int MB = kRowBlocks, RG = 4 / MB, CS = kWarps / RG, NT = VB / (8 * CS);  // NT: 8-column tiles
+  constexpr int MB = kRowBlocks, RG = 4 / MB, CS = kThreads / 32 / RG, NT = VB / (8 * CS);  // NT: 8-column tiles
   static_assert(RG * MB == 4 && NT % 2 == 0, "the warps tile o in pairs of 8-column tiles");
   const int rb0 = MB * (warp % RG), n0 = (warp / RG) * (VB / CS);
   float acc[MB][NT][4] = {};
@@ -624,16 +623,12 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // One block walks the chunks of one segment of one sequence (the whole sequence when not
 // split) for one head and value block.
 // kQuads (outputs pass only): the tensor-core diagonal (quad_*) instead of diagonal_scores.
-// kWarps (params.hpp GlaForwardWarps): 8, or 16 so that each scheduler has four warps to
-// hide the latencies of the products and the quad sums (the walkers still take 2·KD
-// threads; the others wait at the barrier). kRowBlocks (GlaForwardTiling): 16-row blocks a
-// warp of the state and of o (StateTile, chunk_output).
-template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kWarps = 8, int kRowBlocks = 1>
-__global__ void __launch_bounds__(32 * kWarps, 1) forward_kernel(const GlaParams p) {
+// kRowBlocks (params.hpp GlaForwardTiling): 16-row blocks a warp of the state and of o
+// (StateTile, chunk_output).
+template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kRowBlocks = 1>
+__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
-  constexpr int kBlockThreads = 32 * kWarps;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
-  static_assert(kWarps == 8 || (kWarps == 16 && (kQuads || !kOutput)), "the CUDA-core diagonal takes 8 warps");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
@@ -646,7 +641,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) forward_kernel(const GlaParams
   float* const segment_decay =
       p.workspace ? p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V + plan.state_slot * p.K + key0
                   : nullptr;
-  StateTile<E, KD, VB, kWarps, kRowBlocks> S(warp, lane);
+  StateTile<E, KD, VB, kRowBlocks> S(warp, lane);
   if (plan.first_chunk >= plan.end_chunk) {  // a segment past a short sequence's end
     if constexpr (kEnds) {
       S.load(nullptr, p.V);
@@ -666,20 +661,18 @@ __global__ void __launch_bounds__(32 * kWarps, 1) forward_kernel(const GlaParams
   auto g_tile = [&](int stage) { return kOutput || stage == 0 ? s.g : s.q_start; };
   // The decays of a chunk are read first and released first: two groups of copies.
   auto issue_decay_loads = [&](int64_t chunk, int stage) {
-    load_chunk<KD, PK, false, kBlockThreads>(g_tile(stage), row0(p.g, chunk * kChunk, key0), p.g.stride_time,
-                                             plan.valid(chunk), tid);
+    load_chunk<KD, PK>(g_tile(stage), row0(p.g, chunk * kChunk, key0), p.g.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
   auto issue_token_loads = [&](int64_t chunk, int stage) {
     const int64_t t = chunk * kChunk;
-    const int valid = plan.valid(chunk);
-    if constexpr (kOutput) load_chunk<KD, PK, false, kBlockThreads>(s.q, row0(p.q, t, key0), p.q.stride_time, valid, tid);
-    load_chunk<KD, PK, false, kBlockThreads>(k_tile(stage), row0(p.k, t, key0), p.k.stride_time, valid, tid);
-    load_chunk<VB, PV, false, kBlockThreads>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, valid, tid);
+    if constexpr (kOutput) load_chunk<KD, PK>(s.q, row0(p.q, t, key0), p.q.stride_time, plan.valid(chunk), tid);
+    load_chunk<KD, PK>(k_tile(stage), row0(p.k, t, key0), p.k.stride_time, plan.valid(chunk), tid);
+    load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
 
-  for (int i = tid; i < kChunk * Smem<E, KD, VB>::PA; i += kBlockThreads) s.scores[i] = from_float<E>(0.0f);
+  for (int i = tid; i < kChunk * Smem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
   const int64_t state_offset = kb.state(p, plan.n * p.H + h);
   if constexpr (kEnds) S.load(nullptr, p.V);
   else S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
@@ -695,9 +688,7 @@ __global__ void __launch_bounds__(32 * kWarps, 1) forward_kernel(const GlaParams
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
     phases.mark(kGlaPhaseLoadWait);
     if constexpr (kQuads) {
-      // With 16 warps at K = 128 a whole warp a quad (four channels a thread); else a half warp.
-      constexpr int kQuadLanes = kWarps == 16 && KD >= 128 ? 32 : 16;
-      if (tid < 16 * kQuadLanes) quad_inner_scores<kQuadLanes>(s, tid);
+      quad_inner_scores(s, tid);
       __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
       phases.mark(kGlaPhaseDiagonal);
     }
@@ -726,8 +717,8 @@ __global__ void __launch_bounds__(32 * kWarps, 1) forward_kernel(const GlaParams
       phases.mark(kGlaPhasePairs);
       const int64_t t = chunk * kChunk;
       float* const partial = kb.partial(p, plan.seq.batch, plan.seq.start + t, h, vb0);
-      chunk_output<kWarps, kRowBlocks>(s, s.v[stage], warp, lane, row0(p.o, t, vb0),
-                                       partial ? p.H * p.V : p.o.stride_time, plan.valid(chunk), p.scale, partial);
+      chunk_output<kRowBlocks>(s, s.v[stage], warp, lane, row0(p.o, t, vb0), partial ? p.H * p.V : p.o.stride_time,
+                               plan.valid(chunk), p.scale, partial);
       phases.mark(kGlaPhaseOutput);
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];

@@ -122,10 +122,10 @@ void sum_key_blocks(const GlaParams& p, const GlaTokens& out, cudaStream_t strea
   timed_launch(stream, "gla sum key blocks", [&] { sum_key_blocks_kernel<E><<<blocks, 256, 0, stream>>>(p, out); });
 }
 
-template <class E, int KD, int VB, Pass kPass, bool kQuads, int kWarps, int kRowBlocks = 1>
+template <class E, int KD, int VB, Pass kPass, bool kQuads, int kRowBlocks>
 void launch_walk(GlaParams p, cudaStream_t stream) {
   const size_t smem = sizeof(Smem<E, KD, VB>);
-  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads, kWarps, kRowBlocks>;
+  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads, kRowBlocks>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla forward shared memory");
   const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
@@ -136,19 +136,18 @@ void launch_walk(GlaParams p, cudaStream_t stream) {
                : kPass == Pass::outputs      ? "gla forward"
                : kPass == Pass::segment_ends ? "gla forward segment states"
                                              : "gla chunk states",
-               [&] { kernel<<<grid, 32 * kWarps, smem, stream>>>(p); });
+               [&] { kernel<<<grid, kThreads, smem, stream>>>(p); });
 }
 
-// A walk with the block size gla_forward_warps() and the tiling gla_forward_tiling() ask for
-// (params.hpp); the CUDA-core diagonal's outputs pass has only the 8-warp form, the tall tiling
-// only 8 warps.
+// A walk in the tiling gla_forward_tiling() asks for (params.hpp): 16-row blocks a warp of the
+// state and of o, two (tall) or one (wide). The backward's chunk-state walk stays wide: tall
+// measured no faster there (its per-chunk state stores hold it; NOTES.md v13).
 template <class E, int KD, int VB, Pass kPass, bool kQuads = false>
 void launch_pass(const GlaParams& p, cudaStream_t stream) {
-  if (gla_forward_tiling() == GlaForwardTiling::tall) return launch_walk<E, KD, VB, kPass, kQuads, 8, 2>(p, stream);
-  if constexpr (kQuads || kPass != Pass::outputs) {
-    if (gla_forward_warps() == GlaForwardWarps::sixteen) return launch_walk<E, KD, VB, kPass, kQuads, 16>(p, stream);
+  if constexpr (kPass != Pass::chunk_states) {
+    if (gla_forward_tiling() == GlaForwardTiling::tall) return launch_walk<E, KD, VB, kPass, kQuads, 2>(p, stream);
   }
-  launch_walk<E, KD, VB, kPass, kQuads, 8>(p, stream);
+  launch_walk<E, KD, VB, kPass, kQuads, 1>(p, stream);
 }
 
 // The outputs pass, forming A's diagonal sub-chunks as gla_forward_diagonal says (params.hpp).

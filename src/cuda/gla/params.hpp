@@ -132,32 +132,33 @@ inline constexpr GlaBackwardTail kDefaultBackwardTail = GlaBackwardTail::wide;
 GlaBackwardTail gla_backward_tail();
 void gla_set_backward_tail(GlaBackwardTail tail);
 
-// The block of the forward's chunk walks (forward.cuh forward_kernel; the outputs pass with
-// the tensor-core diagonal, the split's pass 1 and the backward's chunk states): eight warps,
-// or sixteen, so that each scheduler holds four warps instead of two to hide the latencies
-// of the products and the quad sums (the state then takes half the registers a thread).
-enum class GlaForwardWarps { eight, sixteen };
-// Eight by default until sixteen is measured faster on the H100 (NOTES.md v12).
-inline constexpr GlaForwardWarps kDefaultForwardWarps = GlaForwardWarps::eight;
-
-// The block in use: process-wide, kDefaultForwardWarps unless the environment variable
-// SEQMIX_GLA_FORWARD_WARPS is "8" or "16" when first asked, or a caller set it.
-GlaForwardWarps gla_forward_warps();
-void gla_set_forward_warps(GlaForwardWarps warps);
-
 // How the 8 warps of a forward walk tile the state and o (forward.cuh StateTile, chunk_output):
 // wide gives each warp 16 rows (of keys; of tokens) and a half (o) or all (the state) of the
 // value columns; tall gives each warp 32 rows and half as many columns, so that each fragment
 // of v and of the state operand is read by half as many warps (shared-memory wavefronts a chunk
-// step: ≈ 8.8 k at B8 T2048 K = V = 128, ≈ 0.7 k fewer with tall).
+// step: ≈ 8.8 k at B8 T2048 K = V = 128, ≈ 0.7 k fewer with tall). The outputs pass and the
+// split's pass 1 (the forward's and the backward's); the backward's chunk-state and dL/dS walks
+// keep the wide tiling.
 enum class GlaForwardTiling { wide, tall };
-// Wide by default until tall is measured faster on the H100 (NOTES.md v13).
-inline constexpr GlaForwardTiling kDefaultForwardTiling = GlaForwardTiling::wide;
+// Tall by default: on the H100 the forward took 0.95× the time at B8 T2048 and 0.96× at
+// B1 T32768 (H16 K = V = 128 bf16, one process, alternated; NOTES.md v13).
+inline constexpr GlaForwardTiling kDefaultForwardTiling = GlaForwardTiling::tall;
 
 // The tiling in use: process-wide, kDefaultForwardTiling unless the environment variable
 // SEQMIX_GLA_FORWARD_TILING is "wide" or "tall" when first asked, or a caller set it.
 GlaForwardTiling gla_forward_tiling();
 void gla_set_forward_tiling(GlaForwardTiling tiling);
+
+// Stages of copies in the backward's dL/dS walk (backward.cuh state_grad_kernel): 2 (each
+// chunk's q, g, do issued one chunk ahead) or 3 (two ahead). ncu saw that walk waiting on its
+// copies (long-scoreboard stalls 2.8 a issue at B8 T2048; NOTES.md, the forward profiled).
+// 2 by default until 3 is measured faster on the H100.
+inline constexpr int kDefaultBackwardStateStages = 2;
+
+// The stages in use: process-wide, kDefaultBackwardStateStages unless the environment variable
+// SEQMIX_GLA_BACKWARD_STATE_STAGES is "2" or "3" when first asked, or a caller set it.
+int gla_backward_state_stages();
+void gla_set_backward_state_stages(int stages);
 
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:

@@ -1,5 +1,6 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
-// walk and tail, the forward walks' block size and tiling, and the forward's pass 1 in pieces (params.hpp).
+// walk and tail, the stages of its dL/dS walk, the forward walks' tiling and the forward's pass 1
+// in pieces (params.hpp).
 #include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
 
@@ -36,18 +37,17 @@ GlaBackwardTail& current_backward_tail() {
   return tail;
 }
 
-GlaForwardWarps& current_forward_warps() {
-  static GlaForwardWarps warps = choice_from_environment(
-      "SEQMIX_GLA_FORWARD_WARPS", {{"8", GlaForwardWarps::eight}, {"16", GlaForwardWarps::sixteen}},
-      kDefaultForwardWarps);
-  return warps;
-}
-
 GlaForwardTiling& current_forward_tiling() {
   static GlaForwardTiling tiling = choice_from_environment(
       "SEQMIX_GLA_FORWARD_TILING", {{"wide", GlaForwardTiling::wide}, {"tall", GlaForwardTiling::tall}},
       kDefaultForwardTiling);
   return tiling;
+}
+
+int& current_state_stages() {
+  static int stages =
+      choice_from_environment("SEQMIX_GLA_BACKWARD_STATE_STAGES", {{"2", 2}, {"3", 3}}, kDefaultBackwardStateStages);
+  return stages;
 }
 
 // On unless SEQMIX_GLA_FORWARD_PIECES=0.
@@ -61,8 +61,8 @@ bool& current_pieces() {
 bool gla_forward_pieces() { return current_pieces(); }
 void gla_set_forward_pieces(bool on) { current_pieces() = on; }
 
-GlaForwardWarps gla_forward_warps() { return current_forward_warps(); }
-void gla_set_forward_warps(GlaForwardWarps warps) { current_forward_warps() = warps; }
+int gla_backward_state_stages() { return current_state_stages(); }
+void gla_set_backward_state_stages(int stages) { current_state_stages() = stages == 3 ? 3 : 2; }
 
 GlaForwardTiling gla_forward_tiling() { return current_forward_tiling(); }
 void gla_set_forward_tiling(GlaForwardTiling tiling) { current_forward_tiling() = tiling; }
