@@ -73,13 +73,13 @@ struct LinearRecurrenceGrads {
   std::optional<Tensor> workspace;
 };
 
-// The method `automatic` resolves to for these sizes on a CUDA device.
-LinearRecurrenceMethod linear_recurrence_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m);
+// The method `automatic` resolves to for these sizes and input dtype on a CUDA device.
+LinearRecurrenceMethod linear_recurrence_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m, DType dtype);
 
 // Elements of the f32 workspace a CUDA forward (backward = false) or backward call with
-// these sizes and options may use; at least 1. The CPU backend uses none. CUDA takes
-// bf16 or f32 inputs with n a multiple of 8, at most 128, and contiguous tensors.
-int64_t linear_recurrence_workspace_size(int64_t G, int64_t T, int64_t n, int64_t m, bool backward,
+// these sizes, input dtype and options may use; at least 1. The CPU backend uses none.
+// CUDA takes bf16 or f32 inputs with n a multiple of 8, at most 128, and contiguous tensors.
+int64_t linear_recurrence_workspace_size(int64_t G, int64_t T, int64_t n, int64_t m, DType dtype, bool backward,
                                          const LinearRecurrenceOptions& options = {});
 
 // Backward: from dh (the gradient with respect to every h_t) and, optionally, the

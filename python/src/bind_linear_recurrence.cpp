@@ -1,4 +1,5 @@
 #include "bindings.hpp"
+#include "seqmix/error.hpp"
 #include "seqmix/linear_recurrence.hpp"
 
 namespace seqmix::python {
@@ -8,6 +9,13 @@ LinearRecurrenceOptions recurrence_options(const std::string& method, const std:
   auto o = options<LinearRecurrenceOptions>(impl, stream);
   o.method = parse_linear_recurrence_method(method);
   return o;
+}
+
+// The input dtype named as dtype_name writes it ("bf16", "f32", ...).
+DType dtype_named(const std::string& name) {
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32, DType::f64})
+    if (name == dtype_name(dtype)) return dtype;
+  throw Error("seqmix.linear_recurrence: unknown dtype name '" + name + "'");
 }
 
 }  // namespace
@@ -48,11 +56,13 @@ void bind_linear_recurrence(nb::module_& m) {
       "wrote for these inputs, which the CUDA chunked backward reads instead of recomputing it.");
   m.def(
       "linear_recurrence_workspace_size",
-      [](int64_t G, int64_t T, int64_t n, int64_t m, bool backward, const std::string& method) {
-        return linear_recurrence_workspace_size(G, T, n, m, backward, recurrence_options(method, "automatic", 0));
+      [](int64_t G, int64_t T, int64_t n, int64_t m, const std::string& dtype, bool backward, const std::string& method) {
+        return linear_recurrence_workspace_size(G, T, n, m, dtype_named(dtype), backward,
+                                                recurrence_options(method, "automatic", 0));
       },
-      nb::arg("G"), nb::arg("T"), nb::arg("n"), nb::arg("m"), nb::arg("backward"), nb::arg("method"),
-      "f32 elements of scratch a CUDA call with these sizes and method may use (at least 1).");
+      nb::arg("G"), nb::arg("T"), nb::arg("n"), nb::arg("m"), nb::arg("dtype"), nb::arg("backward"), nb::arg("method"),
+      "f32 elements of scratch a CUDA call with these sizes, input dtype (\"bf16\", \"f32\") and method may use "
+      "(at least 1).");
 }
 
 }  // namespace seqmix::python

@@ -61,7 +61,13 @@ void check_like(const core::Checker& check, const std::optional<Tensor>& t, cons
   check.same_dtype(*t, arg, in.A.dtype, "A");
 }
 
-cuda::RecurrenceMethod cuda_method(LinearRecurrenceMethod method, int64_t G, int64_t T, int64_t n, int64_t m) {
+// The element type the kernels read: bf16 as itself, f32 (the only other CUDA dtype) as f32.
+cuda::RecurrenceDtype recurrence_dtype(DType dtype) {
+  return dtype == DType::bf16 ? cuda::RecurrenceDtype::bf16 : cuda::RecurrenceDtype::f32;
+}
+
+cuda::RecurrenceMethod cuda_method(LinearRecurrenceMethod method, int64_t G, int64_t T, int64_t n, int64_t m,
+                                   DType dtype) {
   switch (method) {
     case LinearRecurrenceMethod::sequential: return cuda::RecurrenceMethod::sequential;
     case LinearRecurrenceMethod::chunked: return cuda::RecurrenceMethod::chunked;
@@ -69,7 +75,7 @@ cuda::RecurrenceMethod cuda_method(LinearRecurrenceMethod method, int64_t G, int
     case LinearRecurrenceMethod::cyclic_reduction: return cuda::RecurrenceMethod::cyclic_reduction;
     case LinearRecurrenceMethod::automatic: break;
   }
-  return cuda::choose_cuda_method(G, T, n, m);
+  return cuda::choose_cuda_method(G, T, n, m, recurrence_dtype(dtype));
 }
 
 #ifdef SEQMIX_CUDA_LINEAR_RECURRENCE
@@ -91,7 +97,7 @@ cuda::LinearRecurrenceParams cuda_params(const core::Checker& check, const Linea
     check.fail("A", "a data pointer aligned to 16 bytes on a CUDA device", "an unaligned pointer");
   cuda::LinearRecurrenceParams params;
   params.G = p.G, params.T = p.T, params.n = p.n, params.m = p.m;
-  params.method = cuda_method(o.method, p.G, p.T, p.n, p.m);
+  params.method = cuda_method(o.method, p.G, p.T, p.n, p.m, in.A.dtype);
   params.chunk_size = o.chunk_size;
   params.A = in.A.data;
   params.b = in.b.data;
@@ -121,8 +127,8 @@ void launch_by_dtype(DType dtype, const Launch& launch) {
 
 }  // namespace
 
-LinearRecurrenceMethod linear_recurrence_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m) {
-  switch (cuda::choose_cuda_method(G, T, n, m)) {
+LinearRecurrenceMethod linear_recurrence_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m, DType dtype) {
+  switch (cuda::choose_cuda_method(G, T, n, m, recurrence_dtype(dtype))) {
     case cuda::RecurrenceMethod::sequential: return LinearRecurrenceMethod::sequential;
     case cuda::RecurrenceMethod::chunked: return LinearRecurrenceMethod::chunked;
     case cuda::RecurrenceMethod::scan: return LinearRecurrenceMethod::scan;
@@ -131,9 +137,9 @@ LinearRecurrenceMethod linear_recurrence_cuda_method(int64_t G, int64_t T, int64
   return LinearRecurrenceMethod::sequential;
 }
 
-int64_t linear_recurrence_workspace_size(int64_t G, int64_t T, int64_t n, int64_t m, bool backward,
+int64_t linear_recurrence_workspace_size(int64_t G, int64_t T, int64_t n, int64_t m, DType dtype, bool backward,
                                          const LinearRecurrenceOptions& options) {
-  const auto method = cuda_method(options.method, G, T, n, m);
+  const auto method = cuda_method(options.method, G, T, n, m, dtype);
   return std::max<int64_t>(1, cuda::linear_recurrence_workspace_floats(G, T, n, m, method, options.chunk_size,
                                                                        backward));
 }

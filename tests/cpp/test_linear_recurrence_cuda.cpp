@@ -110,8 +110,8 @@ void expect_device_run_matches_oracle(const GpuCase& c, const LinearRecurrenceOp
   if (c.with_state) grads.d_initial_state = dh0.view;
   std::optional<DeviceWorkspace> forward_ws, backward_ws;
   if (c.give_workspace) {
-    forward_ws.emplace(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, false, o));
-    backward_ws.emplace(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, true, o));
+    forward_ws.emplace(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, c.dtype, false, o));
+    backward_ws.emplace(linear_recurrence_workspace_size(c.G, c.T, c.n, c.m, c.dtype, true, o));
     out.workspace = forward_ws->view();
     grads.workspace = backward_ws->view();
   }
@@ -468,29 +468,41 @@ TEST(LinearRecurrenceCudaPlan, CyclicReductionNeedsNoMoreWorkspaceThanTheScan) {
           for (bool backward : {false, true}) {
             LinearRecurrenceOptions scan_o, cr_o, seq_o;
             scan_o.method = scan, cr_o.method = cr, seq_o.method = seq;
-            const int64_t w_scan = linear_recurrence_workspace_size(G, T, n, m, backward, scan_o);
-            const int64_t w_cr = linear_recurrence_workspace_size(G, T, n, m, backward, cr_o);
+            const int64_t w_scan = linear_recurrence_workspace_size(G, T, n, m, DType::f32, backward, scan_o);
+            const int64_t w_cr = linear_recurrence_workspace_size(G, T, n, m, DType::f32, backward, cr_o);
             EXPECT_LT(w_cr, w_scan) << G << " " << T << " " << n << " " << m << " " << backward;
-            EXPECT_EQ(linear_recurrence_workspace_size(G, T, n, m, backward, seq_o),
+            EXPECT_EQ(linear_recurrence_workspace_size(G, T, n, m, DType::f32, backward, seq_o),
                       backward ? 2 * G * T * n * m : 1);
           }
 }
 
 TEST(LinearRecurrenceCudaPlan, AutomaticMethodFollowsTheMeasuredTable) {
+  const auto method = [](int64_t G, int64_t T, int64_t n, int64_t m, DType dtype = DType::f32) {
+    return linear_recurrence_cuda_method(G, T, n, m, dtype);
+  };
   // n ≤ 64, m ≤ 8: the chunked method on tensor cores, until the sequential walk (flat
-  // in G) wins at 64 groups of n = 64.
-  EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 64, 1), chunked);
-  EXPECT_EQ(linear_recurrence_cuda_method(1, 4096, 64, 1), chunked);
-  EXPECT_EQ(linear_recurrence_cuda_method(64, 4096, 64, 1), seq);
-  EXPECT_EQ(linear_recurrence_cuda_method(64, 4096, 32, 1), chunked);
-  EXPECT_EQ(linear_recurrence_cuda_method(1, 100, 64, 1), chunked);  // short: the nearest grid point's
+  // in G) wins at 64 groups of n = 64 in f32; in bf16 the chunked chains still win there.
+  EXPECT_EQ(method(16, 4096, 64, 1), chunked);
+  EXPECT_EQ(method(1, 4096, 64, 1), chunked);
+  EXPECT_EQ(method(64, 4096, 64, 1), seq);
+  EXPECT_EQ(method(64, 4096, 64, 1, DType::bf16), chunked);
+  EXPECT_EQ(method(64, 4096, 32, 1), chunked);
+  EXPECT_EQ(method(1, 100, 64, 1), chunked);  // short: the nearest grid point's
   // Without tensor cores (n = 128 or m > 8): cyclic reduction at one group, sequential at many.
-  EXPECT_EQ(linear_recurrence_cuda_method(2, 4096, 64, 64), cr);
-  EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 64, 64), seq);
-  EXPECT_EQ(linear_recurrence_cuda_method(16, 4096, 128, 1), seq);
-  EXPECT_EQ(linear_recurrence_cuda_method(1, 4096, 128, 1), cr);
-  EXPECT_EQ(linear_recurrence_cuda_method(1, 8192, 128, 1), chunked);  // long: chunked summaries win
-  EXPECT_EQ(linear_recurrence_cuda_method(24, 1024, 40, 1), chunked);  // n 40 pads to 64, G 24 reads as 16
+  EXPECT_EQ(method(2, 4096, 64, 64), cr);
+  EXPECT_EQ(method(16, 4096, 64, 64), seq);
+  EXPECT_EQ(method(16, 4096, 128, 1), seq);
+  EXPECT_EQ(method(64, 4096, 128, 1, DType::bf16), seq);
+  EXPECT_EQ(method(1, 4096, 128, 1), cr);
+  EXPECT_EQ(method(1, 8192, 128, 1), chunked);  // long: chunked summaries win
+  EXPECT_EQ(method(24, 1024, 40, 1), chunked);  // n 40 pads to 64, G 24 reads as 16
+  // Only the 64-group n = 64 vector-state entry depends on the dtype.
+  for (int64_t G : {1, 16, 64})
+    for (int64_t T : {1024, 8192})
+      for (int64_t n : {32, 64, 128})
+        for (int64_t m : {1, 64})
+          if (!(G == 64 && n == 64 && m == 1))
+            EXPECT_EQ(method(G, T, n, m, DType::bf16), method(G, T, n, m)) << G << " " << T << " " << n << " " << m;
 }
 
 // The chunked method on tensor cores keeps only chunk summaries: far less scratch than
@@ -500,10 +512,10 @@ TEST(LinearRecurrenceCudaPlan, ChunkedOnTensorCoresKeepsOnlySummaries) {
   o.method = chunked;
   for (bool backward : {false, true}) {
     const int64_t G = 16, T = 4096, n = 64;
-    const int64_t w = linear_recurrence_workspace_size(G, T, n, 1, backward, o);
+    const int64_t w = linear_recurrence_workspace_size(G, T, n, 1, DType::f32, backward, o);
     EXPECT_LT(w, G * T * n * n / 8) << backward;
     EXPECT_GE(w, backward ? 2 * G * T * n + 2 * G * (T / 64) * n * n : G * (T / 64) * n * n) << backward;
-    EXPECT_GT(linear_recurrence_workspace_size(G, T, 128, 1, backward, o), G * T * 128 * 128) << backward;
+    EXPECT_GT(linear_recurrence_workspace_size(G, T, 128, 1, DType::f32, backward, o), G * T * 128 * 128) << backward;
   }
 }
 
@@ -517,12 +529,12 @@ TEST(LinearRecurrenceCudaPlan, FusedForwardFitsTheChunkedWorkspace) {
           LinearRecurrenceOptions o;
           o.method = chunked;
           o.chunk_size = chunk;
-          const int64_t have = linear_recurrence_workspace_size(G, T, n, 1, false, o);
+          const int64_t have = linear_recurrence_workspace_size(G, T, n, 1, DType::f32, false, o);
           const int64_t fused_chunk = chunk > 0 ? chunk : cuda::kMinFusedChunk;
           EXPECT_GE(have, cuda::fused_chunk_scratch_floats(G, T, n, std::min(fused_chunk, T)))
               << G << " " << T << " " << n << " " << chunk;
           // The backward: both chains' slots after the two float state arrays.
-          const int64_t have_bwd = linear_recurrence_workspace_size(G, T, n, 1, true, o) - 2 * G * T * n;
+          const int64_t have_bwd = linear_recurrence_workspace_size(G, T, n, 1, DType::f32, true, o) - 2 * G * T * n;
           EXPECT_GE(have_bwd, 2 * cuda::fused_chunk_scratch_floats(G, T, n, std::min(fused_chunk, T)))
               << G << " " << T << " " << n << " " << chunk << " backward";
         }
@@ -605,8 +617,8 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     auto time_method = [&](Method method, const std::string& label) {
       LinearRecurrenceOptions o;
       o.method = method;
-      const int64_t ws_fwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, false, o);
-      const int64_t ws_bwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, true, o);
+      const int64_t ws_fwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, false, o);
+      const int64_t ws_bwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, true, o);
       const double work = double(s.G) * s.T * s.n * s.n * (s.n + s.m);  // a parallel method's n³ work
       if (method == scan && work * std::log2(double(s.T)) > 2e12) return;  // seconds per call
       if (method != seq && (ws_bwd * 4.0 + 2.0 * nA * e) > 60e9) return;

@@ -13,7 +13,8 @@ def _workspace(xp, b, method, backward):
     if not xp.is_cuda(b):
         return None
     G, T, n, m = b.shape
-    return xp.empty((_C.linear_recurrence_workspace_size(G, T, n, m, backward, method),), xp.float32, b)
+    dtype = "bf16" if str(xp.dtype(b)).endswith("bfloat16") else "f32"  # CUDA takes only these two
+    return xp.empty((_C.linear_recurrence_workspace_size(G, T, n, m, dtype, backward, method),), xp.float32, b)
 
 
 def forward(xp, A, b, initial_state, method, impl):

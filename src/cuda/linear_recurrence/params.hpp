@@ -109,10 +109,11 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
 
 // The method "automatic" runs on a CUDA device: the fastest forward measured on the H100
 // over the grid (n 32/64/128, T 1024–8192, G 1/16/64, m 1/64, f32 and bf16;
-// `python -m seqmix.bench.gpu.linear_recurrence` sweep, two runs, NOTES.md version 4; the sweep is now the `grid` command). The
-// winner was the same in f32 and bf16 at every measured point, so the table has no
-// dtype; where two methods were within 1% (one group, T = 8192, m = 64: chunked against
-// cyclic reduction) the table takes the one faster in both runs. Why
+// `python -m seqmix.bench.gpu.linear_recurrence grid`, NOTES.md). The winner is the same
+// in f32 and bf16 everywhere but at 64 groups of n = 64 vector states, where the bf16
+// chunked chains (half the bytes of A per product) run 2× faster than the sequential walk
+// and the f32 ones 1.5× slower; where two methods were within 1% (one group, T = 8192,
+// m = 64) the table keeps the one faster in both dtypes' runs. Why
 // each wins: the sequential method reads A once but walks T steps, one block per group
 // (× 8 state columns), so its time is flat in G until the blocks fill the chip; the
 // chunked method spreads a sequence over the chip (tensor cores for n ≤ 64, m ≤ 8) and
@@ -121,34 +122,39 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
 struct MeasuredChoice {
   int64_t n;  // padded state size: 32, 64 or 128
   bool wide;  // more than 8 state columns (the grid's m = 64; m = 1 stands for m ≤ 8)
-  RecurrenceMethod one_group, one_group_long, sixteen_groups, sixty_four_groups;  // long: T > 4096
+  RecurrenceMethod one_group, one_group_long, sixteen_groups;  // long: T > 4096
+  RecurrenceMethod sixty_four_groups_f32, sixty_four_groups_bf16;
 };
 inline constexpr MeasuredChoice kMeasuredChoices[] = {
+    // n, wide, one group, one group long, 16 groups, 64 groups f32, 64 groups bf16
     {32, false, RecurrenceMethod::chunked, RecurrenceMethod::chunked, RecurrenceMethod::chunked,
-     RecurrenceMethod::chunked},
+     RecurrenceMethod::chunked, RecurrenceMethod::chunked},
     {64, false, RecurrenceMethod::chunked, RecurrenceMethod::chunked, RecurrenceMethod::chunked,
-     RecurrenceMethod::sequential},
+     RecurrenceMethod::sequential, RecurrenceMethod::chunked},
     {128, false, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::chunked, RecurrenceMethod::sequential,
-     RecurrenceMethod::sequential},
+     RecurrenceMethod::sequential, RecurrenceMethod::sequential},
     {32, true, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::sequential,
-     RecurrenceMethod::sequential},
+     RecurrenceMethod::sequential, RecurrenceMethod::sequential},
     {64, true, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::chunked, RecurrenceMethod::sequential,
-     RecurrenceMethod::sequential},
+     RecurrenceMethod::sequential, RecurrenceMethod::sequential},
     {128, true, RecurrenceMethod::cyclic_reduction, RecurrenceMethod::chunked, RecurrenceMethod::sequential,
-     RecurrenceMethod::sequential},
+     RecurrenceMethod::sequential, RecurrenceMethod::sequential},
 };
 
 // Shapes between grid points take the nearest one (G and T on a log scale: G up to 4
 // reads as 1, up to 32 as 16; T above 4096 as 8192). Crossovers inside those intervals
-// are not measured: at n = 64, m = 1 the chunked time grows about linearly in G
-// (1.29 ms at G = 16, 4.9 at 64, f32) against a flat 1.9–2.0 ms sequential walk, a
-// crossover near G = 24 in f32 and 40 in bf16, on either side of the boundary at 32.
-inline constexpr RecurrenceMethod choose_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m) {
+// are not measured: at n = 64, m = 1, T = 4096 the f32 chunked time grows about linearly
+// in G (0.78 ms at G = 16, 3.0 at 64) against a flat 1.9–2.0 ms sequential walk, a
+// crossover near G = 40; in bf16 (chunked 0.47 and 1.59 ms, sequential 3.2) there is none
+// up to 64 groups.
+inline constexpr RecurrenceMethod choose_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m,
+                                                     RecurrenceDtype dtype) {
   const int64_t padded = n <= 32 ? 32 : (n <= 64 ? 64 : 128);
   for (const MeasuredChoice& c : kMeasuredChoices) {
     if (c.n != padded || c.wide != (m > 8)) continue;
     if (G <= 4) return T > 4096 ? c.one_group_long : c.one_group;
-    return G <= 32 ? c.sixteen_groups : c.sixty_four_groups;
+    if (G <= 32) return c.sixteen_groups;
+    return dtype == RecurrenceDtype::bf16 ? c.sixty_four_groups_bf16 : c.sixty_four_groups_f32;
   }
   return RecurrenceMethod::sequential;
 }

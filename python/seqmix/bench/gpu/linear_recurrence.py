@@ -253,7 +253,8 @@ def case_bytes(G, T, n, m, itemsize, method) -> int:
     """Memory one case holds while a method's backward runs: A, b, dy, h, dA, db and the
     method's float workspace."""
     tensors = itemsize * G * T * (2 * n * n + 4 * n * m)
-    workspace = 4 * seqmix._C.linear_recurrence_workspace_size(G, T, n, m, True, method)
+    dtype = "bf16" if itemsize == 2 else "f32"
+    workspace = 4 * seqmix._C.linear_recurrence_workspace_size(G, T, n, m, dtype, True, method)
     return tensors + workspace
 
 
