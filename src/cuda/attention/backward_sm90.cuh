@@ -267,26 +267,25 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   const int dq_key0 = D == 64 ? 64 * wg : 0;
   const int dq_col0 = D == 64 ? 0 : Cfg::kDqCols * wg;
 
+  // acc (64 key rows × 64 queries) = rows · operandᵀ over the head dim: K or V rows against
+  // the Q or dO tile, both K-major (no commit).
+  auto issue_score_product = [&](const uint8_t* rows, const uint8_t* operand, float(&acc)[32]) {
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      const int chunk = kk / 4, offset = (kk % 4) * 32;
+      gmma_ss<T, kBlockM>(smem_descriptor(rows + chunk * kBlockN * 128 + offset, 16),
+                          smem_descriptor(operand + chunk * kBlockM * 128 + offset, 16), acc, kk > 0);
+    }
+  };
+
   // Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ of the block in `stage`, one commit group each.
   auto issue_scores = [&](int stage, uint32_t phase, float(&s)[32], float(&dp)[32]) {
-    const uint8_t* q_tile = q_tiles + stage * Cfg::kQBytes;
-    const uint8_t* do_tile = do_tiles + stage * Cfg::kQBytes;
     tma::wait(&q_full[stage], phase);
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int chunk = kk / 4, offset = (kk % 4) * 32;
-      gmma_ss<T, kBlockM>(smem_descriptor(k_rows + chunk * kBlockN * 128 + offset, 16),
-                          smem_descriptor(q_tile + chunk * kBlockM * 128 + offset, 16), s, kk > 0);
-    }
+    issue_score_product(k_rows, q_tiles + stage * Cfg::kQBytes, s);
     wgmma_commit();
     tma::wait(&do_full[stage], phase);
-#pragma unroll
-    for (int kk = 0; kk < D / 16; ++kk) {
-      const int chunk = kk / 4, offset = (kk % 4) * 32;
-      gmma_ss<T, kBlockM>(smem_descriptor(v_rows + chunk * kBlockN * 128 + offset, 16),
-                          smem_descriptor(do_tile + chunk * kBlockM * 128 + offset, 16), dp, kk > 0);
-    }
+    issue_score_product(v_rows, do_tiles + stage * Cfg::kQBytes, dp);
     wgmma_commit();
   };
 
@@ -381,14 +380,8 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
 
       float acc[32];  // warpgroup 0: Sᵀ, then Pᵀ; warpgroup 1: dPᵀ, then dSᵀ
       tma::wait(wg == 0 ? &q_full[stage] : &do_full[stage], phase);
-      const uint8_t* operand = wg == 0 ? q_tile : do_tile;
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < D / 16; ++kk) {
-        const int chunk = kk / 4, offset = (kk % 4) * 32;
-        gmma_ss<T, kBlockM>(smem_descriptor(score_rows + chunk * kBlockN * 128 + offset, 16),
-                            smem_descriptor(operand + chunk * kBlockM * 128 + offset, 16), acc, kk > 0);
-      }
+      issue_score_product(score_rows, wg == 0 ? q_tile : do_tile, acc);
       wgmma_commit();
       tma::wait(&stats_full[stage], phase);
       if (wg == 1) tma::wait(&q_full[stage], phase);  // Q for dK (warpgroup 0 waited on it for Sᵀ)
