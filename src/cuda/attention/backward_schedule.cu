@@ -6,7 +6,8 @@ namespace seqmix::cuda {
 namespace {
 
 // Pingpong is the default: on the H100 it measured 1.27-1.44x the standard schedule at every
-// timed shape (AttentionCudaTiming.BackwardSchedulesSideBySide, NOTES.md).
+// timed shape, D = 256 (its dQ reduce without turns) 1.34-1.44x (AttentionCudaTiming.
+// BackwardSchedulesSideBySide, NOTES.md).
 AttentionBackwardSchedule from_environment() {
   return choice_from_environment("SEQMIX_ATTENTION_BACKWARD", {{"standard", AttentionBackwardSchedule::standard}},
                                  AttentionBackwardSchedule::pingpong);

@@ -365,6 +365,15 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     // both warpgroups have passed a barrier that follows their waits on its readers.
     if (iterations > 0) tma::wait(kv_full, 0);
     const uint8_t* score_rows = wg == 0 ? k_tile : v_tile;
+    // acc (64 keys × this warpgroup's 128 columns) += the Pᵀ / dSᵀ rows of `rows` times the
+    // same columns of the dO / Q tile `operand`, over the block's 64 queries (no commit).
+    auto issue_column_product = [&](const uint8_t* rows, const uint8_t* operand, float(&acc)[Cfg::kAccCols / 2]) {
+#pragma unroll
+      for (int kk = 0; kk < kBlockM / 16; ++kk)
+        gmma_ss_k_mn<T, Cfg::kAccCols>(
+            smem_descriptor(rows + kk * 32, 16),
+            smem_descriptor(operand + (acc_col0 / 64) * kBlockM * 128 + kk * 16 * 128, kBlockM * 128), acc);
+    };
     const int pair_row = warp_in_group * 16 + lane / 4;  // the fragment's key rows in the Pᵀ / dSᵀ tiles
     for (int it = 0; it < iterations; ++it) {
       const int m0 = row0_of(it);
@@ -403,12 +412,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       consumer_barrier();  // Pᵀ in shared memory
 
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        gmma_ss_k_mn<T, Cfg::kAccCols>(smem_descriptor(p_tile + kk * 32, 16),
-                                       smem_descriptor(do_tile + (acc_col0 / 64) * kBlockM * 128 + kk * 16 * 128,
-                                                       kBlockM * 128),
-                                       dv);
+      issue_column_product(p_tile, do_tile, dv);
       wgmma_commit();
       if (wg == 1) {
         uint32_t prob[16];
@@ -427,12 +431,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
 
       float dq[Cfg::kDqCols / 2];
       wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockM / 16; ++kk)
-        gmma_ss_k_mn<T, Cfg::kAccCols>(smem_descriptor(ds_tile + kk * 32, 16),
-                                       smem_descriptor(q_tile + (acc_col0 / 64) * kBlockM * 128 + kk * 16 * 128,
-                                                       kBlockM * 128),
-                                       dk);
+      issue_column_product(ds_tile, q_tile, dk);
       issue_dq(ds_tile, dq);
       wgmma_commit();
       wgmma_wait<0>();

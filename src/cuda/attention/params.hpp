@@ -67,7 +67,9 @@ void attention_set_forward_schedule(AttentionForwardSchedule schedule);
 // consumer warpgroups meet at one barrier per query block (the dSᵀ exchange) and add dQ
 // with float atomics. pingpong: they take turns on the tensor cores, each issuing the dQ
 // product of its previous query block beside the dK/dV products of the current one, and
-// dQ leaves through shared memory as bulk reduce-adds issued by producer warps.
+// dQ leaves through shared memory as bulk reduce-adds issued by producer warps. At D = 256
+// (the head dim split between the warpgroups, no turns) pingpong keeps only the latter: dQ
+// staged in the block's own Q/dO stage and added by tensor reduce-adds.
 enum class AttentionBackwardSchedule { standard, pingpong };
 
 // The schedule attention_backward launches (deterministic = false):
