@@ -54,7 +54,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
         q: ``[B, Sq, Hq, D]`` queries; bf16, fp16, fp32 or fp64 (q, k, v share one dtype).
             CUDA tensors (Hopper): bf16 or fp16, ``D == Dv`` in {64, 128, 256}, 16-byte
             aligned with strides that are multiples of 8 elements; the CUDA backward takes
-            ``D`` in {64, 128} (``D = 256`` refuses).
+            every one of these ``D`` (``deterministic=True`` only ``D`` in {64, 128}).
         k: ``[B, Sk, Hkv, D]`` keys. ``Hq % Hkv == 0``: query head ``h`` reads kv head
             ``h // (Hq // Hkv)`` (GQA; MQA when ``Hkv == 1``).
         v: ``[B, Sk, Hkv, Dv]`` values (``Dv`` may differ from ``D``).
@@ -64,8 +64,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
             ``lse = -inf``.
         return_lse: also return the log-sum-exp of each score row.
         deterministic: CUDA backward only (the CPU one is always deterministic): ``True``
-            takes kernels without atomics whose gradients repeat bitwise; ``False`` (faster)
-            accumulates dq with float atomics, so its last bits may vary between runs.
+            takes kernels without atomics whose gradients repeat bitwise (``D`` 64 and 128;
+            ``D = 256`` refuses it); ``False`` (faster) adds dq with float atomics or
+            reduce-adds, so its last bits may vary between runs.
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"`` (float32, the
             FlashAttention form: 64-key tiles with an online softmax).
 
@@ -104,8 +105,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         causal: bottom-right aligned per sequence, as in ``flash_attn_func``.
         return_lse: also return the log-sum-exp of each score row.
         deterministic: CUDA backward only (the CPU one is always deterministic): ``True``
-            takes kernels without atomics whose gradients repeat bitwise; ``False`` (faster)
-            accumulates dq with float atomics, so its last bits may vary between runs.
+            takes kernels without atomics whose gradients repeat bitwise (``D`` 64 and 128;
+            ``D = 256`` refuses it); ``False`` (faster) adds dq with float atomics or
+            reduce-adds, so its last bits may vary between runs.
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"``.
 
     Returns:
