@@ -797,6 +797,55 @@ void time_output_pdl(const char* name, int64_t heads, int64_t dv, int64_t tokens
               middle(backward_graph[1]) / middle(backward_graph[0]));
 }
 
+// The norm-gate kernels' grids (launch_output.cu, norm_gate_blocks): the grids before (at
+// most 1024 blocks backward, 4096 forward) against one wave at the resident count
+// (SEQMIX_CHAINS_NORM_GATE_WAVE, SEQMIX_CHAINS_NORM_GATE_WAVE_FORWARD), alternated three
+// times, the middle of each: the backward in event time, the forward in graph replays (as
+// the bench times them).
+TEST(ChainsCudaTiming, OutputNormGateWave) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct Shape {
+    const char* name;
+    int64_t heads, dv;
+  };
+  for (int64_t tokens : {2048, 8192, 32768})
+    for (const Shape& s : {Shape{"gla", 4, 512}, Shape{"gated_deltanet", 16, 256}}) {
+      const int64_t width = s.heads * s.dv;
+      DeviceBf16 o(tokens * width, 1.f), g(tokens * width, 1.f), norm_weight(s.dv, 1.f),
+          out_weight(kD * width, 0.03f), y(tokens * kD, 0.f), dy(tokens * kD, 1.f), d_o(tokens * width, 0.f),
+          dg(tokens * width, 0.f), dnorm(s.dv, 0.f), dout_weight(kD * width, 0.f);
+      const OutputChainInputs in{o.view({tokens, s.heads, s.dv}), g.view({tokens, s.heads, s.dv}),
+                                 norm_weight.view({s.dv}), out_weight.view({kD, width})};
+      const OutputChainGrads grads{d_o.view({tokens, s.heads, s.dv}), dg.view({tokens, s.heads, s.dv}),
+                                   dnorm.view({s.dv}), dout_weight.view({kD, width})};
+      OutputChainOptions on_stream;
+      on_stream.stream = stream;
+      std::vector<float> forward[2], backward[2];
+      for (int rep = 0; rep < 3; ++rep)
+        for (int wave = 0; wave < 2; ++wave) {
+          setenv("SEQMIX_CHAINS_NORM_GATE_WAVE", wave ? "1" : "0", 1);
+          setenv("SEQMIX_CHAINS_NORM_GATE_WAVE_FORWARD", wave ? "1" : "0", 1);
+          y.poison();
+          forward[wave].push_back(
+              graph_median_ms(stream, [&] { output_chain_forward(in, y.view({tokens, kD}), on_stream); }));
+          EXPECT_TRUE(y.finite_prefix(64 * kD));
+          d_o.poison();
+          backward[wave].push_back(median_ms([&] { output_chain_backward(in, dy.view({tokens, kD}), grads); }));
+          EXPECT_TRUE(d_o.finite_prefix(64 * width));
+        }
+      unsetenv("SEQMIX_CHAINS_NORM_GATE_WAVE");
+      unsetenv("SEQMIX_CHAINS_NORM_GATE_WAVE_FORWARD");
+      std::printf("  %-15s %6lld  output fwd (graph): grid before %8.4f ms, one wave %8.4f (%5.3f); bwd (events): "
+                  "before %8.4f ms, one wave %8.4f (%5.3f)\n",
+                  s.name, static_cast<long long>(tokens), middle(forward[0]), middle(forward[1]),
+                  middle(forward[1]) / middle(forward[0]), middle(backward[0]), middle(backward[1]),
+                  middle(backward[1]) / middle(backward[0]));
+    }
+  cuda_ok(cudaStreamDestroy(stream));
+}
+
 TEST(ChainsCudaTiming, OutputPdl) {
   SKIP_WITHOUT_CUDA_DEVICE();
   cudaStream_t stream;

@@ -11,6 +11,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <tuple>
 
 #include "cuda/chains/dependent_launch.cuh"
@@ -258,19 +260,55 @@ NormGate norm_gate(const OutputChainProblem& p) {
 
 bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
+int sm_count() {
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "output chain: SM count");
+  return sms;
+}
+
 // Whether the 16-byte norm-gate kernels take o, g, the norm weight and u [tokens, heads·dv].
 bool vector_rows(const OutputChainProblem& p, const bf16* u) {
   return p.dv % 8 == 0 && p.dv <= 512 && p.o.stride % 8 == 0 && p.g.stride % 8 == 0 && aligned(p.o.data) &&
          aligned(p.g.data) && aligned(p.norm_weight) && aligned(u);
 }
 
+// Blocks of a norm-gate kernel over the problem's rows (one warp a row at a time): `cap` at
+// most, or with `one_wave` a single wave at the kernel's resident count, whose warps then
+// walk several rows each. The backward, whose blocks each end in dv atomics on the same dv
+// addresses, took 0.77 / 0.92 of its time in one wave at GLA / Gated DeltaNet widths and
+// 2048 tokens (H100, ChainsCudaTiming.OutputBackwardBlocks; NOTES.md). SEQMIX_CHAINS_NORM_
+// GATE_BLOCKS=<k> (2, 4 or 8) forces k blocks a SM, for that test.
+template <class Kernel>
+unsigned norm_gate_blocks(const OutputChainProblem& p, Kernel kernel, size_t shared, unsigned cap, bool one_wave) {
+  const unsigned needed = grid_for(p.tokens * p.heads * 32, kThreads);
+  int per_sm = choice_from_environment<int>("SEQMIX_CHAINS_NORM_GATE_BLOCKS", {{"2", 2}, {"4", 4}, {"8", 8}}, 0);
+  if (per_sm == 0 && !one_wave) return std::min(needed, cap);
+  if (per_sm == 0) {
+    static std::mutex mutex;
+    static std::map<const void*, int> resident;  // per kernel: the occupancy query costs host time
+    const std::lock_guard<std::mutex> lock(mutex);
+    auto [it, fresh] = resident.try_emplace(reinterpret_cast<const void*>(kernel), 0);
+    if (fresh)
+      check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&it->second, kernel, kThreads, shared),
+            "output chain: norm-gate occupancy");
+    per_sm = std::max(it->second, 1);
+  }
+  return std::min(needed, static_cast<unsigned>(per_sm * sm_count()));
+}
+
+// One wave for the norm-gate forward too (SEQMIX_CHAINS_NORM_GATE_WAVE_FORWARD=1; under
+// measurement, off by default) and the backward (SEQMIX_CHAINS_NORM_GATE_WAVE=0 restores its
+// grid of at most 1024 blocks).
+bool forward_one_wave() { return flag_from_environment("SEQMIX_CHAINS_NORM_GATE_WAVE_FORWARD", false); }
+bool backward_one_wave() { return flag_from_environment("SEQMIX_CHAINS_NORM_GATE_WAVE", true); }
+
 // u [tokens, heads·dv] in scratch.
 void normalise_and_gate(const OutputChainProblem& p, bf16* u, cudaStream_t stream) {
   const bool vec8 = vector_rows(p, u);
-  const unsigned blocks = grid_for(p.tokens * p.heads * 32, kThreads);
-  if (vec8 && p.dv <= 256) norm_gate_forward_vec8<1><<<blocks, kThreads, 0, stream>>>(norm_gate(p), u);
-  else if (vec8) norm_gate_forward_vec8<2><<<blocks, kThreads, 0, stream>>>(norm_gate(p), u);
-  else norm_gate_forward<<<blocks, kThreads, 0, stream>>>(norm_gate(p), u);
+  const auto kernel = vec8 && p.dv <= 256 ? norm_gate_forward_vec8<1> : vec8 ? norm_gate_forward_vec8<2> : norm_gate_forward;
+  const unsigned blocks = norm_gate_blocks(p, kernel, 0, 4096u, forward_one_wave());
+  kernel<<<blocks, kThreads, 0, stream>>>(norm_gate(p), u);
   check_launch("output chain: norm_gate_forward");
 }
 
@@ -316,13 +354,14 @@ void output_chain_backward(const OutputChainProblem& p, const OutputChainGradien
   gemm_nn_bf16(p.tokens, width, p.d_out, g.dy, p.out_weight, MutableRows{du.get(), width}, p.stream);
   if (!fused) gemm_tn_bf16(p.d_out, width, p.tokens, g.dy, Rows{u.get(), width}, g.dout_weight, p.stream);
 
-  // Few enough blocks that the per-block dw atomics stay cheap, enough to fill the device.
-  const unsigned blocks = std::min(chains::grid_for(p.tokens * p.heads * 32, chains::kThreads), 1024u);
   const auto args = std::make_tuple(chains::norm_gate(p), static_cast<const bf16*>(du.get()),
                                     static_cast<bf16*>(g.d_o.data), g.d_o.stride, static_cast<bf16*>(g.dg.data),
                                     g.dg.stride, dw.get());
   const size_t shared = p.dv * sizeof(float);
+  // One wave (norm_gate_blocks); before, at most 1024 blocks, few enough that the per-block
+  // dw atomics stayed cheap.
   const auto launch = [&](auto kernel, auto... extra) {
+    const unsigned blocks = chains::norm_gate_blocks(p, kernel, shared, 1024u, chains::backward_one_wave());
     std::apply([&](auto... a) {
       launch_dependent(kernel, blocks, chains::kThreads, shared, stream, "output chain: norm_gate_backward", a...,
                        extra...);
