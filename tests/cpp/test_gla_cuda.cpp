@@ -100,6 +100,13 @@ struct ForwardTiling {
   ~ForwardTiling() { cuda::gla_set_forward_tiling(before); }
 };
 
+// Selects the outputs pass's walkers for one test, and restores it.
+struct ForwardWalkers {
+  cuda::GlaForwardWalkers before = cuda::gla_forward_walkers();
+  explicit ForwardWalkers(cuda::GlaForwardWalkers walkers) { cuda::gla_set_forward_walkers(walkers); }
+  ~ForwardWalkers() { cuda::gla_set_forward_walkers(before); }
+};
+
 // Selects the stages of the backward's dL/dS walk for one test, and restores it.
 struct BackwardStateStages {
   int before = cuda::gla_backward_state_stages();
@@ -152,6 +159,16 @@ TEST_P(GlaCuda, ForwardTallTilingMatchesOracle) {
     forward_matches_oracle(GetParam());
   }
   const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::cuda_cores);
+  forward_matches_oracle(GetParam());
+}
+
+// The outputs pass with the paired walkers (a channel pair and half the chunk a thread; they
+// run with the tensor-core diagonal and the tall tiling only).
+TEST_P(GlaCuda, ForwardPairedWalkersMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
+  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
+  const ForwardWalkers walkers(cuda::GlaForwardWalkers::paired);
   forward_matches_oracle(GetParam());
 }
 

@@ -2,7 +2,7 @@
 // median time over 20 runs) and of a backward timed with events, and the forward walk's chunk
 // step split into its phases (SM cycles), and the backward's gradient kernel's phases, at the
 // benchmark shapes (H 16, K = V = 128, bf16); the backward by each form of its gradient
-// kernel (token walk, tail) side by side; and the forward walks by tiling.
+// kernel (token walk, tail) side by side; and the forward walks by tiling and by walkers.
 // Printed; run with --gtest_filter='*GlaCudaTiming*'. Asserts only that the phases were
 // counted and the outputs are finite.
 #include <cuda_runtime.h>
@@ -274,6 +274,51 @@ void compare_state_stages(int64_t B, int64_t T) {
       }
     }
   cuda::gla_set_backward_state_stages(before);
+}
+
+// The outputs pass's walkers single (the default) and paired (params.hpp GlaForwardWalkers),
+// tensor-core diagonal and tall tiling, side by side on the same inputs at B8 T2048, B1 T32768
+// and B4 T4096, alternated three times: forward medians of 30 event-timed runs after 5
+// warm-ups, then one profiled forward each (launches, the outputs pass's phases). Asserts that
+// the outputs agree within the bf16 bound.
+void compare_forward_walkers(int64_t B, int64_t T) {
+  TimingInputs in(B, T);
+  auto forward = [&] { in.forward(); };
+  const cuda::GlaForwardWalkers walkers_before = cuda::gla_forward_walkers();
+  const cuda::GlaForwardTiling tiling_before = cuda::gla_forward_tiling();
+  const cuda::GlaForwardDiagonal diagonal_before = cuda::gla_forward_diagonal();
+  cuda::gla_set_forward_tiling(cuda::GlaForwardTiling::tall);
+  cuda::gla_set_forward_diagonal(cuda::GlaForwardDiagonal::tensor_cores);
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16, forward by walkers, medians of 30:\n",
+              static_cast<long long>(B), static_cast<long long>(T));
+  std::vector<double> single_out;
+  for (int round = 0; round < 3; ++round)
+    for (const cuda::GlaForwardWalkers walkers : {cuda::GlaForwardWalkers::single, cuda::GlaForwardWalkers::paired}) {
+      const char* name = walkers == cuda::GlaForwardWalkers::single ? "single" : "paired";
+      cuda::gla_set_forward_walkers(walkers);
+      const float ms = median_ms(forward, {.reps = 30, .warmups = 5, .flush_l2 = false});
+      std::printf("  %-8s forward %.4f ms\n", name, ms);
+      if (round > 0) continue;
+      cuda::gla_profile_start();
+      forward();
+      const GlaProfile fwd = cuda::gla_profile_stop();
+      print_launches(name, fwd);
+      print_phases(fwd);
+      const std::vector<double> out = in.d_o.values(in.o);
+      if (single_out.empty()) single_out = out;
+      else EXPECT_LT(rel_err(out, single_out), tolerance(DType::bf16)) << "o: paired against single";
+    }
+  cuda::gla_set_forward_walkers(walkers_before);
+  cuda::gla_set_forward_tiling(tiling_before);
+  cuda::gla_set_forward_diagonal(diagonal_before);
+}
+
+// The three benchmark shapes in one run (one process, one machine state).
+TEST(GlaCudaTiming, ForwardWalkers) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_forward_walkers(8, 2048);
+  compare_forward_walkers(1, 32768);
+  compare_forward_walkers(4, 4096);
 }
 
 TEST(GlaCudaTiming, BackwardStateStagesB8T2048) {

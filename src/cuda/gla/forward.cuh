@@ -210,6 +210,127 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
   }
 }
 
+// Two adjacent 16-bit values as floats (4-byte shared load), and two floats rounded into one.
+template <class E>
+__device__ __forceinline__ float2 load2(const E* p) {
+  const uint32_t raw = *reinterpret_cast<const uint32_t*>(p);
+  const E* v = reinterpret_cast<const E*>(&raw);
+  return make_float2(to_float(v[0]), to_float(v[1]));
+}
+template <class E>
+__device__ __forceinline__ void store2(E* p, float2 x) {
+  *reinterpret_cast<uint32_t*>(p) = pack2<E>(x.x, x.y);
+}
+__device__ __forceinline__ float2 mul2(float2 a, float2 b) { return make_float2(a.x * b.x, a.y * b.y); }
+__device__ __forceinline__ float2 exp_each(float2 g) { return make_float2(__expf(g.x), __expf(g.y)); }
+
+// decay_operands<true, S, kQuads = true> with full-width shared accesses (params.hpp
+// GlaForwardWalkers::paired): thread (channel pair cp, half, role) walks channels 2cp, 2cp + 1
+// (4-byte loads and stores: a warp, 32 pairs of one half, reads or writes one 128-byte row)
+// over half the chunk, sub-chunks 2·half and 2·half + 1. So 2·KD threads walk, as with
+// decay_operands, with chains of 32 tokens instead of 64. The factors that cross the halves
+// each half forms itself from g in log space before its walk: the query side's second half
+// e^{Σ_{t<32} g_t}; the key side's first half e^{Σ_{32..63} g} (k_end), e^{Σ_{32..48} g} and
+// e^{g_32} (k_pair of sub-chunks 3 and 2). Every (channel, token) cell is read and written by
+// one thread only, so the in-place stores (q, and the quad keys over k) race with nothing.
+template <class S>
+__device__ __forceinline__ void paired_decay_operands(S& s, int tid) {
+  using E = typename S::Element;
+  constexpr int KD = S::kKeys, PK = S::PK, kPairs = KD / 2, kHalf = kChunk / 2, kBatch = 8;
+  if (tid >= 2 * KD) return;
+  const int u = tid % KD, cp = u % kPairs, half = u / kPairs, c = 2 * cp;
+  const float2 one = make_float2(1.0f, 1.0f), zero = make_float2(0.0f, 0.0f);
+  if (tid < KD) {  // query side: q_sub, q_start, the quad q over q, e^{b_last}
+    float2 from_start = one, from_sub = one, from_quad = one;
+    if (half == 1) {
+      float2 sum[2] = {zero, zero};  // two chains of adds
+#pragma unroll 8
+      for (int t = 0; t < kHalf; ++t) {
+        const float2 g = load2(s.g + t * PK + c);
+        sum[t % 2].x += g.x, sum[t % 2].y += g.y;
+      }
+      from_start = exp_each(make_float2(sum[0].x + sum[1].x, sum[0].y + sum[1].y));
+    }
+#pragma unroll 1
+    for (int local = 0; local < 2; ++local)  // rolled over the two sub-chunks
+#pragma unroll
+    for (int b = 0; b < kSub / kBatch; ++b) {
+      const int t0 = (2 * half + local) * kSub + b * kBatch;
+      float2 e[kBatch], q[kBatch];
+#pragma unroll
+      for (int tt = 0; tt < kBatch; ++tt) {
+        const int at = (t0 + tt) * PK + c;
+        e[tt] = exp_each(load2(s.g + at));
+        q[tt] = load2(s.q + at);
+      }
+#pragma unroll
+      for (int tt = 0; tt < kBatch; ++tt) {
+        const int in_sub = b * kBatch + tt, at = (t0 + tt) * PK + c;
+        from_start = mul2(from_start, e[tt]);
+        from_sub = in_sub == 0 ? one : mul2(from_sub, e[tt]);
+        from_quad = in_sub % 4 == 0 ? one : mul2(from_quad, e[tt]);
+        store2(s.q_sub + at, mul2(q[tt], from_sub));
+        store2(s.q_start + at, mul2(q[tt], from_start));
+        store2(s.q + at, mul2(q[tt], from_quad));
+      }
+    }
+    if (half == 1) s.decay_all[c] = from_start.x, s.decay_all[c + 1] = from_start.y;
+    return;
+  }
+  // Key side: k_end, k_pair, the quad keys; sub-chunks latest first.
+  float2 to_end = one, to_sub[4] = {zero, zero, zero, zero}, to_quad[4] = {zero, zero, zero, zero};
+  if (half == 0) {
+    float2 sum = zero, through_48 = zero, at_32 = zero;
+#pragma unroll 8
+    for (int t = kHalf; t < kChunk; ++t) {
+      const float2 g = load2(s.g + t * PK + c);
+      sum.x += g.x, sum.y += g.y;
+      if (t == kHalf) at_32 = sum;
+      if (t == 3 * kSub) through_48 = sum;
+    }
+    to_end = exp_each(sum), to_sub[3] = exp_each(through_48), to_sub[2] = exp_each(at_32);
+  }
+#pragma unroll 1
+  for (int local = 1; local >= 0; --local)  // rolled over the two sub-chunks
+#pragma unroll
+  for (int b = kSub / kBatch - 1; b >= 0; --b) {
+    const int sub = 2 * half + local, t0 = sub * kSub + b * kBatch;
+    float2 e[kBatch], k[kBatch];
+#pragma unroll
+    for (int tt = kBatch - 1; tt >= 0; --tt) {
+      const int at = (t0 + tt) * PK + c;
+      e[tt] = exp_each(load2(s.g + at));
+      k[tt] = load2(s.k + at);
+    }
+#pragma unroll
+    for (int tt = kBatch - 1; tt >= 0; --tt) {
+      const int t = t0 + tt, in_sub = b * kBatch + tt, at = t * PK + c;
+      store2(s.k_end + at, mul2(k[tt], to_end));
+      to_end = mul2(to_end, e[tt]);
+#pragma unroll
+      for (int I = 1; I < 4; ++I) {  // the later sub-chunks I > sub (predicated on the half)
+        if (I > sub) store2(s.k_pair + (pair_row0(I) + t) * PK + c, mul2(k[tt], to_sub[I]));
+        to_sub[I] = mul2(to_sub[I], e[tt]);  // read only once I > sub, reset below before that
+      }
+      if (in_sub == 0) {
+#pragma unroll
+        for (int I = 1; I < 4; ++I)
+          if (I == sub) to_sub[I] = e[tt];
+      }
+#pragma unroll
+      for (int Q = 1; Q < 4; ++Q) {
+        if (4 * Q <= in_sub) continue;
+        const float2 x = mul2(k[tt], to_quad[Q]);
+        if (Q == 1) store2(quad_key_row<1>(s, sub, in_sub) + c, x);
+        else if (Q == 2) store2(quad_key_row<2>(s, sub, in_sub) + c, x);
+        else store2(quad_key_row<3>(s, sub, in_sub) + c, x);
+        to_quad[Q] = mul2(to_quad[Q], e[tt]);
+      }
+      if (in_sub % 4 == 0 && in_sub > 0) to_quad[in_sub / 4] = e[tt];
+    }
+  }
+}
+
 // Four consecutive 16-bit values as floats (8-byte shared load).
 template <class E>
 __device__ __forceinline__ float4 load4(const E* p) {
@@ -625,10 +746,12 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // kQuads (outputs pass only): the tensor-core diagonal (quad_*) instead of diagonal_scores.
 // kRowBlocks (params.hpp GlaForwardTiling): 16-row blocks a warp of the state and of o
 // (StateTile, chunk_output).
-template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kRowBlocks = 1>
+// kPairedWalk (with kQuads only): the walkers paired_decay_operands instead of decay_operands.
+template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kRowBlocks = 1, bool kPairedWalk = false>
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
+  static_assert(kQuads || !kPairedWalk, "the paired walkers form the quads' operands");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
@@ -693,7 +816,8 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       phases.mark(kGlaPhaseDiagonal);
     }
     if constexpr (kOutput) {
-      decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
+      if constexpr (kPairedWalk) paired_decay_operands(s, tid);
+      else decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
       S.store_operand(s.state);
     } else {
       if (more) {  // into the stage the last step read

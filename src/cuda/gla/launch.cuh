@@ -122,17 +122,18 @@ void sum_key_blocks(const GlaParams& p, const GlaTokens& out, cudaStream_t strea
   timed_launch(stream, "gla sum key blocks", [&] { sum_key_blocks_kernel<E><<<blocks, 256, 0, stream>>>(p, out); });
 }
 
-template <class E, int KD, int VB, Pass kPass, bool kQuads, int kRowBlocks>
+template <class E, int KD, int VB, Pass kPass, bool kQuads, int kRowBlocks, bool kPairedWalk = false>
 void launch_walk(GlaParams p, cudaStream_t stream) {
   const size_t smem = sizeof(Smem<E, KD, VB>);
-  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads, kRowBlocks>;
+  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads, kRowBlocks, kPairedWalk>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla forward shared memory");
   const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
   p.phase_cycles = profile_counters();
   timed_launch(stream,
-               kQuads                        ? "gla forward (tensor-core diagonal)"
+               kPairedWalk                   ? "gla forward (tensor-core diagonal, paired walkers)"
+               : kQuads                      ? "gla forward (tensor-core diagonal)"
                : kPass == Pass::outputs      ? "gla forward"
                : kPass == Pass::segment_ends ? "gla forward segment states"
                                              : "gla chunk states",
@@ -151,10 +152,15 @@ void launch_pass(const GlaParams& p, cudaStream_t stream) {
 }
 
 // The outputs pass, forming A's diagonal sub-chunks as gla_forward_diagonal says (params.hpp).
+// The paired walkers (gla_forward_walkers) only with the tensor-core diagonal and the tall
+// tiling, the defaults: one more kernel a shape and dtype.
 template <class E, int KD, int VB>
 void launch_outputs(GlaParams p, cudaStream_t stream) {
-  if (gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores)
+  if (gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores) {
+    if (gla_forward_walkers() == GlaForwardWalkers::paired && gla_forward_tiling() == GlaForwardTiling::tall)
+      return launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
     return launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
+  }
   launch_pass<E, KD, VB, Pass::outputs>(p, stream);
 }
 

@@ -149,6 +149,19 @@ inline constexpr GlaForwardTiling kDefaultForwardTiling = GlaForwardTiling::tall
 GlaForwardTiling gla_forward_tiling();
 void gla_set_forward_tiling(GlaForwardTiling tiling);
 
+// The outputs pass's walkers (forward.cuh; tensor-core diagonal and tall tiling only): single
+// gives each of 2·KD threads one channel and the whole chunk (2-byte shared accesses);
+// paired gives each a channel pair and half the chunk (4-byte accesses, chains of 32 tokens),
+// half the walkers' shared wavefronts (≈ 2.8 k of ≈ 8.8 k a chunk step; NOTES.md v15).
+enum class GlaForwardWalkers { single, paired };
+// Single until paired is measured faster on the H100.
+inline constexpr GlaForwardWalkers kDefaultForwardWalkers = GlaForwardWalkers::single;
+
+// The walkers in use: process-wide, kDefaultForwardWalkers unless the environment variable
+// SEQMIX_GLA_FORWARD_WALKERS is "single" or "paired" when first asked, or a caller set it.
+GlaForwardWalkers gla_forward_walkers();
+void gla_set_forward_walkers(GlaForwardWalkers walkers);
+
 // Stages of copies in the backward's dL/dS walk (backward.cuh state_grad_kernel): 2 (each
 // chunk's q, g, do issued one chunk ahead) or 3 (two ahead). ncu saw that walk waiting on its
 // copies (long-scoreboard stalls 2.8 a issue at B8 T2048; NOTES.md, the forward profiled).

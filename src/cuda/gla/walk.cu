@@ -1,6 +1,6 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
-// walk and tail, the stages of its dL/dS walk, the forward walks' tiling and the forward's pass 1
-// in pieces (params.hpp).
+// walk and tail, the stages of its dL/dS walk, the forward walks' tiling, the outputs pass's
+// walkers and the forward's pass 1 in pieces (params.hpp).
 #include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
 
@@ -44,6 +44,13 @@ GlaForwardTiling& current_forward_tiling() {
   return tiling;
 }
 
+GlaForwardWalkers& current_forward_walkers() {
+  static GlaForwardWalkers walkers = choice_from_environment(
+      "SEQMIX_GLA_FORWARD_WALKERS", {{"single", GlaForwardWalkers::single}, {"paired", GlaForwardWalkers::paired}},
+      kDefaultForwardWalkers);
+  return walkers;
+}
+
 int& current_state_stages() {
   static int stages =
       choice_from_environment("SEQMIX_GLA_BACKWARD_STATE_STAGES", {{"2", 2}, {"3", 3}}, kDefaultBackwardStateStages);
@@ -66,6 +73,9 @@ void gla_set_backward_state_stages(int stages) { current_state_stages() = stages
 
 GlaForwardTiling gla_forward_tiling() { return current_forward_tiling(); }
 void gla_set_forward_tiling(GlaForwardTiling tiling) { current_forward_tiling() = tiling; }
+
+GlaForwardWalkers gla_forward_walkers() { return current_forward_walkers(); }
+void gla_set_forward_walkers(GlaForwardWalkers walkers) { current_forward_walkers() = walkers; }
 
 GlaForwardDiagonal gla_forward_diagonal() { return current_diagonal(); }
 void gla_set_forward_diagonal(GlaForwardDiagonal diagonal) { current_diagonal() = diagonal; }
