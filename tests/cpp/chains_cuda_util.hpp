@@ -1,8 +1,19 @@
 // Helpers shared by the chains' CUDA tests: float64 copies for the oracle, a chain's total
-// width, one buffer's per-segment column views, and the per-segment oracle comparison.
+// width, one buffer's per-segment column views, and the per-segment oracle comparison; for
+// the timing tests, random device buffers, issue 6's layers, cuBLAS loaded at run time and
+// the graph-replay timing.
 #pragma once
 
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <optional>
+#include <random>
 #include <vector>
 
 #include "cuda_util.hpp"
@@ -54,6 +65,142 @@ inline void expect_segments_match(const std::vector<double>& got, const std::vec
 
 inline std::optional<Tensor> maybe(bool present, const Tensor& t) {
   return present ? std::optional<Tensor>(t) : std::nullopt;
+}
+
+// An output chain's operands: o, g [T, H, Dv], a norm weight [Dv] near 1, out_weight
+// [d_out, H·Dv] and a gradient dy [T, d_out], random bf16, on the host and on the device.
+struct OutputChainData {
+  const int64_t T, H, Dv, d_out;
+  HostTensor o = uniform({T, H, Dv}, DType::bf16), g = uniform({T, H, Dv}, DType::bf16, -3.0, 3.0);
+  HostTensor nw = uniform({Dv}, DType::bf16, 0.5, 1.5), ow = uniform({d_out, H * Dv}, DType::bf16, -0.2, 0.2);
+  HostTensor dy = uniform({T, d_out}, DType::bf16);
+  DeviceTensor d_o{o}, d_g{g}, d_nw{nw}, d_ow{ow}, d_dy{dy};
+  OutputChainData(int64_t tokens, int64_t heads, int64_t dv, int64_t outputs)
+      : T(tokens), H(heads), Dv(dv), d_out(outputs) {}
+  OutputChainInputs inputs() const { return {d_o, d_g, d_nw, d_ow}; }
+};
+
+// ---- the timing tests' helpers ----
+
+// A device buffer of `count` bf16 values drawn from U(-scale, scale): a random host block
+// copied over and over (generating hundreds of millions of values on the host would take
+// longer than the whole measurement). Never zeros: they run faster than real data.
+struct DeviceBf16 {
+  __nv_bfloat16* ptr = nullptr;
+  int64_t count = 0;
+  DeviceBf16(int64_t n, float scale) : count(n) {
+    cuda_ok(cudaMalloc(reinterpret_cast<void**>(&ptr), n * sizeof(__nv_bfloat16)));
+    const int64_t block = std::min<int64_t>(n, int64_t(1) << 22);
+    std::vector<__nv_bfloat16> host(block);
+    std::mt19937 rng(static_cast<unsigned>(n));
+    std::uniform_real_distribution<float> dist(-scale, scale);
+    for (auto& v : host) v = __float2bfloat16(dist(rng));
+    for (int64_t at = 0; at < n; at += block)
+      cuda_ok(cudaMemcpy(ptr + at, host.data(), std::min(block, n - at) * sizeof(__nv_bfloat16),
+                         cudaMemcpyHostToDevice));
+  }
+  ~DeviceBf16() { cudaFree(ptr); }
+  DeviceBf16(const DeviceBf16&) = delete;
+  DeviceBf16& operator=(const DeviceBf16&) = delete;
+  Tensor view(std::vector<int64_t> shape) const {
+    return Tensor::contiguous(ptr, DType::bf16, std::move(shape), Device::cuda(0));
+  }
+  // Every value finite (a sample of the first rows is enough to catch an unwritten buffer).
+  bool finite_prefix(int64_t n) const {
+    std::vector<__nv_bfloat16> host(std::min(n, count));
+    if (cudaMemcpy(host.data(), ptr, host.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost) != cudaSuccess)
+      return false;
+    return std::all_of(host.begin(), host.end(), [](auto v) { return std::isfinite(__bfloat162float(v)); });
+  }
+  void poison() { cuda_ok(cudaMemset(ptr, 0xff, count * sizeof(__nv_bfloat16))); }  // bf16 NaN
+};
+
+struct Layer {
+  const char* name;
+  std::vector<ProjectionSegment> segments;
+  int64_t width() const {
+    int64_t n = 0;
+    for (const auto& s : segments) n += s.width;
+    return n;
+  }
+};
+
+inline const Layer kGla{"gla",
+                        {{1024, Activation::identity, 1.0}, {1024, Activation::identity, 1.0},
+                         {2048, Activation::identity, 1.0}, {2048, Activation::identity, 1.0},
+                         {16, Activation::identity, 1.0}}};
+inline const Layer kGatedDeltaNet{"gated_deltanet",
+                                  {{2048, Activation::identity, 1.0}, {2048, Activation::identity, 1.0},
+                                   {4096, Activation::identity, 1.0}, {4096, Activation::identity, 1.0},
+                                   {16, Activation::softplus, 1.0}, {16, Activation::sigmoid, 1.0}}};
+inline constexpr int64_t kD = 2048;
+
+// cuBLAS, loaded at run time (the test binary does not link it): out [M, N] = x [M, K]·Wᵀ,
+// all row-major bf16, f32 accumulation, as torch.matmul(x, W.t()) runs it. Absent (no
+// library found): `ok` is false and the timing prints no cuBLAS column.
+struct Cublas {
+  void* library = nullptr;
+  cublasHandle_t handle = nullptr;
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                    const void*, const void*, cudaDataType, int, const void*, cudaDataType, int,
+                                    const void*, void*, cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  GemmEx gemm_ex = nullptr;
+  bool ok = false;
+  Cublas() {
+    for (const char* name : {"libcublas.so.13", "libcublas.so", "/usr/local/cuda/lib64/libcublas.so.13"})
+      if ((library = dlopen(name, RTLD_NOW | RTLD_LOCAL))) break;
+    if (!library) return;
+    using Create = cublasStatus_t (*)(cublasHandle_t*);
+    const auto create = reinterpret_cast<Create>(dlsym(library, "cublasCreate_v2"));
+    gemm_ex = reinterpret_cast<GemmEx>(dlsym(library, "cublasGemmEx"));
+    ok = create && gemm_ex && create(&handle) == CUBLAS_STATUS_SUCCESS;
+  }
+  // Column-major view: outᵀ [N, M] = W [N, K] · xᵀ, i.e. op(A) = Aᵀ with A = Wᵀ stored [K, N].
+  void nt(int64_t M, int64_t N, int64_t K, const void* x, const void* w, void* out) const {
+    const float one = 1.f, zero = 0.f;
+    const auto status = gemm_ex(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(M),
+                                static_cast<int>(K), &one, w, CUDA_R_16BF, static_cast<int>(K), x, CUDA_R_16BF,
+                                static_cast<int>(K), &zero, out, CUDA_R_16BF, static_cast<int>(N),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    EXPECT_EQ(status, CUBLAS_STATUS_SUCCESS);
+  }
+  // out [M, N] = aᵀ·b, a stored [K, M], b [K, N] (the dW GEMM): outᵀ = bᵀ·a column-major.
+  void tn(int64_t M, int64_t N, int64_t K, const void* a, const void* b, void* out) const {
+    const float one = 1.f, zero = 0.f;
+    const auto status = gemm_ex(handle, CUBLAS_OP_N, CUBLAS_OP_T, static_cast<int>(N), static_cast<int>(M),
+                                static_cast<int>(K), &one, b, CUDA_R_16BF, static_cast<int>(N), a, CUDA_R_16BF,
+                                static_cast<int>(M), &zero, out, CUDA_R_16BF, static_cast<int>(N),
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    EXPECT_EQ(status, CUBLAS_STATUS_SUCCESS);
+  }
+};
+inline const Cublas& cublas() {
+  static const Cublas instance;
+  return instance;
+}
+
+// Median of CUDA-graph replays of `run` captured once on `stream` (the bench's forward
+// timing): one eager call first (fills what is kept across calls), then the replays timed as
+// median_ms times a call (one untimed, 10 timed, the L2 flushed before each).
+inline float graph_median_ms(cudaStream_t stream, const std::function<void()>& run) {
+  run();
+  cuda_ok(cudaStreamSynchronize(stream));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  run();
+  cuda_ok(cudaStreamEndCapture(stream, &graph));
+  cuda_ok(cudaGraphInstantiate(&exec, graph, 0));
+  const float ms = test::median_ms([&] { cuda_ok(cudaGraphLaunch(exec, nullptr)); }, {.reps = 10, .warmups = 1});
+  cuda_ok(cudaGraphExecDestroy(exec));
+  cuda_ok(cudaGraphDestroy(graph));
+  return ms;
+}
+
+// The middle of three.
+inline float middle(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
 }
 
 }  // namespace seqmix::test

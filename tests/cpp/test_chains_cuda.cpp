@@ -446,18 +446,15 @@ INSTANTIATE_TEST_SUITE_P(Cases, OutputChainCuda,
 TEST(OutputChainCuda, SmallFusedRecomputeOfUIsBitwiseTheForwards) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const int64_t T = 333, H = 3, Dv = 128, d_out = 72;
-  HostTensor o = uniform({T, H, Dv}, DType::bf16), g = uniform({T, H, Dv}, DType::bf16, -3.0, 3.0);
-  HostTensor nw = uniform({Dv}, DType::bf16, 0.5, 1.5), ow = uniform({d_out, H * Dv}, DType::bf16, -0.2, 0.2);
-  HostTensor dy = uniform({T, d_out}, DType::bf16);
-  DeviceTensor d_o(o), d_g(g), d_nw(nw), d_ow(ow), d_dy(dy);
-  const OutputChainInputs in{d_o, d_g, d_nw, d_ow};
+  const OutputChainData data(T, H, Dv, d_out);
+  const OutputChainInputs in = data.inputs();
   std::vector<double> dow_values[2], do_values[2];
   for (int fused = 0; fused < 2; ++fused) {
     setenv("SEQMIX_CHAINS_OUTPUT_FUSED", fused ? "1" : "0", 1);
     HostTensor d_o_host = poisoned({T, H, Dv}, DType::bf16), dg = poisoned({T, H, Dv}, DType::bf16);
     HostTensor dnw = poisoned({Dv}, DType::bf16), dow = poisoned({d_out, H * Dv}, DType::bf16);
     DeviceTensor d_do(d_o_host), d_dg(dg), d_dnw(dnw), d_dow(dow);
-    output_chain_backward(in, d_dy, {d_do, d_dg, d_dnw, d_dow});
+    output_chain_backward(in, data.d_dy, {d_do, d_dg, d_dnw, d_dow});
     dow_values[fused] = d_dow.values(dow);
     do_values[fused] = d_do.values(d_o_host);
   }

@@ -67,15 +67,12 @@ std::vector<double> concatenated(std::initializer_list<std::vector<double>> part
 TEST(ChainsCudaPdl, SmallOutputChainBitwiseTheSame) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const int64_t T = 777, H = 2, Dv = 512, d_out = 200;
-  HostTensor o = uniform({T, H, Dv}, DType::bf16), g = uniform({T, H, Dv}, DType::bf16, -3.0, 3.0);
-  HostTensor nw = uniform({Dv}, DType::bf16, 0.5, 1.5), ow = uniform({d_out, H * Dv}, DType::bf16, -0.2, 0.2);
-  HostTensor dy = uniform({T, d_out}, DType::bf16);
-  DeviceTensor d_o(o), d_g(g), d_nw(nw), d_ow(ow), d_dy(dy);
+  const OutputChainData data(T, H, Dv, d_out);
   HostTensor y = poisoned({T, d_out}, DType::bf16), d_o_host = poisoned({T, H, Dv}, DType::bf16);
   HostTensor dg = poisoned({T, H, Dv}, DType::bf16), dnw = poisoned({Dv}, DType::bf16);
   HostTensor dow = poisoned({d_out, H * Dv}, DType::bf16);
   DeviceTensor d_y(y), d_do(d_o_host), d_dg(dg), d_dnw(dnw), d_dow(dow);
-  const OutputChainInputs in{d_o, d_g, d_nw, d_ow};
+  const OutputChainInputs in = data.inputs();
   std::vector<double> dnorm[3];
   int run = 0;
   const auto results = three_ways(
@@ -83,7 +80,7 @@ TEST(ChainsCudaPdl, SmallOutputChainBitwiseTheSame) {
         OutputChainOptions options;
         options.stream = stream;
         output_chain_forward(in, d_y, options);
-        output_chain_backward(in, d_dy, {d_do, d_dg, d_dnw, d_dow}, options);
+        output_chain_backward(in, data.d_dy, {d_do, d_dg, d_dnw, d_dow}, options);
       },
       [&] {
         cuda_ok(cudaDeviceSynchronize());

@@ -1,0 +1,230 @@
+// The chains' forward against cuBLAS part by part, and the launch-level changes measured
+// side by side (NOTES.md, "Where the forward's gap is", "Programmatic dependent launch",
+// "The norm-gate kernels' grid"): every configuration alternated three times in one
+// process, the middle time kept. Printed as tables; run with
+// --gtest_filter='*ChainsCudaTiming*'. Asserts only that every output is finite: the numbers
+// are for NOTES.md.
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <vector>
+
+#include "chains_cuda_util.hpp"
+#include "cuda/chains/params.hpp"
+#include "seqmix/chains.hpp"
+
+namespace seqmix::test {
+namespace {
+
+// Median of CUDA-event times of `run` (3 warm-up calls, 10 timed), the L2 flushed before each.
+float median_ms(const std::function<void()>& run) { return test::median_ms(run, {.reps = 10, .warmups = 3}); }
+
+// The switches under test, each "0" or "1": SEQMIX_CHAINS_CACHED_COLUMNS,
+// SEQMIX_CHAINS_GATES_IN_GEMM, SEQMIX_CHAINS_FORWARD_ROUNDS, SEQMIX_CHAINS_PDL.
+struct ForwardSwitches {
+  const char* cached_columns;
+  const char* gates_in_gemm;
+  const char* rounds;
+  const char* pdl;
+  static constexpr const char* kNames[] = {"SEQMIX_CHAINS_CACHED_COLUMNS", "SEQMIX_CHAINS_GATES_IN_GEMM",
+                                           "SEQMIX_CHAINS_FORWARD_ROUNDS", "SEQMIX_CHAINS_PDL"};
+  void set() const {
+    const char* values[] = {cached_columns, gates_in_gemm, rounds, pdl};
+    for (int i = 0; i < 4; ++i) setenv(kNames[i], values[i], 1);
+  }
+  static void clear() {
+    for (const char* name : kNames) unsetenv(name);
+  }
+};
+
+// One layer at one token count, all in graph replays on one stream: cuBLAS of the full
+// width (the bench's baseline), the CUTLASS plain GEMM of the full width in the dispatched
+// schedule (the same mainloop and tile as the chain with a plain epilogue: plain ÷ cuBLAS
+// is the mainloop and tile part of the gap) with and without the round count, the plain GEMM
+// of the identity columns only, and the bench's seqmix forward (the chain, plus GLA's
+// low-rank gate) under each switch setting. Everything is timed three times in turn (the
+// H100's clock drifts over a long run at 32768 tokens) and the middle time taken.
+void time_forward_gap(const Layer& layer, int64_t tokens, cudaStream_t stream) {
+  using namespace seqmix::cuda;
+  const bool gla = &layer == &kGla;
+  const int64_t W = layer.width(), identity_columns = W - (gla ? 16 : 32);
+  constexpr int64_t kRank = 16, kGateWidth = 1024;
+  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f),
+      gate(tokens * kGateWidth, 0.f);
+  const Rows xr{x.ptr, kD}, wr{weight.ptr, kD};
+  const MutableRows outr{out.ptr, W};
+
+  const std::vector<Tensor> outputs = column_views(out.view({tokens, W}), layer.segments);
+  const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
+  Tensor code = out.view({tokens, W});
+  code.data = out.ptr + (W - kRank);
+  code.shape = {tokens, kRank};
+  const std::vector<ProjectionSegment> gate_segment{{kGateWidth, Activation::logsigmoid, 16.0}};
+  ProjectionChainOptions options;
+  options.stream = stream;
+  const auto forward = [&] {
+    projection_chain_forward(xt, wt, std::nullopt, layer.segments, outputs, options);
+    if (gla)
+      projection_chain_forward(code, gate_weight.view({kGateWidth, kRank}), std::nullopt, gate_segment,
+                               {gate.view({tokens, kGateWidth})}, options);
+  };
+  // GLA's chain has no activation columns: its gates switch changes nothing.
+  const std::vector<ForwardSwitches> settings =
+      gla ? std::vector<ForwardSwitches>{{"0", "0", "0", "0"}, {"1", "0", "1", "0"}, {"1", "0", "1", "1"}}
+          : std::vector<ForwardSwitches>{
+                {"0", "0", "0", "0"}, {"1", "0", "0", "0"}, {"1", "1", "1", "0"}, {"1", "1", "1", "1"}};
+  std::vector<float> cublas_ms, plain[2], plain_identity, chain[4];
+  setenv("SEQMIX_CHAINS_PDL", "0", 1);  // the plain GEMMs alone
+  for (int rep = 0; rep < 3; ++rep) {
+    if (cublas().ok)
+      cublas_ms.push_back(graph_median_ms(stream, [&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); }));
+    setenv("SEQMIX_CHAINS_PDL", "0", 1);
+    for (int rounds = 0; rounds < 2; ++rounds) {
+      setenv("SEQMIX_CHAINS_FORWARD_ROUNDS", rounds ? "1" : "0", 1);
+      plain[rounds].push_back(graph_median_ms(stream, [&] { gemm_nt_bf16(tokens, W, kD, xr, wr, outr, stream); }));
+    }
+    unsetenv("SEQMIX_CHAINS_FORWARD_ROUNDS");
+    plain_identity.push_back(
+        graph_median_ms(stream, [&] { gemm_nt_bf16(tokens, identity_columns, kD, xr, wr, outr, stream); }));
+    for (size_t i = 0; i < settings.size(); ++i) {
+      settings[i].set();
+      out.poison();
+      chain[i].push_back(graph_median_ms(stream, forward));
+      EXPECT_TRUE(out.finite_prefix(64 * W));
+    }
+    ForwardSwitches::clear();
+  }
+  const float reference = cublas().ok ? middle(cublas_ms) : NAN;
+  std::printf("  %-15s %6lld  cuBLAS %8.4f ms; CUTLASS plain %8.4f ms = %5.3fx cuBLAS, by rounds %8.4f ms = %5.3fx "
+              "(%lld identity columns %8.4f ms = %5.3fx)\n",
+              layer.name, static_cast<long long>(tokens), reference, middle(plain[0]), middle(plain[0]) / reference,
+              middle(plain[1]), middle(plain[1]) / reference, static_cast<long long>(identity_columns),
+              middle(plain_identity), middle(plain_identity) / reference);
+  for (size_t i = 0; i < settings.size(); ++i) {
+    const float ms = middle(chain[i]);
+    std::printf("  %-15s %6lld  forward%s, cached columns %s, gates in GEMM %s, rounds %s, PDL %s: %8.4f ms (%.4f "
+                "%.4f %.4f) = %5.3fx cuBLAS, %5.3fx CUTLASS plain\n",
+                layer.name, static_cast<long long>(tokens), gla ? " + low-rank gate" : "",
+                settings[i].cached_columns, settings[i].gates_in_gemm, settings[i].rounds, settings[i].pdl, ms,
+                chain[i][0],
+                chain[i][1], chain[i][2], ms / reference, ms / middle(plain[0]));
+  }
+}
+
+// The output chain with and without programmatic dependent launches (SEQMIX_CHAINS_PDL),
+// alternated three times: the forward in graph replays (the bench's forward timing), the
+// backward in event time on the default stream (the bench's backward timing) and in graph
+// replays; each the middle of its three.
+void time_output_pdl(const char* name, int64_t heads, int64_t dv, int64_t tokens, cudaStream_t stream) {
+  const int64_t width = heads * dv;
+  DeviceBf16 o(tokens * width, 1.f), g(tokens * width, 1.f), norm_weight(dv, 1.f), out_weight(kD * width, 0.03f),
+      y(tokens * kD, 0.f), dy(tokens * kD, 1.f), d_o(tokens * width, 0.f), dg(tokens * width, 0.f), dnorm(dv, 0.f),
+      dout_weight(kD * width, 0.f);
+  const OutputChainInputs in{o.view({tokens, heads, dv}), g.view({tokens, heads, dv}), norm_weight.view({dv}),
+                             out_weight.view({kD, width})};
+  const OutputChainGrads grads{d_o.view({tokens, heads, dv}), dg.view({tokens, heads, dv}), dnorm.view({dv}),
+                               dout_weight.view({kD, width})};
+  OutputChainOptions on_stream;
+  on_stream.stream = stream;
+  std::vector<float> forward[2], backward[2], backward_graph[2];
+  for (int rep = 0; rep < 3; ++rep)
+    for (int pdl = 0; pdl < 2; ++pdl) {
+      setenv("SEQMIX_CHAINS_PDL", pdl ? "1" : "0", 1);
+      y.poison();
+      forward[pdl].push_back(graph_median_ms(stream, [&] { output_chain_forward(in, y.view({tokens, kD}), on_stream); }));
+      EXPECT_TRUE(y.finite_prefix(64 * kD));
+      d_o.poison();
+      backward[pdl].push_back(median_ms([&] { output_chain_backward(in, dy.view({tokens, kD}), grads); }));
+      backward_graph[pdl].push_back(
+          graph_median_ms(stream, [&] { output_chain_backward(in, dy.view({tokens, kD}), grads, on_stream); }));
+      EXPECT_TRUE(d_o.finite_prefix(64 * width));
+    }
+  unsetenv("SEQMIX_CHAINS_PDL");
+  std::printf("  %-15s %6lld  output fwd (graph) PDL off %8.4f on %8.4f ms (%5.3f); bwd (events) off %8.4f on %8.4f "
+              "ms (%5.3f); bwd (graph) off %8.4f on %8.4f ms (%5.3f)\n",
+              name, static_cast<long long>(tokens), middle(forward[0]), middle(forward[1]),
+              middle(forward[1]) / middle(forward[0]), middle(backward[0]), middle(backward[1]),
+              middle(backward[1]) / middle(backward[0]), middle(backward_graph[0]), middle(backward_graph[1]),
+              middle(backward_graph[1]) / middle(backward_graph[0]));
+}
+
+// The norm-gate kernels' grids (launch_output.cu, norm_gate_blocks): the grids before (at
+// most 1024 blocks backward, 4096 forward) against one wave at the resident count
+// (SEQMIX_CHAINS_NORM_GATE_WAVE, SEQMIX_CHAINS_NORM_GATE_WAVE_FORWARD), alternated three
+// times, the middle of each: the backward in event time, the forward in graph replays (as
+// the bench times them).
+TEST(ChainsCudaTiming, OutputNormGateWave) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  struct Shape {
+    const char* name;
+    int64_t heads, dv;
+  };
+  for (int64_t tokens : {2048, 8192, 32768})
+    for (const Shape& s : {Shape{"gla", 4, 512}, Shape{"gated_deltanet", 16, 256}}) {
+      const int64_t width = s.heads * s.dv;
+      DeviceBf16 o(tokens * width, 1.f), g(tokens * width, 1.f), norm_weight(s.dv, 1.f),
+          out_weight(kD * width, 0.03f), y(tokens * kD, 0.f), dy(tokens * kD, 1.f), d_o(tokens * width, 0.f),
+          dg(tokens * width, 0.f), dnorm(s.dv, 0.f), dout_weight(kD * width, 0.f);
+      const OutputChainInputs in{o.view({tokens, s.heads, s.dv}), g.view({tokens, s.heads, s.dv}),
+                                 norm_weight.view({s.dv}), out_weight.view({kD, width})};
+      const OutputChainGrads grads{d_o.view({tokens, s.heads, s.dv}), dg.view({tokens, s.heads, s.dv}),
+                                   dnorm.view({s.dv}), dout_weight.view({kD, width})};
+      OutputChainOptions on_stream;
+      on_stream.stream = stream;
+      std::vector<float> forward[2], backward[2];
+      for (int rep = 0; rep < 3; ++rep)
+        for (int wave = 0; wave < 2; ++wave) {
+          setenv("SEQMIX_CHAINS_NORM_GATE_WAVE", wave ? "1" : "0", 1);
+          setenv("SEQMIX_CHAINS_NORM_GATE_WAVE_FORWARD", wave ? "1" : "0", 1);
+          y.poison();
+          forward[wave].push_back(
+              graph_median_ms(stream, [&] { output_chain_forward(in, y.view({tokens, kD}), on_stream); }));
+          EXPECT_TRUE(y.finite_prefix(64 * kD));
+          d_o.poison();
+          backward[wave].push_back(median_ms([&] { output_chain_backward(in, dy.view({tokens, kD}), grads); }));
+          EXPECT_TRUE(d_o.finite_prefix(64 * width));
+        }
+      unsetenv("SEQMIX_CHAINS_NORM_GATE_WAVE");
+      unsetenv("SEQMIX_CHAINS_NORM_GATE_WAVE_FORWARD");
+      std::printf("  %-15s %6lld  output fwd (graph): grid before %8.4f ms, one wave %8.4f (%5.3f); bwd (events): "
+                  "before %8.4f ms, one wave %8.4f (%5.3f)\n",
+                  s.name, static_cast<long long>(tokens), middle(forward[0]), middle(forward[1]),
+                  middle(forward[1]) / middle(forward[0]), middle(backward[0]), middle(backward[1]),
+                  middle(backward[1]) / middle(backward[0]));
+    }
+  cuda_ok(cudaStreamDestroy(stream));
+}
+
+TEST(ChainsCudaTiming, OutputPdl) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int64_t tokens : {2048, 8192, 32768}) {
+    time_output_pdl("gla", 4, 512, tokens, stream);
+    time_output_pdl("gated_deltanet", 16, 256, tokens, stream);
+  }
+  cuda_ok(cudaStreamDestroy(stream));
+}
+
+TEST(ChainsCudaTiming, ForwardGap) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (cublas().ok) {
+    using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+    const auto set_stream = reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"));
+    ASSERT_TRUE(set_stream && set_stream(cublas().handle, stream) == CUBLAS_STATUS_SUCCESS);
+  }
+  for (int64_t tokens : {2048, 8192, 32768})
+    for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_forward_gap(*layer, tokens, stream);
+  using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+  if (cublas().ok) reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"))(cublas().handle, nullptr);
+  cuda_ok(cudaStreamDestroy(stream));
+}
+
+}  // namespace
+}  // namespace seqmix::test
