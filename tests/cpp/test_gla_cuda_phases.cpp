@@ -276,6 +276,15 @@ void compare_state_stages(int64_t B, int64_t T) {
   cuda::gla_set_backward_state_stages(before);
 }
 
+// A process-wide choice (params.hpp) set for a scope and restored at its end.
+template <class T>
+struct Chosen {
+  void (*set)(T);
+  T before;
+  Chosen(T (*get)(), void (*set_to)(T), T value) : set(set_to), before(get()) { set(value); }
+  ~Chosen() { set(before); }
+};
+
 // The outputs pass's walkers single (the default) and paired (params.hpp GlaForwardWalkers),
 // tensor-core diagonal and tall tiling, side by side on the same inputs at B8 T2048, B1 T32768
 // and B4 T4096, alternated three times: forward medians of 30 event-timed runs after 5
@@ -284,11 +293,10 @@ void compare_state_stages(int64_t B, int64_t T) {
 void compare_forward_walkers(int64_t B, int64_t T) {
   TimingInputs in(B, T);
   auto forward = [&] { in.forward(); };
-  const cuda::GlaForwardWalkers walkers_before = cuda::gla_forward_walkers();
-  const cuda::GlaForwardTiling tiling_before = cuda::gla_forward_tiling();
-  const cuda::GlaForwardDiagonal diagonal_before = cuda::gla_forward_diagonal();
-  cuda::gla_set_forward_tiling(cuda::GlaForwardTiling::tall);
-  cuda::gla_set_forward_diagonal(cuda::GlaForwardDiagonal::tensor_cores);
+  const Chosen walkers_chosen(cuda::gla_forward_walkers, cuda::gla_set_forward_walkers, cuda::GlaForwardWalkers::single);
+  const Chosen tiling(cuda::gla_forward_tiling, cuda::gla_set_forward_tiling, cuda::GlaForwardTiling::tall);
+  const Chosen diagonal(cuda::gla_forward_diagonal, cuda::gla_set_forward_diagonal,
+                        cuda::GlaForwardDiagonal::tensor_cores);
   std::printf("gla B%lld T%lld H16 K128 V128 bf16, forward by walkers, medians of 30:\n",
               static_cast<long long>(B), static_cast<long long>(T));
   std::vector<double> single_out;
@@ -308,9 +316,6 @@ void compare_forward_walkers(int64_t B, int64_t T) {
       if (single_out.empty()) single_out = out;
       else EXPECT_LT(rel_err(out, single_out), tolerance(DType::bf16)) << "o: paired against single";
     }
-  cuda::gla_set_forward_walkers(walkers_before);
-  cuda::gla_set_forward_tiling(tiling_before);
-  cuda::gla_set_forward_diagonal(diagonal_before);
 }
 
 // The three benchmark shapes in one run (one process, one machine state).
