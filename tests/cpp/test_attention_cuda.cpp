@@ -116,6 +116,26 @@ struct BackwardSchedule {
   ~BackwardSchedule() { cuda::attention_set_backward_schedule(before); }
 };
 
+// A form of the Hopper backward: its schedule, and key-block pairs (D = 256 under pingpong).
+struct BackwardForm {
+  AttentionBackwardSchedule schedule;
+  bool pairs = false;
+};
+
+const char* form_name(BackwardForm form) { return form.pairs ? "pingpong_pairs" : schedule_name(form.schedule); }
+
+void PrintTo(BackwardForm form, std::ostream* os) { *os << form_name(form); }
+
+// Runs the Hopper backward in `form` while in scope, then puts the process's choices back.
+struct BackwardFormScope {
+  BackwardSchedule schedule;
+  bool pairs_before = cuda::attention_backward_key_pairs();
+  explicit BackwardFormScope(BackwardForm form) : schedule(form.schedule) {
+    cuda::attention_set_backward_key_pairs(form.pairs);
+  }
+  ~BackwardFormScope() { cuda::attention_set_backward_key_pairs(pairs_before); }
+};
+
 class AttentionCuda : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule>> {};
 
 TEST_P(AttentionCuda, ForwardMatchesOracle) {
@@ -363,13 +383,14 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The Hopper backward at D = 256: the head dim split between the consumer warpgroups, key
 // blocks of 64, Pᵀ and dSᵀ exchanged through shared memory; dq by atomics (standard) or
-// staged in the block's Q/dO stage and added by tensor reduces (pingpong, without turns).
-class AttentionCudaBackwardSm90HeadDim256
-    : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionBackwardSchedule>> {};
+// staged in the block's Q/dO stage and added by tensor reduces (pingpong, without turns),
+// and pingpong with key-block pairs (clusters of two CTAs sharing Q and dO by multicast; the
+// cases with an odd number of key blocks or varlen check that it falls back).
+class AttentionCudaBackwardSm90HeadDim256 : public ::testing::TestWithParam<std::tuple<GpuAttnCase, BackwardForm>> {};
 
 TEST_P(AttentionCudaBackwardSm90HeadDim256, GradientsMatchOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const BackwardSchedule schedule(std::get<1>(GetParam()));
+  const BackwardFormScope form(std::get<1>(GetParam()));
   check_backward(std::get<0>(GetParam()), false);
 }
 
@@ -389,11 +410,17 @@ INSTANTIATE_TEST_SUITE_P(
         GpuAttnCase{"bf16_d256_S600_gqa8", 1, 600, 700, 8, 1, 256, DType::bf16, false, {}, {}},
         GpuAttnCase{"f16_d256_S513_causal", 2, 513, 513, 2, 2, 256, DType::f16, true, {}, {}},
         GpuAttnCase{"bf16_d256_varlen_long_causal", 1, 0, 0, 4, 1, 256, DType::bf16, true, {0, 1000, 1001, 1700},
-                    {0, 900, 1200, 2000}}),
-                       ::testing::Values(AttentionBackwardSchedule::standard, AttentionBackwardSchedule::pingpong)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
-    });
+                    {0, 900, 1200, 2000}},
+        // Even numbers of key blocks (pairs taken): Sq = Sk causal, a partial last block, Sq > Sk.
+        GpuAttnCase{"Small_bf16_d256_causal_S256", 2, 256, 256, 2, 2, 256, DType::bf16, true, {}, {}},
+        GpuAttnCase{"Small_f16_d256_gqa4_Sq70_Sk250", 1, 70, 250, 8, 2, 256, DType::f16, false, {}, {}},
+        GpuAttnCase{"Small_bf16_d256_causal_strided_Sq200_Sk120", 1, 200, 120, 2, 1, 256, DType::bf16, true, {}, {},
+                    64},
+        GpuAttnCase{"bf16_d256_S512_causal_gqa4", 1, 512, 512, 4, 1, 256, DType::bf16, true, {}, {}}),
+                       ::testing::Values(BackwardForm{AttentionBackwardSchedule::standard},
+                                         BackwardForm{AttentionBackwardSchedule::pingpong},
+                                         BackwardForm{AttentionBackwardSchedule::pingpong, true})),
+    [](const auto& info) { return std::string(std::get<0>(info.param).name) + "_" + form_name(std::get<1>(info.param)); });
 
 struct DeviceBuffer {
   void* ptr = nullptr;
@@ -559,12 +586,11 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
   }
 }
 
-// Backward TFLOP/s of the Hopper backward's two schedules side by side, same method as above
-// (FLOPs 2.5× the forward's; D = 128 and 256, H·D = 2048, S = 2048 and 16384). Asserts that
-// both give the same dq, dk, dv within the dtype's tolerance (dq's float sums are added in
-// another order).
-TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+// Backward TFLOP/s of two forms of the Hopper backward side by side, same method as above
+// (FLOPs 2.5× the forward's; bf16, H·D = 2048, B·S = 16384; shapes {D, S}, causal and not).
+// Asserts that both give the same dq, dk, dv within the dtype's tolerance (dq's float sums
+// are added in another order).
+void time_backward_forms(const std::array<BackwardForm, 2>& forms, std::initializer_list<std::array<int64_t, 2>> shapes) {
   constexpr int64_t kTokens = 16384, kWidth = 2048;
   const size_t operand_bytes = static_cast<size_t>(kTokens * kWidth) * 2;
   DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes), dout(operand_bytes),
@@ -573,13 +599,12 @@ TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
   for (void* ptr : {q.ptr, k.ptr, v.ptr, dout.ptr}) fill_random(ptr, operand_bytes, DType::bf16);
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0));
-  const AttentionBackwardSchedule schedules[] = {AttentionBackwardSchedule::standard,
-                                                 AttentionBackwardSchedule::pingpong};
 
   std::printf("attention backward on %s, bf16 H*D=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
               prop.name, static_cast<long long>(kWidth), static_cast<long long>(kTokens), kTimedRuns);
-  std::printf("%4s %8s %7s %10s %10s %18s\n", "D", "S", "causal", "standard", "pingpong", "pingpong/standard");
-  const std::array<int64_t, 2> shapes[] = {{128, 2048}, {128, 16384}, {256, 2048}, {256, 16384}};
+  const std::string ratio = std::string(form_name(forms[1])) + "/" + form_name(forms[0]);
+  std::printf("%4s %8s %7s %10s %10s %18s\n", "D", "S", "causal", form_name(forms[0]), form_name(forms[1]),
+              ratio.c_str());
   for (const auto& [D, S] : shapes) {
     for (bool causal : {false, true}) {
       const int64_t B = kTokens / S, H = kWidth / D;
@@ -594,17 +619,17 @@ TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
 
       const std::array<float, 2> ms = alternating_medians_ms(
           [&](int which) {
-            const BackwardSchedule schedule(schedules[which]);
+            const BackwardFormScope form(forms[which]);
             attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, options);
           },
           flush);
       std::printf("%4lld", static_cast<long long>(D));
       print_schedule_row(S, causal, 2.5 * 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0), ms);
 
-      // The same gradients from both schedules.
+      // The same gradients from both forms.
       std::vector<uint16_t> got[2][3];
       for (int which = 0; which < 2; ++which) {
-        const BackwardSchedule schedule(schedules[which]);
+        const BackwardFormScope form(forms[which]);
         for (void* ptr : {dq.ptr, dk.ptr, dv.ptr}) cuda_ok(cudaMemset(ptr, 0xFF, operand_bytes));  // NaN words
         attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, options);
         void* ptrs[] = {dq.ptr, dk.ptr, dv.ptr};
@@ -619,6 +644,22 @@ TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
             << names[g] << " D " << D << " S " << S;
     }
   }
+}
+
+// The two schedules at D = 128 and 256, S = 2048 and 16384.
+TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_backward_forms({BackwardForm{AttentionBackwardSchedule::standard}, BackwardForm{AttentionBackwardSchedule::pingpong}},
+                      {{128, 2048}, {128, 16384}, {256, 2048}, {256, 16384}});
+}
+
+// D = 256: the default (pingpong) against pingpong with key-block pairs, over the issue's
+// grid of S.
+TEST(AttentionCudaTiming, BackwardKeyPairsSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_backward_forms(
+      {BackwardForm{AttentionBackwardSchedule::pingpong}, BackwardForm{AttentionBackwardSchedule::pingpong, true}},
+      {{256, 512}, {256, 1024}, {256, 2048}, {256, 4096}, {256, 8192}, {256, 16384}});
 }
 
 // Bad input that only the CUDA path rejects.

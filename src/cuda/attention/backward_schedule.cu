@@ -1,4 +1,4 @@
-// The process-wide choice of the Hopper backward's schedule (params.hpp).
+// The process-wide choice of the Hopper backward's schedule and key-block pairs (params.hpp).
 #include "cuda/attention/params.hpp"
 #include "cuda/common/environment.hpp"
 
@@ -18,9 +18,17 @@ AttentionBackwardSchedule& current_schedule() {
   return schedule;
 }
 
+// Key-block pairs at D = 256: off until measured faster on the H100 (NOTES.md "Key-block pairs").
+bool& current_key_pairs() {
+  static bool on = flag_from_environment("SEQMIX_ATTENTION_BACKWARD_PAIRS", false);
+  return on;
+}
+
 }  // namespace
 
 AttentionBackwardSchedule attention_backward_schedule() { return current_schedule(); }
 void attention_set_backward_schedule(AttentionBackwardSchedule schedule) { current_schedule() = schedule; }
+bool attention_backward_key_pairs() { return current_key_pairs(); }
+void attention_set_backward_key_pairs(bool on) { current_key_pairs() = on; }
 
 }  // namespace seqmix::cuda

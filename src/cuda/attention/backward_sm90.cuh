@@ -21,7 +21,9 @@
 // of 64 keys × 256 columns do not fit one warpgroup's registers: a CTA takes 64 keys;
 // warpgroup 0 computes Sᵀ and Pᵀ, warpgroup 1 dPᵀ and then dSᵀ from the Pᵀ rows warpgroup 0
 // left in shared memory; both take Pᵀ and dSᵀ from shared memory (wgmma SS) for dV, dK and
-// dQ of their own 128 head-dim columns.
+// dQ of their own 128 head-dim columns. Key-block pairs (D = 256 pingpong, off by default):
+// clusters of two CTAs over neighbouring key blocks share each Q and dO tile, each CTA's
+// producer copying half of it into both by TMA multicast.
 #pragma once
 
 #include <cuda.h>
@@ -30,7 +32,7 @@
 
 namespace seqmix::cuda::attn::sm90 {
 
-template <class T, int D, AttentionBackwardSchedule kSchedule>
+template <class T, int D, AttentionBackwardSchedule kSchedule, bool kPairs = false>
 struct BackwardSm90Config {
   static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128 and 256");
   // D = 256: dK and dV of 64 keys × 256 columns would take 256 registers per consumer thread,
@@ -74,7 +76,11 @@ struct BackwardSm90Config {
   static_assert(!kSplitHeadDim || kQBytes == 2 * 2 * kDqBoxBytes, "a warpgroup's dQ share fills its Q and dO halves");
   // Arrivals that free a stage: every consumer thread (the stats rows read), and with dQ
   // staged in the stage (split + reduce) both reduce warps (their reduce-adds have read it).
-  static constexpr int kStageReleases = kConsumerThreads + (kSplitHeadDim && kReduceDq ? 2 : 0);
+  // Key-block pairs (NOTES.md "Key-block pairs"): clusters of two CTAs over neighbouring key
+  // blocks, each copying half of every Q and dO tile into both; a stage is then free once the
+  // reduce warps of both CTAs are done with it, so the peer's two arrive here too.
+  static_assert(!kPairs || (kSplitHeadDim && kReduceDq), "key-block pairs: the split kernel with dQ reduces");
+  static constexpr int kStageReleases = kConsumerThreads + (kSplitHeadDim && kReduceDq ? 2 : 0) + (kPairs ? 2 : 0);
   static constexpr uint32_t kKOffset = 0;
   static constexpr uint32_t kVOffset = kKOffset + kKVBytes;
   static constexpr uint32_t kQOffset = kVOffset + kKVBytes;
@@ -98,9 +104,9 @@ struct BackwardSm90Config {
 
 // --- the main kernel -------------------------------------------------------------------
 
-template <class T, int D, AttentionBackwardSchedule kSchedule>
+template <class T, int D, AttentionBackwardSchedule kSchedule, bool kPairs>
 __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__ BackwardSm90Args args) {
-  using Cfg = BackwardSm90Config<T, D, kSchedule>;
+  using Cfg = BackwardSm90Config<T, D, kSchedule, kPairs>;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   constexpr bool kTurns = Cfg::kTurns, kSplit = Cfg::kSplitHeadDim;
   const AttentionBackwardParams& bp = args.bp;
@@ -111,7 +117,9 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   const int n0 = n_block * kBlockN;
   if (n0 >= seq.len_k) return;
   const int group = static_cast<int>(p.Hq / p.Hkv);
-  const QueryRange range = query_blocks<kBlockM>(seq, n0, p.causal);
+  // Pairs walk the same query blocks (causal: the earlier key block's, one masked block more
+  // for the later); the launcher pairs only key blocks inside the sequence, so none returns above.
+  const QueryRange range = query_blocks<kBlockM>(seq, kPairs ? (n_block & ~1) * kBlockN : n0, p.causal);
   const int blocks_per_head = max(0, range.end - range.begin);
   const int iterations = group * blocks_per_head;
   // Query block `it` of this CTA: its query head and first row.
@@ -157,7 +165,15 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     }
     tma::barrier_init_fence();
   }
-  __syncthreads();
+  // Pairs: the peer's copies and arrivals reach this CTA's barriers, initialised before them
+  // (the init fence releases them); and neither CTA exits while the other may still arrive on
+  // its barriers: at both returns, released by the producer's threads (the reduce lanes'
+  // arrivals on the peer), relaxed for the consumers (none, and their dK/dV stores need no wait).
+  if constexpr (kPairs)
+    cluster_sync<false>();
+  else
+    __syncthreads();
+  const uint32_t rank = kPairs ? cluster_rank() : 0;
 
   const int warpgroup = threadIdx.x / 128;
   const int warp_in_group = (threadIdx.x % 128) / 32;
@@ -169,7 +185,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     // 24·128 + 240·256 must not exceed 168·384 (a producer at 32 hangs the consumers).
     static_assert(24 * 128 + 240 * Cfg::kConsumerThreads <= 168 * Cfg::kThreads, "register reallocation");
     release_registers<24>();
-    if (iterations == 0) return;
+    if (iterations == 0) {
+      if constexpr (kPairs) cluster_sync<true>();
+      return;
+    }
     if (warp_in_group == 0 && lane == 0) {
       prefetch_tensor_map(&args.q_map);
       prefetch_tensor_map(&args.do_map);
@@ -186,12 +205,20 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         tma::wait(&stage_empty[stage], ((it / kStages) & 1) ^ 1);
         uint8_t* q_dst = q_tiles + stage * Cfg::kQBytes;
         uint8_t* do_dst = do_tiles + stage * Cfg::kQBytes;
-        tma::arrive_expect_bytes(&q_full[stage], Cfg::kQBytes);
-        for (int c = 0; c < Cfg::kChunks; ++c)
-          tma::load_box(q_dst + c * kBlockM * 128, args.q_map, 64 * c, q_row, head, seq.batch, &q_full[stage]);
-        tma::arrive_expect_bytes(&do_full[stage], Cfg::kQBytes);
-        for (int c = 0; c < Cfg::kChunks; ++c)
-          tma::load_box(do_dst + c * kBlockM * 128, args.do_map, 64 * c, q_row, head, seq.batch, &do_full[stage]);
+        // A tile's head-dim chunks; pairs: this CTA's half of them, into both CTAs (each
+        // full barrier still counts the whole tile, half of it from the peer's copies).
+        auto load_tile = [&](uint8_t* dst, const CUtensorMap& map, uint64_t* full) {
+          tma::arrive_expect_bytes(full, Cfg::kQBytes);
+          constexpr int kOwnChunks = kPairs ? Cfg::kChunks / 2 : Cfg::kChunks;
+          for (int c = kOwnChunks * rank; c < kOwnChunks * (rank + 1); ++c) {
+            if constexpr (kPairs)
+              load_box_multicast(dst + c * kBlockM * 128, map, 64 * c, q_row, head, seq.batch, full, 0b11);
+            else
+              tma::load_box(dst + c * kBlockM * 128, map, 64 * c, q_row, head, seq.batch, full);
+          }
+        };
+        load_tile(q_dst, args.q_map, &q_full[stage]);
+        load_tile(do_dst, args.do_map, &do_full[stage]);
       }
     } else if (warp_in_group == 1) {  // the rows' lse2 and delta; rows past the sequence see nothing
       for (int it = 0; it < iterations; ++it) {
@@ -222,6 +249,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         bulk_commit();
         bulk_wait_read();
         tma::arrive(&stage_empty[stage]);
+        if constexpr (kPairs) arrive_in_cta(&stage_empty[stage], rank ^ 1);  // the peer copies into this stage too
       }
       bulk_wait_all();
     } else if (kTurns && warp_in_group >= 2 && lane == 0) {
@@ -245,6 +273,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       }
       bulk_wait_all();
     }
+    if constexpr (kPairs) cluster_sync<true>();
     return;
   }
 
@@ -613,13 +642,14 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
     store_row(bp.dk, k_row, k_tile, offset);
     store_row(bp.dv, k_row, v_tile, offset);
   }
+  if constexpr (kPairs) cluster_sync<false>();
 }
 
 // --- launcher --------------------------------------------------------------------------
 
-template <class T, int D, AttentionBackwardSchedule kSchedule>
+template <class T, int D, AttentionBackwardSchedule kSchedule, bool kPairs = false>
 void launch_backward_schedule(const AttentionBackwardParams& bp) {
-  using Cfg = BackwardSm90Config<T, D, kSchedule>;
+  using Cfg = BackwardSm90Config<T, D, kSchedule, kPairs>;
   const AttentionParams& p = bp.fwd;
   const auto stream = static_cast<cudaStream_t>(p.stream);
   const int64_t batch = p.cu_seqlens_q ? 1 : p.num_sequences;
@@ -646,12 +676,28 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   args.bp = bp;
   args.ws = ws;
   if constexpr (Cfg::kReduceDq) args.dq_map = dq_workspace_map(ws.dq, p, batch);
-  const auto kernel = dkdv_dq_kernel<T, D, kSchedule>;
+  const auto kernel = dkdv_dq_kernel<T, D, kSchedule, kPairs>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention backward sm90)");
   const dim3 grid(static_cast<unsigned>((p.max_seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN),
                   static_cast<unsigned>(p.Hkv), static_cast<unsigned>(p.num_sequences));
-  kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
+  if constexpr (kPairs) {  // clusters of two CTAs along the key blocks
+    cudaLaunchAttribute cluster;
+    cluster.id = cudaLaunchAttributeClusterDimension;
+    cluster.val.clusterDim.x = 2;
+    cluster.val.clusterDim.y = 1;
+    cluster.val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = grid;
+    config.blockDim = dim3(Cfg::kThreads);
+    config.dynamicSmemBytes = Cfg::kSmemBytes;
+    config.stream = stream;
+    config.attrs = &cluster;
+    config.numAttrs = 1;
+    check(cudaLaunchKernelEx(&config, kernel, args), "cudaLaunchKernelEx(attention backward dK, dV, dQ, pairs)");
+  } else {
+    kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(args);
+  }
   check_launch("attention backward dK, dV, dQ");
 
   postprocess_kernel<T, D><<<row_blocks, 256, 0, stream>>>(bp, ws, rows);
@@ -661,11 +707,19 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
 
 // The schedule of attention_backward_schedule() (params.hpp); at D = 256 `pingpong` is the
 // dQ reduce through the stage without turns (BackwardSm90Config::kTurns).
+// Key-block pairs (attention_backward_key_pairs(), D = 256 only) where every pair has both
+// its key blocks inside every sequence: no varlen, an even number of key blocks.
 template <class T, int D>
 void launch_backward(const AttentionBackwardParams& bp) {
-  if (attention_backward_schedule() == AttentionBackwardSchedule::pingpong)
+  const AttentionParams& p = bp.fwd;
+  const int64_t key_blocks = (p.max_seqlen_k + 63) / 64;
+  const bool pairs = D == 256 && attention_backward_key_pairs() && !p.cu_seqlens_k && key_blocks > 0 &&
+                     key_blocks % 2 == 0 && key_blocks == (p.rows_k + 63) / 64;
+  if (attention_backward_schedule() == AttentionBackwardSchedule::pingpong) {
+    if constexpr (D == 256)
+      if (pairs) return launch_backward_schedule<T, D, AttentionBackwardSchedule::pingpong, true>(bp);
     launch_backward_schedule<T, D, AttentionBackwardSchedule::pingpong>(bp);
-  else
+  } else
     launch_backward_schedule<T, D, AttentionBackwardSchedule::standard>(bp);
 }
 

@@ -244,6 +244,50 @@ __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.w
 // This thread's bulk reduces are done (before the CTA exits).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
+// --- key-block pairs (clusters of two CTAs) ------------------------------------------------
+
+// This CTA's rank in its cluster.
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  return rank;
+}
+
+// Every thread of both CTAs arrives, then waits. kRelease: what the thread wrote before (an
+// arrival on the other CTA's barrier) is performed first; it costs a GPU-wide MEMBAR, which
+// waits for the thread's global stores too. Not `.aligned`: the producer's lanes reach it
+// from different branches.
+template <bool kRelease>
+__device__ __forceinline__ void cluster_sync() {
+  if constexpr (kRelease)
+    asm volatile("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+  else
+    asm volatile("barrier.cluster.arrive.relaxed;\n\tbarrier.cluster.wait.acquire;" ::: "memory");
+}
+
+// One arrival on the barrier at the same shared-memory offset in CTA `rank` of the cluster.
+// Default (CTA-scope) release: `.release.cluster` puts a GPU-wide MEMBAR before it, and the
+// only reads it must order (the stage's, by wgmma and bulk reduces) have completed already.
+__device__ __forceinline__ void arrive_in_cta(uint64_t* bar, uint32_t rank) {
+  asm volatile(
+      "{\n .reg .b32 remote;\n mapa.shared::cluster.u32 remote, %0, %1;\n"
+      " mbarrier.arrive.shared::cluster.b64 _, [remote];\n}" ::"r"(tma::shared_address(bar)),
+      "r"(rank)
+      : "memory");
+}
+
+// tma::load_box into the same offset of every CTA in `cta_mask` (bit r: rank r), each
+// completing the bytes on its own barrier at `bar`'s offset.
+__device__ __forceinline__ void load_box_multicast(void* dst, const CUtensorMap& map, int c0, int c1, int c2, int c3,
+                                                   uint64_t* bar, uint16_t cta_mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster"
+      " [%0], [%1, {%2, %3, %4, %5}], [%6], %7;" ::"r"(tma::shared_address(dst)),
+      "l"(reinterpret_cast<uint64_t>(&map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(tma::shared_address(bar)),
+      "h"(cta_mask)
+      : "memory");
+}
+
 // Named barriers of the pingpong turns (0 is __syncthreads, 1 the standard schedule's dSᵀ
 // barrier): consumer warpgroup w issues after barrier kBackwardTurnBarrier + w completes,
 // i.e. after the other warpgroup has issued.

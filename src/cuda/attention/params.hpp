@@ -79,6 +79,15 @@ AttentionBackwardSchedule attention_backward_schedule();
 // Overrides the backward schedule for the rest of the process (tests, timing).
 void attention_set_backward_schedule(AttentionBackwardSchedule schedule);
 
+// Key-block pairs of the D = 256 backward under pingpong: clusters of two CTAs over
+// neighbouring key blocks, Q and dO tiles copied once for both by TMA multicast (halves the
+// copies' L2 reads). Taken where the key blocks pair up (no varlen, an even number of them).
+// SEQMIX_ATTENTION_BACKWARD_PAIRS=1 turns it on, read once on first use (off otherwise),
+// until set below.
+bool attention_backward_key_pairs();
+// Overrides the choice for the rest of the process (tests, timing).
+void attention_set_backward_key_pairs(bool on);
+
 // Head dims with a compiled forward kernel.
 inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
