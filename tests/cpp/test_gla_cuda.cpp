@@ -162,13 +162,14 @@ TEST_P(GlaCuda, ForwardTallTilingMatchesOracle) {
   forward_matches_oracle(GetParam());
 }
 
-// The outputs pass with the paired walkers (a channel pair and half the chunk a thread; they
-// run with the tensor-core diagonal and the tall tiling only).
-TEST_P(GlaCuda, ForwardPairedWalkersMatchesOracle) {
+// The outputs pass with the single walkers (one channel and the whole chunk a thread), the
+// tall tiling's form before the paired walkers became its default (ForwardMatchesOracle runs
+// those, the walkers in use with the tensor-core diagonal and the tall tiling).
+TEST_P(GlaCuda, ForwardSingleWalkersMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
   const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
-  const ForwardWalkers walkers(cuda::GlaForwardWalkers::paired);
+  const ForwardWalkers walkers(cuda::GlaForwardWalkers::single);
   forward_matches_oracle(GetParam());
 }
 

@@ -285,7 +285,7 @@ struct Chosen {
   ~Chosen() { set(before); }
 };
 
-// The outputs pass's walkers single (the default) and paired (params.hpp GlaForwardWalkers),
+// The outputs pass's walkers, single and paired (the default; params.hpp GlaForwardWalkers),
 // tensor-core diagonal and tall tiling, side by side on the same inputs at B8 T2048, B1 T32768
 // and B4 T4096, alternated three times: forward medians of 30 event-timed runs after 5
 // warm-ups, then one profiled forward each (launches, the outputs pass's phases). Asserts that
