@@ -48,6 +48,17 @@ void print_phases(const GlaProfile& profile) {
                 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
 }
 
+// One profiled run of `forward`: its launches (under `name`) and the walk's phases printed.
+template <class Forward>
+GlaProfile profiled_forward(const char* name, const Forward& forward) {
+  cuda::gla_profile_start();
+  forward();
+  const GlaProfile profile = cuda::gla_profile_stop();
+  print_launches(name, profile);
+  print_phases(profile);
+  return profile;
+}
+
 // Cycles a block of each phase of the backward's gradient kernel, and its share.
 void print_gradient_phases(const GlaProfile& profile) {
   const uint64_t* c = profile.phase_cycles;
@@ -116,11 +127,7 @@ void profile_shape(int64_t B, int64_t T) {
     cuda::gla_set_forward_diagonal(f.diagonal);
     const float ms = median_ms(forward, {.reps = 20, .warmups = 3, .flush_l2 = false});
     std::printf("  forward, %s: median %.4f ms\n", f.name, ms);
-    cuda::gla_profile_start();
-    forward();
-    fwd = cuda::gla_profile_stop();
-    print_launches(f.name, fwd);
-    print_phases(fwd);
+    fwd = profiled_forward(f.name, forward);
     EXPECT_GT(fwd.phase_cycles[cuda::kGlaPhaseSteps], 0u);
     if (cuda_core_out.empty()) cuda_core_out = in.d_o.values(in.o);
     else
@@ -228,11 +235,7 @@ void compare_forward_tilings(int64_t B, int64_t T) {
       const float bwd_ms = median_ms(backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
       std::printf("  %-8s forward %.4f ms, backward %.4f ms\n", name, fwd_ms, bwd_ms);
       if (round > 0) continue;
-      cuda::gla_profile_start();
-      forward();
-      const GlaProfile fwd = cuda::gla_profile_stop();
-      print_launches(name, fwd);
-      print_phases(fwd);
+      profiled_forward(name, forward);
       cuda::gla_profile_start();
       backward();
       print_launches("backward", cuda::gla_profile_stop());
@@ -307,11 +310,7 @@ void compare_forward_walkers(int64_t B, int64_t T) {
       const float ms = median_ms(forward, {.reps = 30, .warmups = 5, .flush_l2 = false});
       std::printf("  %-8s forward %.4f ms\n", name, ms);
       if (round > 0) continue;
-      cuda::gla_profile_start();
-      forward();
-      const GlaProfile fwd = cuda::gla_profile_stop();
-      print_launches(name, fwd);
-      print_phases(fwd);
+      profiled_forward(name, forward);
       const std::vector<double> out = in.d_o.values(in.o);
       if (single_out.empty()) single_out = out;
       else EXPECT_LT(rel_err(out, single_out), tolerance(DType::bf16)) << "o: paired against single";
