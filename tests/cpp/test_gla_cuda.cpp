@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <string>
+#include <vector>
 
 #include "cuda/gla/params.hpp"
+#include "cuda/gla/profile.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/gla.hpp"
 
@@ -114,6 +117,14 @@ struct BackwardStateStages {
   ~BackwardStateStages() { cuda::gla_set_backward_state_stages(before); }
 };
 
+// Turns the forward's saved chunk states on for one test (params.hpp gla_saved_states), and
+// restores the choice (turning it off releases the kept table).
+struct SavedStates {
+  bool before = cuda::gla_saved_states();
+  explicit SavedStates(bool on) { cuda::gla_set_saved_states(on); }
+  ~SavedStates() { cuda::gla_set_saved_states(before); }
+};
+
 // The forward (output and final state) against the oracle, by the diagonal selected.
 void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
@@ -176,7 +187,10 @@ TEST_P(GlaCuda, ForwardSingleWalkersMatchesOracle) {
 // Every gradient (dq, dk, dv, dg, and d initial state with an initial state) against the
 // oracle's backward, by the backward diagonal selected; the final state's gradient is given
 // in the cases with an initial state.
-void backward_matches_oracle(const GpuGlaCase& c) {
+// forward_first: the device forward runs first on the same inputs (its o and final state
+// checked against the oracle too), and the backward's launches are returned (profiled), so a
+// test can see whether it walked its own chunk states.
+std::vector<std::string> backward_matches_oracle(const GpuGlaCase& c, bool forward_first = false) {
   const GlaCaseInputs in(c);
   const auto &key_shape = in.key_shape, &value_shape = in.value_shape, &state_shape = in.state_shape;
   HostTensor d_o = uniform(value_shape, c.dtype), dhT = uniform(state_shape, DType::f32);
@@ -196,9 +210,22 @@ void backward_matches_oracle(const GpuGlaCase& c) {
   DeviceTensor dev_dq(dq), dev_dk(dk), dev_dv(dv), dev_dg(dg), dev_dh0(dh0);
   GlaGrads grads{dev_dq.view, dev_dk.view, dev_dv.view, dev_dg.view};
   if (c.with_state) grads.d_initial_state = dev_dh0.view;
-  gla_backward(in.inputs(true), dev_do.view, device_dhT, grads, in.options(Impl::automatic));
-
   const double tol = tolerance(c.dtype);
+  if (forward_first) {
+    HostTensor o_ref(value_shape, c.dtype), hT_ref(state_shape, DType::f32);
+    gla_forward(in.inputs(false), {o_ref.view, hT_ref.view}, in.options(Impl::reference));
+    HostTensor o = poisoned(value_shape, c.dtype), hT = poisoned(state_shape, DType::f32);
+    DeviceTensor dev_o(o), dev_hT(hT);
+    gla_forward(in.inputs(true), {dev_o.view, dev_hT.view}, in.options(Impl::automatic));
+    EXPECT_LT(rel_err(dev_o.values(o), o_ref.values()), tol) << "o";
+    EXPECT_LT(rel_err(dev_hT.values(hT), hT_ref.values()), tol) << "final state";
+    cuda::gla_profile_start();
+  }
+  gla_backward(in.inputs(true), dev_do.view, device_dhT, grads, in.options(Impl::automatic));
+  std::vector<std::string> launches;
+  if (forward_first)
+    for (const auto& l : cuda::gla_profile_stop().launches) launches.push_back(l.kernel);
+
   const double e_dq = rel_err(dev_dq.values(dq), dq_ref.values()), e_dk = rel_err(dev_dk.values(dk), dk_ref.values()),
                e_dv = rel_err(dev_dv.values(dv), dv_ref.values()), e_dg = rel_err(dev_dg.values(dg), dg_ref.values()),
                e_dh0 = c.with_state ? rel_err(dev_dh0.values(dh0), dh0_ref.values()) : 0.0;
@@ -209,6 +236,7 @@ void backward_matches_oracle(const GpuGlaCase& c) {
   EXPECT_LT(e_dv, tol) << "dv";
   EXPECT_LT(e_dg, tol) << "dg";
   EXPECT_LT(e_dh0, tol) << "d initial state";
+  return launches;
 }
 
 TEST_P(GlaCuda, BackwardMatchesOracle) {
@@ -253,6 +281,17 @@ TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackwardStateStages stages(3);
   backward_matches_oracle(GetParam());
+}
+
+// The forward saving every chunk's entering state and the backward reading it instead of its
+// chunk-state pass (params.hpp gla_saved_states; the default forms otherwise): o, the final
+// state and every gradient against the oracle, and no chunk-state launch in the backward.
+TEST_P(GlaCuda, SavedStatesMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const SavedStates saved(true);
+  const std::vector<std::string> launches = backward_matches_oracle(GetParam(), true);
+  EXPECT_FALSE(launches.empty());
+  for (const std::string& kernel : launches) EXPECT_NE(kernel, "gla chunk states") << "the backward walked its states";
 }
 
 // The same with the token walks a row at a time.

@@ -317,6 +317,60 @@ void compare_forward_walkers(int64_t B, int64_t T) {
     }
 }
 
+// Forward+backward with the chunk-state pass (saved states off) and with the forward's saved
+// chunk states (on; params.hpp gla_saved_states), side by side on the same inputs, alternated
+// off on off on: medians of 20 event-timed forward+backward runs and of 20 forwards after 3
+// warm-ups, then one profiled forward+backward each (launches). Asserts that o and the
+// gradients agree within the bf16 bound and that the saved run launched no chunk-state pass.
+void compare_saved_states(int64_t B, int64_t T) {
+  TimingInputs in(B, T);
+  auto forward = [&] { in.forward(); };
+  auto forward_backward = [&] { in.forward(), in.backward(); };
+  const Chosen saved(cuda::gla_saved_states, cuda::gla_set_saved_states, false);
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16 by saved chunk states, medians of 20:\n",
+              static_cast<long long>(B), static_cast<long long>(T));
+  std::vector<double> off_o, off_dq, off_dk, off_dv, off_dg;
+  for (int round = 0; round < 2; ++round)
+    for (const bool on : {false, true}) {
+      cuda::gla_set_saved_states(on);
+      const float both = median_ms(forward_backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
+      const float fwd = median_ms(forward, {.reps = 20, .warmups = 3, .flush_l2 = false});
+      std::printf("  saved states %-3s: forward+backward %.4f ms, forward %.4f ms\n", on ? "on" : "off", both, fwd);
+      if (round > 0) continue;
+      cuda::gla_profile_start();
+      forward_backward();
+      const GlaProfile profile = cuda::gla_profile_stop();
+      print_launches(on ? "saved states on" : "saved states off", profile);
+      if (on)
+        for (const auto& l : profile.launches) EXPECT_NE(l.kernel, "gla chunk states") << "walked despite the saved table";
+      const std::vector<double> o = in.d_o.values(in.o), dq = in.d_dq.values(in.dq), dk = in.d_dk.values(in.dk),
+                                dv = in.d_dv.values(in.dv), dg = in.d_dg.values(in.dg);
+      if (!on) {
+        off_o = o, off_dq = dq, off_dk = dk, off_dv = dv, off_dg = dg;
+        continue;
+      }
+      std::printf("  on against off, relative differences: o %.2e dq %.2e dk %.2e dv %.2e dg %.2e\n",
+                  rel_err(o, off_o), rel_err(dq, off_dq), rel_err(dk, off_dk), rel_err(dv, off_dv),
+                  rel_err(dg, off_dg));
+      const double tol = tolerance(DType::bf16);
+      EXPECT_LT(rel_err(o, off_o), tol) << "o";
+      EXPECT_LT(rel_err(dq, off_dq), tol) << "dq";
+      EXPECT_LT(rel_err(dk, off_dk), tol) << "dk";
+      EXPECT_LT(rel_err(dv, off_dv), tol) << "dv";
+      EXPECT_LT(rel_err(dg, off_dg), tol) << "dg";
+    }
+}
+
+TEST(GlaCudaTiming, SavedStatesB8T2048) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_saved_states(8, 2048);
+}
+
+TEST(GlaCudaTiming, SavedStatesB1T32768) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_saved_states(1, 32768);
+}
+
 // The three benchmark shapes in one run (one process, one machine state).
 TEST(GlaCudaTiming, ForwardWalkers) {
   SKIP_WITHOUT_CUDA_DEVICE();

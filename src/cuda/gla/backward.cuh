@@ -1026,8 +1026,15 @@ void launch_backward(GlaParams p) {
   p.workspace = p.segments > 1 ? reinterpret_cast<float*>(base + 2 * table) : nullptr;
   if (p.key_blocks > 1) use_partial(p, base + 2 * table + segment_bytes, stream);
 
+  // The forward's saved chunk states when it left them (params.hpp gla_saved_states), else the
+  // chunk-state pass. The split's segment tables are still made: the dL/dS walk's chain reads
+  // their decays.
+  void* const saved = !gla_saved_states()    ? nullptr
+                      : p.saved_chunk_states ? p.saved_chunk_states
+                                             : gla_find_saved_states(p);
   if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
-  launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
+  if (saved) p.chunk_states = saved;
+  else launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
 
   if (gla_backward_state_stages() == 3) state_gradients<E, KD, VB, 3>(p, stream);
   else state_gradients<E, KD, VB, 2>(p, stream);

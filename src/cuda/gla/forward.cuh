@@ -747,10 +747,14 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // kRowBlocks (params.hpp GlaForwardTiling): 16-row blocks a warp of the state and of o
 // (StateTile, chunk_output).
 // kPairedWalk (with kQuads only): the walkers paired_decay_operands instead of decay_operands.
-template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kRowBlocks = 1, bool kPairedWalk = false>
+// kSaveStates (outputs pass only): also store each chunk's entering state into p.chunk_states,
+// as the chunk_states pass does, so that the backward need not walk its own (NOTES.md v16).
+template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kRowBlocks = 1, bool kPairedWalk = false,
+          bool kSaveStates = false>
 __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
+  static_assert(kOutput || !kSaveStates, "the chunk_states pass stores its states anyway");
   static_assert(kQuads || !kPairedWalk, "the paired walkers form the quads' operands");
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
@@ -847,7 +851,7 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
     }
-    if constexpr (kPass == Pass::chunk_states) {
+    if constexpr (kPass == Pass::chunk_states || kSaveStates) {
       const int64_t slot = (plan.n * p.H + h) * p.max_chunks + chunk;
       S.store_rounded(static_cast<E*>(p.chunk_states) + kb.state(p, slot), p.V);
     }
