@@ -12,8 +12,11 @@
 // SEQMIX_LINREC_TIMING_FUSED_TRANSFERS=shared,registers,transposed the one-pass forward's
 // transfers (the running product in shared memory, or in registers with mma.sync or wgmma
 // products);
-// SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h. SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma,
-// the default) picks the chunk-transfer product for every other test.
+// SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h. With
+// SEQMIX_LINREC_TIMING=1, LinearRecurrenceCudaTiming.SequentialRawBSideBySide times the bf16
+// sequential walk with b held as floats and as raw bits, alternating.
+// SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the default) picks the chunk-transfer product
+// for every other test.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -295,6 +298,49 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"Bf16N32Long", 8, 3001, 32, bf16, "fused16"}),
     [](const ::testing::TestParamInfo<FusedCase>& info) { return std::string(info.param.name); });
 
+// The sequential kernel holding the prefetched b as raw bf16 bits until its step
+// (SEQMIX_LINREC_SEQUENTIAL_RAW_B=1, HeldB in sequential.cuh) against the oracle: the
+// sequential method's forward and both backward chains, vector and matrix states, padded n,
+// T not a multiple of the four steps of b in flight, and the chunked method's re-walk (its
+// split forward at two blocks per SM, and slices of 8 columns).
+struct RawBCase {
+  GpuCase c;
+  const char* chunked_forward = nullptr;  // SEQMIX_LINREC_CHUNKED_FORWARD, null: the default
+  const char* rewalk_blocks = nullptr;    // SEQMIX_LINREC_REWALK_BLOCKS, null: the default
+};
+
+void PrintTo(const RawBCase& c, std::ostream* os) { *os << c.c.name; }
+
+class LinearRecurrenceCudaRawB : public ::testing::TestWithParam<RawBCase> {};
+
+TEST_P(LinearRecurrenceCudaRawB, ForwardAndBackwardMatchOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const RawBCase r = GetParam();
+  LinearRecurrenceOptions o;
+  o.method = r.c.method;
+  setenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B", "1", 1);
+  if (r.chunked_forward) setenv("SEQMIX_LINREC_CHUNKED_FORWARD", r.chunked_forward, 1);
+  if (r.rewalk_blocks) setenv("SEQMIX_LINREC_REWALK_BLOCKS", r.rewalk_blocks, 1);
+  expect_device_run_matches_oracle(r.c, o);
+  unsetenv("SEQMIX_LINREC_REWALK_BLOCKS");
+  unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
+  unsetenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B");
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LinearRecurrenceCudaRawB,
+    ::testing::Values(RawBCase{{"SmallSequentialBf16N64Vector", 2, 37, 64, 1, bf16, seq}},
+                      RawBCase{{"SmallSequentialBf16N32", 3, 19, 32, 1, bf16, seq}},
+                      RawBCase{{"SmallSequentialBf16N40Matrix", 2, 21, 40, 11, bf16, seq}},
+                      RawBCase{{"SmallSequentialBf16N128MatrixNoState", 1, 9, 128, 8, bf16, seq, false, false}},
+                      RawBCase{{"SmallSequentialBf16N100Vector", 1, 14, 100, 1, bf16, seq}},
+                      RawBCase{{"SmallSequentialBf16T1", 2, 1, 16, 2, bf16, seq}},
+                      RawBCase{{"SmallChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true}},
+                      RawBCase{{"SmallChunkedBf16SplitTwoBlocks", 2, 70, 48, 1, bf16, chunked}, "split", "2"},
+                      RawBCase{{"SequentialBf16Long", 4, 1001, 64, 1, bf16, seq}},
+                      RawBCase{{"SequentialBf16Wide", 2, 301, 64, 64, bf16, seq}}),
+    [](const ::testing::TestParamInfo<RawBCase>& info) { return std::string(info.param.c.name); });
+
 // Relative error of the states in windows of time [T/2^(k+1), T/2^k) ... and the first
 // window: how the error grows along the chain.
 std::vector<double> window_errors(const std::vector<double>& got, const std::vector<double>& want, int64_t G,
@@ -561,45 +607,32 @@ void fill_random(void* device, int64_t count, DType dtype, double scale) {
   }
 }
 
-TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const char* flag = std::getenv("SEQMIX_LINREC_TIMING");
-  if (!flag || std::string(flag) != "1") GTEST_SKIP() << "set SEQMIX_LINREC_TIMING=1 to time the methods";
-  cudaDeviceProp prop{};
-  cudaGetDeviceProperties(&prop, 0);
-  std::cout << "device: " << prop.name << "\n";
-  const std::vector<TimedShape> shapes = {
-      {16, 4096, 64, 1, f32},  {16, 4096, 64, 1, bf16}, {16, 4096, 32, 1, f32},  {16, 4096, 128, 1, f32},
-      {1, 4096, 64, 1, f32},   {1, 4096, 64, 1, bf16},  {1, 4096, 32, 1, f32},   {1, 4096, 128, 1, f32},
-      {64, 4096, 64, 1, f32},  {64, 4096, 32, 1, bf16}, {16, 1024, 64, 1, f32},  {16, 8192, 64, 1, f32},
-      {16, 4096, 64, 64, f32}, {16, 4096, 64, 64, bf16}, {1, 4096, 64, 64, f32}, {64, 2048, 128, 1, bf16},
-  };
-  std::vector<TimedShape> chosen = shapes;
-  if (const char* only = std::getenv("SEQMIX_LINREC_TIMING_SHAPES")) {  // "G,T,n,m,dtype;..."
-    chosen.clear();
-    std::string text = only;
-    for (size_t at = 0; at < text.size();) {
-      const size_t end = std::min(text.find(';', at), text.size());
-      long long G, T, n, m;
-      char dtype[8] = {};
-      if (std::sscanf(text.substr(at, end - at).c_str(), "%lld,%lld,%lld,%lld,%7s", &G, &T, &n, &m, dtype) == 5)
-        chosen.push_back({G, T, n, m, std::string(dtype) == "bf16" ? bf16 : f32});
-      at = end + 1;
-    }
+// The shapes SEQMIX_LINREC_TIMING_SHAPES lists ("G,T,n,m,dtype;..."), or `fallback` when unset.
+std::vector<TimedShape> timed_shapes(std::vector<TimedShape> fallback) {
+  const char* only = std::getenv("SEQMIX_LINREC_TIMING_SHAPES");
+  if (!only) return fallback;
+  std::vector<TimedShape> chosen;
+  const std::string text = only;
+  for (size_t at = 0; at < text.size();) {
+    const size_t end = std::min(text.find(';', at), text.size());
+    long long G, T, n, m;
+    char dtype[8] = {};
+    if (std::sscanf(text.substr(at, end - at).c_str(), "%lld,%lld,%lld,%lld,%7s", &G, &T, &n, &m, dtype) == 5)
+      chosen.push_back({G, T, n, m, std::string(dtype) == "bf16" ? bf16 : f32});
+    at = end + 1;
   }
-  const char* only_methods = std::getenv("SEQMIX_LINREC_TIMING_METHODS");  // e.g. "sequential,chunked"
-  std::cout << "| G | T | n | m | dtype | method | fwd ms | bwd ms | bwd/fwd | floor ms | fwd/floor | workspace MB |\n"
-            << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
-  for (const auto& s : chosen) {
+  return chosen;
+}
+
+// Device inputs (random), outputs and gradients of one timed shape, with their views.
+struct TimedBuffers {
+  int64_t nA, nb, ns;
+  void *A, *b, *h, *dh, *dA, *db, *fs;
+  Tensor tA, tb, th, tdh, tdA, tdb, tfs;
+  explicit TimedBuffers(const TimedShape& s)
+      : nA(s.G * s.T * s.n * s.n), nb(s.G * s.T * s.n * s.m), ns(s.G * s.n * s.m) {
     const int e = dtype_size(s.dtype);
-    const int64_t nA = s.G * s.T * s.n * s.n, nb = s.G * s.T * s.n * s.m, ns = s.G * s.n * s.m;
-    void *A, *b, *h, *dh, *dA, *db, *fs;
-    cuda_ok(cudaMalloc(&A, nA * e));
-    cuda_ok(cudaMalloc(&b, nb * e));
-    cuda_ok(cudaMalloc(&h, nb * e));
-    cuda_ok(cudaMalloc(&dh, nb * e));
-    cuda_ok(cudaMalloc(&dA, nA * e));
-    cuda_ok(cudaMalloc(&db, nb * e));
+    for (void** p : {&A, &b, &h, &dh, &dA, &db}) cuda_ok(cudaMalloc(p, (p == &A || p == &dA ? nA : nb) * e));
     cuda_ok(cudaMalloc(&fs, ns * e));
     fill_random(A, nA, s.dtype, 1.2 / std::sqrt(double(s.n)));
     fill_random(b, nb, s.dtype, 1.0);
@@ -607,11 +640,51 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     auto view = [&](void* p, std::vector<int64_t> shape) {
       return Tensor::contiguous(p, s.dtype, std::move(shape), Device::cuda(0));
     };
-    const Tensor tA = view(A, {s.G, s.T, s.n, s.n}), tb = view(b, {s.G, s.T, s.n, s.m});
-    const Tensor th = view(h, {s.G, s.T, s.n, s.m}), tdh = view(dh, {s.G, s.T, s.n, s.m});
-    const Tensor tdA = view(dA, {s.G, s.T, s.n, s.n}), tdb = view(db, {s.G, s.T, s.n, s.m});
-    const Tensor tfs = view(fs, {s.G, s.n, s.m});
-    const double floor_ms = double((nA + 2 * nb) * e) / 3.0e12 * 1e3;
+    tA = view(A, {s.G, s.T, s.n, s.n}), tb = view(b, {s.G, s.T, s.n, s.m});
+    th = view(h, {s.G, s.T, s.n, s.m}), tdh = view(dh, {s.G, s.T, s.n, s.m});
+    tdA = view(dA, {s.G, s.T, s.n, s.n}), tdb = view(db, {s.G, s.T, s.n, s.m});
+    tfs = view(fs, {s.G, s.n, s.m});
+  }
+  ~TimedBuffers() {
+    for (void* p : {A, b, h, dh, dA, db, fs}) cudaFree(p);
+  }
+  // Milliseconds for A and b read and h written once at 3 TB/s.
+  double floor_ms(DType dtype) const { return double((nA + 2 * nb) * dtype_size(dtype)) / 3.0e12 * 1e3; }
+};
+
+// The timing tests run only when SEQMIX_LINREC_TIMING=1.
+bool timing_requested() {
+  const char* flag = std::getenv("SEQMIX_LINREC_TIMING");
+  return flag && std::string(flag) == "1";
+}
+
+std::string device_name() {
+  cudaDeviceProp prop{};
+  cudaGetDeviceProperties(&prop, 0);
+  return prop.name;
+}
+
+TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  if (!timing_requested()) GTEST_SKIP() << "set SEQMIX_LINREC_TIMING=1 to time the methods";
+  std::cout << "device: " << device_name() << "\n";
+  const std::vector<TimedShape> shapes = {
+      {16, 4096, 64, 1, f32},  {16, 4096, 64, 1, bf16}, {16, 4096, 32, 1, f32},  {16, 4096, 128, 1, f32},
+      {1, 4096, 64, 1, f32},   {1, 4096, 64, 1, bf16},  {1, 4096, 32, 1, f32},   {1, 4096, 128, 1, f32},
+      {64, 4096, 64, 1, f32},  {64, 4096, 32, 1, bf16}, {16, 1024, 64, 1, f32},  {16, 8192, 64, 1, f32},
+      {16, 4096, 64, 64, f32}, {16, 4096, 64, 64, bf16}, {1, 4096, 64, 64, f32}, {64, 2048, 128, 1, bf16},
+  };
+  const std::vector<TimedShape> chosen = timed_shapes(shapes);
+  const char* only_methods = std::getenv("SEQMIX_LINREC_TIMING_METHODS");  // e.g. "sequential,chunked"
+  std::cout << "| G | T | n | m | dtype | method | fwd ms | bwd ms | bwd/fwd | floor ms | fwd/floor | workspace MB |\n"
+            << "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+  for (const auto& s : chosen) {
+    const TimedBuffers buffers(s);
+    const int e = dtype_size(s.dtype);
+    const int64_t nA = buffers.nA;
+    const Tensor &tA = buffers.tA, &tb = buffers.tb, &th = buffers.th, &tdh = buffers.tdh, &tdA = buffers.tdA,
+                 &tdb = buffers.tdb, &tfs = buffers.tfs;
+    const double floor_ms = buffers.floor_ms(s.dtype);
     // `label` names the row: the method, and for the chunked method the chunk-transfer
     // product when SEQMIX_LINREC_TIMING_TRANSFERS lists several ("mma,wgmma").
     auto time_method = [&](Method method, const std::string& label) {
@@ -688,8 +761,57 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
         });
       });
     }
-    for (void* p : {A, b, h, dh, dA, db, fs}) cudaFree(p);
   }
+}
+
+// The sequential method in bf16 with b held as floats and as raw bits
+// (SEQMIX_LINREC_SEQUENTIAL_RAW_B=0/1) side by side on the same inputs, the two
+// alternating call by call (L2 flushed before each), medians of the forward and the
+// backward; shapes from SEQMIX_LINREC_TIMING_SHAPES as in MethodsOnTheGrid (G16 T4096 n64
+// bf16 at m = 1 and 64 when unset), each also in f32 once, the reference the bf16 walk
+// should not trail.
+TEST(LinearRecurrenceCudaTiming, SequentialRawBSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  if (!timing_requested()) GTEST_SKIP() << "set SEQMIX_LINREC_TIMING=1 to time the walks";
+  std::cout << "device: " << device_name() << "\n"
+            << "| G | T | n | m | dtype | b held as | fwd ms | bwd ms | floor ms | fwd/floor |\n"
+            << "|---|---|---|---|---|---|---|---|---|---|\n";
+  constexpr int kReps = 7;
+  for (const TimedShape& bf : timed_shapes({{16, 4096, 64, 1, bf16}, {16, 4096, 64, 64, bf16}}))
+    for (const TimedShape& s : {TimedShape{bf.G, bf.T, bf.n, bf.m, f32}, bf}) {
+      const TimedBuffers buffers(s);
+      const Tensor &tA = buffers.tA, &tb = buffers.tb, &th = buffers.th, &tdh = buffers.tdh, &tdA = buffers.tdA,
+                   &tdb = buffers.tdb, &tfs = buffers.tfs;
+      LinearRecurrenceOptions o;
+      o.method = seq;
+      DeviceWorkspace wf(linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, false, o));
+      DeviceWorkspace wb(linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, true, o));
+      const auto forward = [&] { linear_recurrence_forward({tA, tb}, {th, tfs, wf.view()}, o); };
+      const auto backward = [&] {
+        linear_recurrence_backward({tA, tb}, tdh, tfs, {tdA, tdb, std::nullopt, wb.view()}, o);
+      };
+      const std::vector<const char*> settings = s.dtype == bf16 ? std::vector<const char*>{"0", "1"}
+                                                                : std::vector<const char*>{"0"};
+      std::vector<std::vector<float>> fwd(settings.size()), bwd(settings.size());
+      for (int rep = 0; rep < kReps; ++rep)
+        for (size_t k = 0; k < settings.size(); ++k) {
+          setenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B", settings[k], 1);
+          fwd[k].push_back(event_times_ms(forward, {.reps = 1, .warmups = rep == 0 ? 1 : 0})[0]);
+          bwd[k].push_back(event_times_ms(backward, {.reps = 1, .warmups = rep == 0 ? 1 : 0})[0]);
+        }
+      unsetenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B");
+      const double floor_ms = buffers.floor_ms(s.dtype);
+      for (size_t k = 0; k < settings.size(); ++k) {
+        std::sort(fwd[k].begin(), fwd[k].end());
+        std::sort(bwd[k].begin(), bwd[k].end());
+        const double f = fwd[k][kReps / 2];
+        std::printf("| %lld | %lld | %lld | %lld | %s | %s | %.4f | %.4f | %.4f | %.2f |\n", (long long)s.G,
+                    (long long)s.T, (long long)s.n, (long long)s.m, dtype_name(s.dtype),
+                    settings[k][0] == '1' ? "raw bits" : "floats", f, double(bwd[k][kReps / 2]), floor_ms,
+                    f / floor_ms);
+      }
+      std::fflush(stdout);
+    }
 }
 
 }  // namespace

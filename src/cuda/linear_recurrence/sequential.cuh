@@ -10,6 +10,8 @@
 // free of bank conflicts.
 #pragma once
 
+#include <type_traits>
+
 #include "cuda/linear_recurrence/common.cuh"
 
 namespace seqmix::cuda::linrec {
@@ -114,9 +116,30 @@ __device__ __forceinline__ void load_chunk(const T* src, float (&a)[V]) {
   }
 }
 
-template <class T, int N, int MC, int kBlocks>
+// How the b values loaded kPrefetchB steps ahead are held until their step. As floats,
+// a bf16 load is converted right where it is issued, and the compiler places that
+// conversion next to the load: every step then waits a whole global round trip (SASS:
+// LDG.E.U16 followed at once by IMAD.U32 ..., 0x10000, before the step's barrier; f32
+// loads straight into its register and is only read four steps later). Held as the
+// input's raw 16 bits (kHeldRaw) and widened where the step adds it, the load's latency
+// hides behind the steps in flight as it does for f32. For f32 both are the same code.
+template <class T, bool kHeldRaw>
+struct HeldB {
+  using Type = std::conditional_t<kHeldRaw && sizeof(T) == 2, unsigned short, float>;
+  static __device__ __forceinline__ Type hold(T x) {
+    if constexpr (std::is_same_v<Type, float>) return to_float(x);
+    else return __bfloat16_as_ushort(x);
+  }
+  static __device__ __forceinline__ float widen(Type x) {
+    if constexpr (std::is_same_v<Type, float>) return x;
+    else return __uint_as_float(static_cast<unsigned>(x) << 16);  // bf16 is the top half of an f32
+  }
+};
+
+template <class T, int N, int MC, int kBlocks, bool kHeldRaw = false>
 __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const SeqParams p) {
   using Cfg = SeqConfig<T, N, MC, kBlocks>;
+  using Held = HeldB<T, kHeldRaw>;
   constexpr int V = Cfg::kChunkElems, R = Cfg::kRowsPerThread, D = Cfg::kStages, PB = Cfg::kPrefetchB;
   constexpr int O = Cfg::kOwned, CP = Cfg::kCopiesPerThread;
   extern __shared__ __align__(16) unsigned char smem_raw[];
@@ -178,10 +201,11 @@ __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const Seq
     out_off[o] = static_cast<int64_t>(out_row[o]) * m + col0 + out_col[o];
   }
   const T* b = c.b ? static_cast<const T*>(c.b) + group * c.b_group + sub * c.sub_b : nullptr;
-  auto load_b = [&](int64_t s, float (&dst)[O]) {
+  auto load_b = [&](int64_t s, typename Held::Type (&dst)[O]) {
     const bool live = b && s < steps;
 #pragma unroll
-    for (int o = 0; o < O; ++o) dst[o] = (live && out_ok[o]) ? to_float(b[s * c.b_step + out_off[o]]) : 0.f;
+    for (int o = 0; o < O; ++o)
+      dst[o] = (live && out_ok[o]) ? Held::hold(b[s * c.b_step + out_off[o]]) : typename Held::Type(0);
   };
   const int64_t out_at = group * c.out_group + sub * c.sub_out;
   float* out_f = c.out_float ? static_cast<float*>(c.out) + out_at : nullptr;
@@ -191,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const Seq
 #pragma unroll
   for (int d = 0; d < D - 1; ++d) issue_copies(A + d * c.a_step, d, d < steps && !(identity_first && d == 0));
   const T* A_issue = A + (D - 1) * c.a_step;  // the transition the next copies fetch
-  float bring[PB][O];
+  typename Held::Type bring[PB][O];
 #pragma unroll
   for (int d = 0; d < PB; ++d) load_b(d, bring[d]);
 
@@ -286,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const Seq
 #pragma unroll
       for (int o = 0; o < O; ++o) {
         if (!owner) continue;
-        const float x = result[o] + bring[d][o];
+        const float x = result[o] + Held::widen(bring[d][o]);
         h_next[state_index<MC, V>(out_row[o], out_col[o])] = x;
         if (out_ok[o]) {
           if (out_f) out_f[s * c.out_step + out_off[o]] = x;

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/methods.hpp"
 #include "cuda/linear_recurrence/sequential.cuh"
@@ -26,10 +27,15 @@ inline int sequential_blocks_per_sm(const SeqParams& p, int64_t blocks) {
   return blocks > sms ? 2 : 1;
 }
 
-template <class T, int N, int MC, int kBlocks>
+// bf16 walks holding the prefetched b as raw 16 bits until their step (HeldB in
+// sequential.cuh), when SEQMIX_LINREC_SEQUENTIAL_RAW_B=1; off by default until measured
+// side by side (NOTES.md, version 12). Read at every call so that one process can time both.
+inline bool sequential_raw_b() { return flag_from_environment("SEQMIX_LINREC_SEQUENTIAL_RAW_B", false); }
+
+template <class T, int N, int MC, int kBlocks, bool kHeldRaw>
 void launch_sequential_config(const SeqParams& p, int64_t G, cudaStream_t stream) {
   using Cfg = SeqConfig<T, N, MC, kBlocks>;
-  const auto kernel = sequential_kernel<T, N, MC, kBlocks>;
+  const auto kernel = sequential_kernel<T, N, MC, kBlocks, kHeldRaw>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes()),
         "cudaFuncSetAttribute (sequential)");
   const unsigned chains = p.chains[1].steps > 0 ? 2u : 1u;
@@ -38,17 +44,25 @@ void launch_sequential_config(const SeqParams& p, int64_t G, cudaStream_t stream
   check_launch("linear_recurrence sequential");
 }
 
-template <class T, int MC>
+template <class T, int MC, bool kHeldRaw>
 void launch_sequential_columns(const SeqParams& p, int64_t G, cudaStream_t stream) {
   if constexpr (MC == 1) {  // 64–92 registers: two blocks fit; slices of 8 columns would spill
     if (sequential_blocks_per_sm(p, G) == 2) {
-      if (p.n <= 32) return launch_sequential_config<T, 32, 1, 2>(p, G, stream);
-      if (p.n <= 64) return launch_sequential_config<T, 64, 1, 2>(p, G, stream);
+      if (p.n <= 32) return launch_sequential_config<T, 32, 1, 2, kHeldRaw>(p, G, stream);
+      if (p.n <= 64) return launch_sequential_config<T, 64, 1, 2, kHeldRaw>(p, G, stream);
     }
   }
-  if (p.n <= 32) launch_sequential_config<T, 32, MC, 1>(p, G, stream);
-  else if (p.n <= 64) launch_sequential_config<T, 64, MC, 1>(p, G, stream);
-  else launch_sequential_config<T, 128, MC, 1>(p, G, stream);
+  if (p.n <= 32) launch_sequential_config<T, 32, MC, 1, kHeldRaw>(p, G, stream);
+  else if (p.n <= 64) launch_sequential_config<T, 64, MC, 1, kHeldRaw>(p, G, stream);
+  else launch_sequential_config<T, 128, MC, 1, kHeldRaw>(p, G, stream);
+}
+
+// f32 holds b as loaded either way, so only bf16 compiles the raw-held kernels.
+template <class T, int MC>
+void launch_sequential_held(const SeqParams& p, int64_t G, cudaStream_t stream) {
+  if constexpr (sizeof(T) == 2)
+    if (sequential_raw_b()) return launch_sequential_columns<T, MC, true>(p, G, stream);
+  launch_sequential_columns<T, MC, false>(p, G, stream);
 }
 
 template <class T>
@@ -57,10 +71,10 @@ void launch_sequential(const SeqParams& params, int64_t G, void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (p.m == 1) {
     p.col_blocks = 1;
-    launch_sequential_columns<T, 1>(p, G, s);
+    launch_sequential_held<T, 1>(p, G, s);
   } else {
     p.col_blocks = static_cast<int>((p.m + 7) / 8);
-    launch_sequential_columns<T, 8>(p, G, s);
+    launch_sequential_held<T, 8>(p, G, s);
   }
 }
 
