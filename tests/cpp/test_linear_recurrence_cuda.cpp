@@ -13,8 +13,8 @@
 // transfers (the running product in shared memory, or in registers with mma.sync or wgmma
 // products);
 // SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h. With
-// SEQMIX_LINREC_TIMING=1, LinearRecurrenceCudaTiming.SequentialRawBSideBySide times the bf16
-// sequential walk with b held as floats and as raw bits, alternating.
+// SEQMIX_LINREC_TIMING=1, LinearRecurrenceCudaTiming.SequentialSwitchesSideBySide times the
+// sequential walk with its switches (b held raw, state read as rows) off and on, alternating.
 // SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the default) picks the chunk-transfer product
 // for every other test.
 #include <cuda_runtime.h>
@@ -28,6 +28,8 @@
 #include <iostream>
 #include <numeric>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "cuda/linear_recurrence/params.hpp"
 #include "cuda_util.hpp"
@@ -298,48 +300,62 @@ INSTANTIATE_TEST_SUITE_P(
                       FusedCase{"Bf16N32Long", 8, 3001, 32, bf16, "fused16"}),
     [](const ::testing::TestParamInfo<FusedCase>& info) { return std::string(info.param.name); });
 
-// The sequential kernel holding the prefetched b as raw bf16 bits until its step
-// (SEQMIX_LINREC_SEQUENTIAL_RAW_B=1, HeldB in sequential.cuh) against the oracle: the
-// sequential method's forward and both backward chains, vector and matrix states, padded n,
-// T not a multiple of the four steps of b in flight, and the chunked method's re-walk (its
-// split forward at two blocks per SM, and slices of 8 columns).
-struct RawBCase {
+// The sequential kernel's developer switches (sequential.cuh, NOTES.md version 12)
+// against the oracle: SEQMIX_LINREC_SEQUENTIAL_RAW_B=1 (bf16 b held as raw bits until its
+// step) and SEQMIX_LINREC_SEQUENTIAL_ROW_READS=1 (slices of 8 columns read their state rows
+// with 16-byte loads), alone and together: the sequential method's forward and both
+// backward chains, vector and matrix states, padded n, T = 1 and T not a multiple of the
+// four steps of b in flight, and the chunked method's re-walk (its split forward at two
+// blocks per SM, and slices of 8 columns).
+struct SwitchCase {
   GpuCase c;
-  const char* chunked_forward = nullptr;  // SEQMIX_LINREC_CHUNKED_FORWARD, null: the default
-  const char* rewalk_blocks = nullptr;    // SEQMIX_LINREC_REWALK_BLOCKS, null: the default
+  std::vector<std::pair<const char*, const char*>> environment;  // set for the case, then unset
 };
 
-void PrintTo(const RawBCase& c, std::ostream* os) { *os << c.c.name; }
+void PrintTo(const SwitchCase& c, std::ostream* os) { *os << c.c.name; }
 
-class LinearRecurrenceCudaRawB : public ::testing::TestWithParam<RawBCase> {};
+class LinearRecurrenceCudaSequentialSwitches : public ::testing::TestWithParam<SwitchCase> {};
 
-TEST_P(LinearRecurrenceCudaRawB, ForwardAndBackwardMatchOracle) {
+TEST_P(LinearRecurrenceCudaSequentialSwitches, ForwardAndBackwardMatchOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const RawBCase r = GetParam();
+  const SwitchCase& r = GetParam();
   LinearRecurrenceOptions o;
   o.method = r.c.method;
-  setenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B", "1", 1);
-  if (r.chunked_forward) setenv("SEQMIX_LINREC_CHUNKED_FORWARD", r.chunked_forward, 1);
-  if (r.rewalk_blocks) setenv("SEQMIX_LINREC_REWALK_BLOCKS", r.rewalk_blocks, 1);
+  for (const auto& [variable, value] : r.environment) setenv(variable, value, 1);
   expect_device_run_matches_oracle(r.c, o);
-  unsetenv("SEQMIX_LINREC_REWALK_BLOCKS");
-  unsetenv("SEQMIX_LINREC_CHUNKED_FORWARD");
-  unsetenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B");
+  for (const auto& [variable, value] : r.environment) unsetenv(variable);
 }
 
+const std::pair<const char*, const char*> kRawB{"SEQMIX_LINREC_SEQUENTIAL_RAW_B", "1"},
+    kRowReads{"SEQMIX_LINREC_SEQUENTIAL_ROW_READS", "1"}, kSplit{"SEQMIX_LINREC_CHUNKED_FORWARD", "split"},
+    kTwoBlocks{"SEQMIX_LINREC_REWALK_BLOCKS", "2"};
+
 INSTANTIATE_TEST_SUITE_P(
-    Cases, LinearRecurrenceCudaRawB,
-    ::testing::Values(RawBCase{{"SmallSequentialBf16N64Vector", 2, 37, 64, 1, bf16, seq}},
-                      RawBCase{{"SmallSequentialBf16N32", 3, 19, 32, 1, bf16, seq}},
-                      RawBCase{{"SmallSequentialBf16N40Matrix", 2, 21, 40, 11, bf16, seq}},
-                      RawBCase{{"SmallSequentialBf16N128MatrixNoState", 1, 9, 128, 8, bf16, seq, false, false}},
-                      RawBCase{{"SmallSequentialBf16N100Vector", 1, 14, 100, 1, bf16, seq}},
-                      RawBCase{{"SmallSequentialBf16T1", 2, 1, 16, 2, bf16, seq}},
-                      RawBCase{{"SmallChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true}},
-                      RawBCase{{"SmallChunkedBf16SplitTwoBlocks", 2, 70, 48, 1, bf16, chunked}, "split", "2"},
-                      RawBCase{{"SequentialBf16Long", 4, 1001, 64, 1, bf16, seq}},
-                      RawBCase{{"SequentialBf16Wide", 2, 301, 64, 64, bf16, seq}}),
-    [](const ::testing::TestParamInfo<RawBCase>& info) { return std::string(info.param.c.name); });
+    Cases, LinearRecurrenceCudaSequentialSwitches,
+    ::testing::Values(SwitchCase{{"SmallRawBSequentialBf16N64Vector", 2, 37, 64, 1, bf16, seq}, {kRawB}},
+                      SwitchCase{{"SmallRawBSequentialBf16N32", 3, 19, 32, 1, bf16, seq}, {kRawB}},
+                      SwitchCase{{"SmallRawBSequentialBf16N40Matrix", 2, 21, 40, 11, bf16, seq}, {kRawB}},
+                      SwitchCase{{"SmallRawBSequentialBf16N128MatrixNoState", 1, 9, 128, 8, bf16, seq, false, false},
+                                 {kRawB}},
+                      SwitchCase{{"SmallRawBSequentialBf16N100Vector", 1, 14, 100, 1, bf16, seq}, {kRawB}},
+                      SwitchCase{{"SmallRawBSequentialBf16T1", 2, 1, 16, 2, bf16, seq}, {kRawB}},
+                      SwitchCase{{"SmallRawBChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true}, {kRawB}},
+                      SwitchCase{{"SmallRawBChunkedBf16SplitTwoBlocks", 2, 70, 48, 1, bf16, chunked},
+                                 {kRawB, kSplit, kTwoBlocks}},
+                      SwitchCase{{"SmallRowReadsSequentialF32N40Matrix", 2, 21, 40, 11, f32, seq}, {kRowReads}},
+                      SwitchCase{{"SmallRowReadsSequentialF32N128", 1, 13, 128, 9, f32, seq}, {kRowReads}},
+                      SwitchCase{{"SmallRowReadsSequentialF32T1", 2, 1, 16, 3, f32, seq}, {kRowReads}},
+                      SwitchCase{{"SmallRowReadsSequentialBf16N32", 2, 19, 32, 8, bf16, seq}, {kRowReads}},
+                      SwitchCase{{"SmallRowReadsRawBSequentialBf16N64NoState", 2, 37, 64, 16, bf16, seq, false, false},
+                                 {kRowReads, kRawB}},
+                      SwitchCase{{"SmallRowReadsRawBSequentialBf16N128", 1, 9, 128, 8, bf16, seq},
+                                 {kRowReads, kRawB}},
+                      SwitchCase{{"SmallRowReadsChunkedF32Matrix", 2, 33, 64, 5, f32, chunked}, {kRowReads}},
+                      SwitchCase{{"RawBSequentialBf16Long", 4, 1001, 64, 1, bf16, seq}, {kRawB}},
+                      SwitchCase{{"RawBSequentialBf16Wide", 2, 301, 64, 64, bf16, seq}, {kRawB}},
+                      SwitchCase{{"RowReadsSequentialF32Wide", 2, 301, 64, 64, f32, seq}, {kRowReads}},
+                      SwitchCase{{"RowReadsRawBSequentialBf16Wide", 2, 301, 128, 40, bf16, seq}, {kRowReads, kRawB}}),
+    [](const ::testing::TestParamInfo<SwitchCase>& info) { return std::string(info.param.c.name); });
 
 // Relative error of the states in windows of time [T/2^(k+1), T/2^k) ... and the first
 // window: how the error grows along the chain.
@@ -764,54 +780,61 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
   }
 }
 
-// The sequential method in bf16 with b held as floats and as raw bits
-// (SEQMIX_LINREC_SEQUENTIAL_RAW_B=0/1) side by side on the same inputs, the two
-// alternating call by call (L2 flushed before each), medians of the forward and the
-// backward; shapes from SEQMIX_LINREC_TIMING_SHAPES as in MethodsOnTheGrid (G16 T4096 n64
-// bf16 at m = 1 and 64 when unset), each also in f32 once, the reference the bf16 walk
-// should not trail.
-TEST(LinearRecurrenceCudaTiming, SequentialRawBSideBySide) {
+// The sequential method with its developer switches off and on, side by side on the same
+// inputs, the settings alternating call by call (L2 flushed before each), medians of the
+// forward and the backward: in bf16 b held as floats or raw bits (SEQMIX_LINREC_SEQUENTIAL_RAW_B)
+// times the state read as scalars or rows (SEQMIX_LINREC_SEQUENTIAL_ROW_READS, m > 1 only),
+// in f32 the state reads alone. Shapes from SEQMIX_LINREC_TIMING_SHAPES as in
+// MethodsOnTheGrid; when unset G16 T4096 n64 at m = 1 and 64 in both dtypes.
+TEST(LinearRecurrenceCudaTiming, SequentialSwitchesSideBySide) {
   SKIP_WITHOUT_CUDA_DEVICE();
   if (!timing_requested()) GTEST_SKIP() << "set SEQMIX_LINREC_TIMING=1 to time the walks";
   std::cout << "device: " << device_name() << "\n"
-            << "| G | T | n | m | dtype | b held as | fwd ms | bwd ms | floor ms | fwd/floor |\n"
-            << "|---|---|---|---|---|---|---|---|---|---|\n";
+            << "| G | T | n | m | dtype | b held as | state reads | fwd ms | bwd ms | floor ms | fwd/floor |\n"
+            << "|---|---|---|---|---|---|---|---|---|---|---|\n";
   constexpr int kReps = 7;
-  for (const TimedShape& bf : timed_shapes({{16, 4096, 64, 1, bf16}, {16, 4096, 64, 64, bf16}}))
-    for (const TimedShape& s : {TimedShape{bf.G, bf.T, bf.n, bf.m, f32}, bf}) {
-      const TimedBuffers buffers(s);
-      const Tensor &tA = buffers.tA, &tb = buffers.tb, &th = buffers.th, &tdh = buffers.tdh, &tdA = buffers.tdA,
-                   &tdb = buffers.tdb, &tfs = buffers.tfs;
-      LinearRecurrenceOptions o;
-      o.method = seq;
-      DeviceWorkspace wf(linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, false, o));
-      DeviceWorkspace wb(linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, true, o));
-      const auto forward = [&] { linear_recurrence_forward({tA, tb}, {th, tfs, wf.view()}, o); };
-      const auto backward = [&] {
-        linear_recurrence_backward({tA, tb}, tdh, tfs, {tdA, tdb, std::nullopt, wb.view()}, o);
-      };
-      const std::vector<const char*> settings = s.dtype == bf16 ? std::vector<const char*>{"0", "1"}
-                                                                : std::vector<const char*>{"0"};
-      std::vector<std::vector<float>> fwd(settings.size()), bwd(settings.size());
-      for (int rep = 0; rep < kReps; ++rep)
-        for (size_t k = 0; k < settings.size(); ++k) {
-          setenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B", settings[k], 1);
-          fwd[k].push_back(event_times_ms(forward, {.reps = 1, .warmups = rep == 0 ? 1 : 0})[0]);
-          bwd[k].push_back(event_times_ms(backward, {.reps = 1, .warmups = rep == 0 ? 1 : 0})[0]);
-        }
-      unsetenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B");
-      const double floor_ms = buffers.floor_ms(s.dtype);
+  for (const TimedShape& s : timed_shapes({{16, 4096, 64, 1, f32},
+                                           {16, 4096, 64, 1, bf16},
+                                           {16, 4096, 64, 64, f32},
+                                           {16, 4096, 64, 64, bf16}})) {
+    const TimedBuffers buffers(s);
+    const Tensor &tA = buffers.tA, &tb = buffers.tb, &th = buffers.th, &tdh = buffers.tdh, &tdA = buffers.tdA,
+                 &tdb = buffers.tdb, &tfs = buffers.tfs;
+    LinearRecurrenceOptions o;
+    o.method = seq;
+    DeviceWorkspace wf(linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, false, o));
+    DeviceWorkspace wb(linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, true, o));
+    const auto forward = [&] { linear_recurrence_forward({tA, tb}, {th, tfs, wf.view()}, o); };
+    const auto backward = [&] {
+      linear_recurrence_backward({tA, tb}, tdh, tfs, {tdA, tdb, std::nullopt, wb.view()}, o);
+    };
+    std::vector<std::pair<const char*, const char*>> settings;  // RAW_B, ROW_READS
+    for (const char* raw_b : {"0", "1"})
+      for (const char* row_reads : {"0", "1"})
+        if ((s.dtype == bf16 || raw_b[0] == '0') && (s.m > 1 || row_reads[0] == '0'))
+          settings.emplace_back(raw_b, row_reads);
+    std::vector<std::vector<float>> fwd(settings.size()), bwd(settings.size());
+    for (int rep = 0; rep < kReps; ++rep)
       for (size_t k = 0; k < settings.size(); ++k) {
-        std::sort(fwd[k].begin(), fwd[k].end());
-        std::sort(bwd[k].begin(), bwd[k].end());
-        const double f = fwd[k][kReps / 2];
-        std::printf("| %lld | %lld | %lld | %lld | %s | %s | %.4f | %.4f | %.4f | %.2f |\n", (long long)s.G,
-                    (long long)s.T, (long long)s.n, (long long)s.m, dtype_name(s.dtype),
-                    settings[k][0] == '1' ? "raw bits" : "floats", f, double(bwd[k][kReps / 2]), floor_ms,
-                    f / floor_ms);
+        setenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B", settings[k].first, 1);
+        setenv("SEQMIX_LINREC_SEQUENTIAL_ROW_READS", settings[k].second, 1);
+        fwd[k].push_back(event_times_ms(forward, {.reps = 1, .warmups = rep == 0 ? 1 : 0})[0]);
+        bwd[k].push_back(event_times_ms(backward, {.reps = 1, .warmups = rep == 0 ? 1 : 0})[0]);
       }
-      std::fflush(stdout);
+    unsetenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B");
+    unsetenv("SEQMIX_LINREC_SEQUENTIAL_ROW_READS");
+    const double floor_ms = buffers.floor_ms(s.dtype);
+    for (size_t k = 0; k < settings.size(); ++k) {
+      std::sort(fwd[k].begin(), fwd[k].end());
+      std::sort(bwd[k].begin(), bwd[k].end());
+      const double f = fwd[k][kReps / 2];
+      std::printf("| %lld | %lld | %lld | %lld | %s | %s | %s | %.4f | %.4f | %.4f | %.2f |\n", (long long)s.G,
+                  (long long)s.T, (long long)s.n, (long long)s.m, dtype_name(s.dtype),
+                  settings[k].first[0] == '1' ? "raw bits" : "floats", settings[k].second[0] == '1' ? "rows" : "scalars",
+                  f, double(bwd[k][kReps / 2]), floor_ms, f / floor_ms);
     }
+    std::fflush(stdout);
+  }
 }
 
 }  // namespace

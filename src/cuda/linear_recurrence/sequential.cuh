@@ -54,10 +54,11 @@ struct SeqParams {
 // plain sequential method: a few long chains) keeps the most steps in flight; two (the
 // chunked method's re-walk: many short sub-chains) let one block's ring fill and last
 // steps overlap the other's walk.
-template <class T, int N, int MC, int kBlocks = 1>
+template <class T, int N, int MC, int kBlocks = 1, bool kRowReads = false>
 struct SeqConfig {
   static_assert(N == 32 || N == 64 || N == 128, "state sizes are padded to 32, 64 or 128");
   static_assert(MC == 1 || MC == 8, "one column (a vector state) or slices of 8");
+  static_assert(!kRowReads || MC == 8, "row reads are for slices of 8 columns");
   static constexpr int kRowsPerThread = N / 32;
   static constexpr int kChunkBytes = N * int(sizeof(T)) / 8 < 16 ? N * int(sizeof(T)) / 8 : 16;
   static constexpr int kChunkElems = kChunkBytes / int(sizeof(T));  // V
@@ -69,7 +70,9 @@ struct SeqConfig {
   static constexpr int kStages = kStagesRaw > 16 ? 16 : (kStagesRaw < 2 ? 2 : kStagesRaw);
   static constexpr int kOwned = MC == 8 ? kRowsPerThread : 1;  // outputs a lane writes per step
   static constexpr int kPrefetchB = 4;                         // steps of b loaded ahead
-  static constexpr int smem_bytes() { return kStages * kStageBytes + 2 * N * MC * int(sizeof(float)); }
+  // Floats of one state buffer: N·MC, or with row reads N/8 blocks of 64 padded to 72.
+  static constexpr int kStateFloats = kRowReads ? N / 8 * 72 : N * MC;
+  static constexpr int smem_bytes() { return kStages * kStageBytes + 2 * kStateFloats * int(sizeof(float)); }
   static_assert(kChunksPerRow % 8 == 0, "eight lanes share a row");
   static_assert(N * kChunksPerRow % kThreads == 0, "copies spread evenly");
 };
@@ -80,11 +83,18 @@ __device__ __forceinline__ int stage_index(int row, int col) {
   return row * N + (((col / V) ^ ((row / V) & 7)) * V) + col % V;
 }
 
-// Position of state element (row, col) in an H buffer: columns swizzled by the lane
-// that reads row `row` (its chunk index mod 8).
-template <int MC, int V>
+// Position of state element (row, col) in an H buffer. By default rows of MC columns,
+// the columns swizzled by the lane that reads row `row` (its chunk index mod 8), each
+// read as a scalar. With kRowReads (slices of 8 columns) a lane reads its state rows
+// whole, two 16-byte loads a row: row (q + 8j)·V + v, read by lane q, lies in block
+// j·V + v at q·8, so the 8 lanes of a row group read 256 contiguous bytes (two
+// wavefronts a load, against one a scalar load now: 8 → 4 a row); blocks are padded from
+// 64 to 72 floats so that the rows rg..rg+3 a warp writes (consecutive v) land in four
+// different groups of 8 banks.
+template <int MC, int V, bool kRowReads = false>
 __device__ __forceinline__ int state_index(int row, int col) {
   if constexpr (MC == 1) return row;
+  else if constexpr (kRowReads) return ((row / V / 8) * V + row % V) * 72 + (row / V % 8) * 8 + col;
   else return row * MC + (col ^ ((row / V) & 7));
 }
 
@@ -136,15 +146,16 @@ struct HeldB {
   }
 };
 
-template <class T, int N, int MC, int kBlocks, bool kHeldRaw = false>
+template <class T, int N, int MC, int kBlocks, bool kHeldRaw = false, bool kRowReads = false>
 __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const SeqParams p) {
-  using Cfg = SeqConfig<T, N, MC, kBlocks>;
+  using Cfg = SeqConfig<T, N, MC, kBlocks, kRowReads>;
   using Held = HeldB<T, kHeldRaw>;
   constexpr int V = Cfg::kChunkElems, R = Cfg::kRowsPerThread, D = Cfg::kStages, PB = Cfg::kPrefetchB;
   constexpr int O = Cfg::kOwned, CP = Cfg::kCopiesPerThread;
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* stages = reinterpret_cast<T*>(smem_raw);                                       // [D][N·N]
-  float* hbuf = reinterpret_cast<float*>(smem_raw + D * Cfg::kStageBytes);          // [2][N·MC]
+  float* hbuf = reinterpret_cast<float*>(smem_raw + D * Cfg::kStageBytes);          // [2][kStateFloats]
+  constexpr int H = Cfg::kStateFloats;
 
   const SeqChain c = p.chains[blockIdx.y];  // a copy: registers, not indexed parameter loads
   const int64_t chain_index = blockIdx.x / p.col_blocks;
@@ -165,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const Seq
       const int64_t at = group * c.start_group + sub * c.sub_start + row * m + col0 + col;
       x = c.start_float ? static_cast<const float*>(c.start)[at] : to_float(static_cast<const T*>(c.start)[at]);
     }
-    hbuf[N * MC + state_index<MC, V>(row, col)] = x;
+    hbuf[H + state_index<MC, V, kRowReads>(row, col)] = x;
   }
 
   // This thread's share of every stage copy: source offset within A_s, destination
@@ -229,13 +240,13 @@ __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const Seq
       __syncthreads();  // A(s) landed for everyone; the previous state is visible
       issue_copies(A_issue, slot == 0 ? D - 1 : slot - 1, s + D - 1 < steps);
       A_issue += c.a_step;
-      const float* h_prev = hbuf + ((s + 1) & 1) * N * MC;
-      float* h_next = hbuf + (s & 1) * N * MC;
+      const float* h_prev = hbuf + ((s + 1) & 1) * H;
+      float* h_next = hbuf + (s & 1) * H;
 
       float result[O];
       if (identity_first && s == 0) {  // the identity step of the reverse-time chain
 #pragma unroll
-        for (int o = 0; o < O; ++o) result[o] = owner ? h_prev[state_index<MC, V>(out_row[o], out_col[o])] : 0.f;
+        for (int o = 0; o < O; ++o) result[o] = owner ? h_prev[state_index<MC, V, kRowReads>(out_row[o], out_col[o])] : 0.f;
       } else {
         const T* stage = stages + slot * N * N;
         float acc[R][MC];
@@ -256,6 +267,14 @@ __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const Seq
             }
 #pragma unroll
             for (int v = 0; v < V; ++v) hk[v][0] = x[v];
+          } else if constexpr (kRowReads) {
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+              const float* at = h_prev + state_index<MC, V, true>(chunk * V + v, 0);
+              const float4 lo = *reinterpret_cast<const float4*>(at), hi = *reinterpret_cast<const float4*>(at + 4);
+              hk[v][0] = lo.x, hk[v][1] = lo.y, hk[v][2] = lo.z, hk[v][3] = lo.w;
+              hk[v][4] = hi.x, hk[v][5] = hi.y, hk[v][6] = hi.z, hk[v][7] = hi.w;
+            }
           } else {
 #pragma unroll
             for (int v = 0; v < V; ++v)
@@ -311,7 +330,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const Seq
       for (int o = 0; o < O; ++o) {
         if (!owner) continue;
         const float x = result[o] + Held::widen(bring[d][o]);
-        h_next[state_index<MC, V>(out_row[o], out_col[o])] = x;
+        h_next[state_index<MC, V, kRowReads>(out_row[o], out_col[o])] = x;
         if (out_ok[o]) {
           if (out_f) out_f[s * c.out_step + out_off[o]] = x;
           if (out_t) out_t[s * c.out_step + out_off[o]] = from_float<T>(x);

@@ -32,10 +32,15 @@ inline int sequential_blocks_per_sm(const SeqParams& p, int64_t blocks) {
 // side by side (NOTES.md, version 12). Read at every call so that one process can time both.
 inline bool sequential_raw_b() { return flag_from_environment("SEQMIX_LINREC_SEQUENTIAL_RAW_B", false); }
 
-template <class T, int N, int MC, int kBlocks, bool kHeldRaw>
+// Slices of 8 columns reading their state rows with 16-byte loads (state_index in
+// sequential.cuh) when SEQMIX_LINREC_SEQUENTIAL_ROW_READS=1; off by default until measured
+// (NOTES.md, version 12).
+inline bool sequential_row_reads() { return flag_from_environment("SEQMIX_LINREC_SEQUENTIAL_ROW_READS", false); }
+
+template <class T, int N, int MC, int kBlocks, bool kHeldRaw, bool kRowReads = false>
 void launch_sequential_config(const SeqParams& p, int64_t G, cudaStream_t stream) {
-  using Cfg = SeqConfig<T, N, MC, kBlocks>;
-  const auto kernel = sequential_kernel<T, N, MC, kBlocks, kHeldRaw>;
+  using Cfg = SeqConfig<T, N, MC, kBlocks, kRowReads>;
+  const auto kernel = sequential_kernel<T, N, MC, kBlocks, kHeldRaw, kRowReads>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::smem_bytes()),
         "cudaFuncSetAttribute (sequential)");
   const unsigned chains = p.chains[1].steps > 0 ? 2u : 1u;
@@ -44,7 +49,7 @@ void launch_sequential_config(const SeqParams& p, int64_t G, cudaStream_t stream
   check_launch("linear_recurrence sequential");
 }
 
-template <class T, int MC, bool kHeldRaw>
+template <class T, int MC, bool kHeldRaw, bool kRowReads = false>
 void launch_sequential_columns(const SeqParams& p, int64_t G, cudaStream_t stream) {
   if constexpr (MC == 1) {  // 64–92 registers: two blocks fit; slices of 8 columns would spill
     if (sequential_blocks_per_sm(p, G) == 2) {
@@ -52,17 +57,25 @@ void launch_sequential_columns(const SeqParams& p, int64_t G, cudaStream_t strea
       if (p.n <= 64) return launch_sequential_config<T, 64, 1, 2, kHeldRaw>(p, G, stream);
     }
   }
-  if (p.n <= 32) launch_sequential_config<T, 32, MC, 1, kHeldRaw>(p, G, stream);
-  else if (p.n <= 64) launch_sequential_config<T, 64, MC, 1, kHeldRaw>(p, G, stream);
-  else launch_sequential_config<T, 128, MC, 1, kHeldRaw>(p, G, stream);
+  if (p.n <= 32) launch_sequential_config<T, 32, MC, 1, kHeldRaw, kRowReads>(p, G, stream);
+  else if (p.n <= 64) launch_sequential_config<T, 64, MC, 1, kHeldRaw, kRowReads>(p, G, stream);
+  else launch_sequential_config<T, 128, MC, 1, kHeldRaw, kRowReads>(p, G, stream);
 }
 
-// f32 holds b as loaded either way, so only bf16 compiles the raw-held kernels.
+// The switches' kernel: f32 holds b as loaded either way, so only bf16 compiles the
+// raw-held kernels; row reads exist for slices of 8 columns only.
+template <class T, int MC, bool kHeldRaw>
+void launch_sequential_reads(const SeqParams& p, int64_t G, cudaStream_t stream) {
+  if constexpr (MC == 8)
+    if (sequential_row_reads()) return launch_sequential_columns<T, MC, kHeldRaw, true>(p, G, stream);
+  launch_sequential_columns<T, MC, kHeldRaw>(p, G, stream);
+}
+
 template <class T, int MC>
 void launch_sequential_held(const SeqParams& p, int64_t G, cudaStream_t stream) {
   if constexpr (sizeof(T) == 2)
-    if (sequential_raw_b()) return launch_sequential_columns<T, MC, true>(p, G, stream);
-  launch_sequential_columns<T, MC, false>(p, G, stream);
+    if (sequential_raw_b()) return launch_sequential_reads<T, MC, true>(p, G, stream);
+  launch_sequential_reads<T, MC, false>(p, G, stream);
 }
 
 template <class T>
