@@ -118,11 +118,7 @@ struct DeviceBf16 {
 struct Layer {
   const char* name;
   std::vector<ProjectionSegment> segments;
-  int64_t width() const {
-    int64_t n = 0;
-    for (const auto& s : segments) n += s.width;
-    return n;
-  }
+  int64_t width() const { return width_of(segments); }
 };
 
 inline const Layer kGla{"gla",

@@ -77,15 +77,7 @@ void time_projection(const Layer& layer, int64_t tokens) {
 
   // The whole chain through the public API: segments as column views of one buffer.
   out.poison();
-  std::vector<Tensor> outputs;
-  int64_t first = 0;
-  for (const auto& s : layer.segments) {
-    Tensor v = out.view({tokens, W});
-    v.data = out.ptr + first;
-    v.shape = {tokens, s.width};
-    outputs.push_back(v);
-    first += s.width;
-  }
+  const std::vector<Tensor> outputs = column_views(out.view({tokens, W}), layer.segments);
   const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
   const float chain =
       median_ms([&] { projection_chain_forward(xt, wt, std::nullopt, layer.segments, outputs); });
@@ -109,15 +101,7 @@ void time_projection_backward(const Layer& layer, int64_t tokens) {
     gemm_tn_bf16(W, kD, tokens, Rows{dz.ptr, W}, Rows{x.ptr, kD}, MutableRows{dweight.ptr, kD}, nullptr);
   });
   print_row(layer.name, tokens, "bwd: dW = dzᵀ·x (tn)", flop, tn, nn);
-  std::vector<Tensor> d_outputs;
-  int64_t first = 0;
-  for (const auto& s : layer.segments) {
-    Tensor v = dy.view({tokens, W});
-    v.data = dy.ptr + first;
-    v.shape = {tokens, s.width};
-    d_outputs.push_back(v);
-    first += s.width;
-  }
+  const std::vector<Tensor> d_outputs = column_views(dy.view({tokens, W}), layer.segments);
   const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
   const ProjectionChainGrads grads{dx.view({tokens, kD}), dweight.view({W, kD}), std::nullopt};
   // The dW GEMM's tile as dispatched, and forced to the default (SEQMIX_CHAINS_TN_TILE=0).
@@ -486,20 +470,9 @@ void time_narrow_columns(int64_t tokens) {
               "%8.4f ms, narrow %8.4f ms;  x read at 3 TB/s %8.4f ms\n",
               static_cast<long long>(tokens), gemm_bf16, narrow_bf16, gemm_f32, narrow_f32, x_floor);
 
-  std::vector<Tensor> outputs, d_outputs;
   DeviceBf16 dy(tokens * W, 1.f), dx(tokens * kD, 0.f), dweight(W * kD, 0.f);
-  int64_t at = 0;
-  for (const auto& s : layer.segments) {
-    Tensor v = out.view({tokens, W});
-    v.data = out.ptr + at;
-    v.shape = {tokens, s.width};
-    outputs.push_back(v);
-    Tensor d = dy.view({tokens, W});
-    d.data = dy.ptr + at;
-    d.shape = {tokens, s.width};
-    d_outputs.push_back(d);
-    at += s.width;
-  }
+  const std::vector<Tensor> outputs = column_views(out.view({tokens, W}), layer.segments);
+  const std::vector<Tensor> d_outputs = column_views(dy.view({tokens, W}), layer.segments);
   const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
   const ProjectionChainGrads grads{dx.view({tokens, kD}), dweight.view({W, kD}), std::nullopt};
   // Off and on alternate three times (the 32768-token chain drifted by ~10% between two
