@@ -302,8 +302,8 @@ INSTANTIATE_TEST_SUITE_P(
 
 // The sequential kernel's developer switches (sequential.cuh, NOTES.md version 12)
 // against the oracle: SEQMIX_LINREC_SEQUENTIAL_RAW_B=1 (bf16 b held as raw bits until its
-// step) and SEQMIX_LINREC_SEQUENTIAL_ROW_READS=1 (slices of 8 columns read their state rows
-// with 16-byte loads), alone and together: the sequential method's forward and both
+// step, the default) and =0 (held as floats), SEQMIX_LINREC_SEQUENTIAL_ROW_READS=1 (slices
+// of 8 columns read their state rows with 16-byte loads), alone and together: the sequential method's forward and both
 // backward chains, vector and matrix states, padded n, T = 1 and T not a multiple of the
 // four steps of b in flight, and the chunked method's re-walk (its split forward at two
 // blocks per SM, and slices of 8 columns).
@@ -327,6 +327,7 @@ TEST_P(LinearRecurrenceCudaSequentialSwitches, ForwardAndBackwardMatchOracle) {
 }
 
 const std::pair<const char*, const char*> kRawB{"SEQMIX_LINREC_SEQUENTIAL_RAW_B", "1"},
+    kHeldFloats{"SEQMIX_LINREC_SEQUENTIAL_RAW_B", "0"},
     kRowReads{"SEQMIX_LINREC_SEQUENTIAL_ROW_READS", "1"}, kSplit{"SEQMIX_LINREC_CHUNKED_FORWARD", "split"},
     kTwoBlocks{"SEQMIX_LINREC_REWALK_BLOCKS", "2"};
 
@@ -337,8 +338,10 @@ INSTANTIATE_TEST_SUITE_P(
                       SwitchCase{{"SmallRawBSequentialBf16N40Matrix", 2, 21, 40, 11, bf16, seq}, {kRawB}},
                       SwitchCase{{"SmallRawBSequentialBf16N128MatrixNoState", 1, 9, 128, 8, bf16, seq, false, false},
                                  {kRawB}},
-                      SwitchCase{{"SmallRawBSequentialBf16N100Vector", 1, 14, 100, 1, bf16, seq}, {kRawB}},
+                      SwitchCase{{"SmallRawBSequentialBf16N104Vector", 1, 14, 104, 1, bf16, seq}, {kRawB}},
                       SwitchCase{{"SmallRawBSequentialBf16T1", 2, 1, 16, 2, bf16, seq}, {kRawB}},
+                      SwitchCase{{"SmallHeldFloatsSequentialBf16N64Vector", 2, 37, 64, 1, bf16, seq}, {kHeldFloats}},
+                      SwitchCase{{"SmallHeldFloatsSequentialBf16N40Matrix", 2, 21, 40, 11, bf16, seq}, {kHeldFloats}},
                       SwitchCase{{"SmallRawBChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true}, {kRawB}},
                       SwitchCase{{"SmallRawBChunkedBf16SplitTwoBlocks", 2, 70, 48, 1, bf16, chunked},
                                  {kRawB, kSplit, kTwoBlocks}},
