@@ -190,6 +190,33 @@ INSTANTIATE_TEST_SUITE_P(
         GpuCase{"CyclicReductionBf16Wide", 1, 300, 128, 64, bf16, cr}),
     case_name);
 
+// The sequential method's backward given the forward's h (`states`): the reverse chain
+// alone, the gradient products reading h in the input dtype. Vector and matrix states,
+// padded n, T = 1, with and without an initial state and a final-state gradient, f32 and
+// bf16 (whose dA then comes from the forward's rounded h, within the bf16 bound).
+class LinearRecurrenceCudaSequentialStates : public ::testing::TestWithParam<GpuCase> {};
+
+TEST_P(LinearRecurrenceCudaSequentialStates, BackwardGivenStatesMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  LinearRecurrenceOptions o;
+  o.method = GetParam().method;
+  expect_device_run_matches_oracle(GetParam(), o, /*pass_states=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LinearRecurrenceCudaSequentialStates,
+    ::testing::Values(GpuCase{"SmallF32Vector", 2, 37, 64, 1, f32, seq},
+                      GpuCase{"SmallF32Matrix", 2, 21, 40, 11, f32, seq},
+                      GpuCase{"SmallBf16N32", 3, 19, 32, 1, bf16, seq},
+                      GpuCase{"SmallBf16N128MatrixNoState", 1, 9, 128, 8, bf16, seq, false, false},
+                      GpuCase{"SmallF32N128NoFinalGradient", 1, 13, 128, 1, f32, seq, true, false},
+                      GpuCase{"SmallT1", 2, 1, 16, 2, f32, seq},
+                      GpuCase{"SmallWorkspace", 1, 30, 24, 9, bf16, seq, true, true, true},
+                      GpuCase{"F32Wide", 2, 300, 64, 64, f32, seq},
+                      GpuCase{"Bf16Long", 4, 1000, 128, 1, bf16, seq},
+                      GpuCase{"Bf16WideN128", 1, 200, 128, 40, bf16, seq}),
+    case_name);
+
 // The chunked method's chains in one pass for vector states (SEQMIX_LINREC_CHUNKED_FORWARD=
 // fused, fused_chunked.cuh: the forward, and the backward's two chains side by side)
 // against the oracle: chunk lengths that do not divide T, one chunk, a

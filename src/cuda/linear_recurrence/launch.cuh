@@ -1,7 +1,8 @@
 // Launchers: forward and backward of each method, in order on the caller's stream.
 //   sequential  forward: one kernel over the inputs. backward: one launch running the
-//               forward chain (states h) and the reverse-time chain through A_tᵀ
-//               (gradients g) side by side, then the gradient products.
+//               forward chain (states h; skipped when the forward's h is given) and the
+//               reverse-time chain through A_tᵀ (gradients g) side by side, then the
+//               gradient products.
 //   chunked     for n ≤ 64 and m ≤ 8 (params.hpp), on tensor cores over the inputs
 //               (chunked_tensor.cuh); the backward runs it on both chains.
 //   others      float copies of the chain (io.cuh prep), the method in place
@@ -196,9 +197,16 @@ void backward(const LinearRecurrenceParams& p) {
     w.forward = scratch.get();
     w.reverse = w.forward + p.G * p.T * p.n * p.m;
     SeqParams s;
-    s.chains[0] = forward_chain<T>(p, w.forward, true);
-    s.chains[1] = reverse_chain<T>(p, w.reverse);
     s.n = p.n, s.m = p.m;
+    if (p.states) {
+      // The forward's h given: the reverse chain alone, half the blocks (one wave instead
+      // of two at m = 64) and one read of A instead of two; the gradients read h from it.
+      s.chains[0] = reverse_chain<T>(p, w.reverse);
+      saved_states = static_cast<const T*>(p.states);
+    } else {
+      s.chains[0] = forward_chain<T>(p, w.forward, true);
+      s.chains[1] = reverse_chain<T>(p, w.reverse);
+    }
     launch_sequential<T>(s, p.G, p.stream);
   } else if (tensor_chunks(p)) {  // the two state arrays, then both chains' summaries
     w.forward = scratch.get();
