@@ -330,7 +330,8 @@ INSTANTIATE_TEST_SUITE_P(
 // The sequential kernel's developer switches (sequential.cuh, NOTES.md version 12)
 // against the oracle: SEQMIX_LINREC_SEQUENTIAL_RAW_B=1 (bf16 b held as raw bits until its
 // step, the default) and =0 (held as floats), SEQMIX_LINREC_SEQUENTIAL_ROW_READS=1 (slices
-// of 8 columns read their state rows with 16-byte loads), alone and together: the sequential method's forward and both
+// of 8 columns read their state rows with 16-byte loads, the default at n > 64) and =0,
+// alone and together: the sequential method's forward and both
 // backward chains, vector and matrix states, padded n, T = 1 and T not a multiple of the
 // four steps of b in flight, and the chunked method's re-walk (its split forward at two
 // blocks per SM, and slices of 8 columns).
@@ -354,7 +355,7 @@ TEST_P(LinearRecurrenceCudaSequentialSwitches, ForwardAndBackwardMatchOracle) {
 }
 
 const std::pair<const char*, const char*> kRawB{"SEQMIX_LINREC_SEQUENTIAL_RAW_B", "1"},
-    kHeldFloats{"SEQMIX_LINREC_SEQUENTIAL_RAW_B", "0"},
+    kHeldFloats{"SEQMIX_LINREC_SEQUENTIAL_RAW_B", "0"}, kScalarReads{"SEQMIX_LINREC_SEQUENTIAL_ROW_READS", "0"},
     kRowReads{"SEQMIX_LINREC_SEQUENTIAL_ROW_READS", "1"}, kSplit{"SEQMIX_LINREC_CHUNKED_FORWARD", "split"},
     kTwoBlocks{"SEQMIX_LINREC_REWALK_BLOCKS", "2"};
 
@@ -381,6 +382,8 @@ INSTANTIATE_TEST_SUITE_P(
                       SwitchCase{{"SmallRowReadsRawBSequentialBf16N128", 1, 9, 128, 8, bf16, seq},
                                  {kRowReads, kRawB}},
                       SwitchCase{{"SmallRowReadsChunkedF32Matrix", 2, 33, 64, 5, f32, chunked}, {kRowReads}},
+                      SwitchCase{{"SmallScalarReadsSequentialBf16N128", 1, 9, 128, 8, bf16, seq}, {kScalarReads}},
+                      SwitchCase{{"SmallScalarReadsSequentialF32N128", 1, 13, 128, 9, f32, seq}, {kScalarReads}},
                       SwitchCase{{"RawBSequentialBf16Long", 4, 1001, 64, 1, bf16, seq}, {kRawB}},
                       SwitchCase{{"RawBSequentialBf16Wide", 2, 301, 64, 64, bf16, seq}, {kRawB}},
                       SwitchCase{{"RowReadsSequentialF32Wide", 2, 301, 64, 64, f32, seq}, {kRowReads}},

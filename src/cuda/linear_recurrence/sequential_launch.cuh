@@ -34,9 +34,12 @@ inline int sequential_blocks_per_sm(const SeqParams& p, int64_t blocks) {
 inline bool sequential_raw_b() { return flag_from_environment("SEQMIX_LINREC_SEQUENTIAL_RAW_B", true); }
 
 // Slices of 8 columns reading their state rows with 16-byte loads (state_index in
-// sequential.cuh) when SEQMIX_LINREC_SEQUENTIAL_ROW_READS=1; off by default until measured
-// (NOTES.md, version 12).
-inline bool sequential_row_reads() { return flag_from_environment("SEQMIX_LINREC_SEQUENTIAL_ROW_READS", false); }
+// sequential.cuh): by default at n > 64, where they remove the scalar reads' spills
+// (measured −27% bf16, −9% f32 at n = 128), not below (+7–15% at n = 64; NOTES.md,
+// version 12). SEQMIX_LINREC_SEQUENTIAL_ROW_READS=1 or 0 forces them on or off.
+inline bool sequential_row_reads(int64_t n) {
+  return flag_from_environment("SEQMIX_LINREC_SEQUENTIAL_ROW_READS", n > 64);
+}
 
 template <class T, int N, int MC, int kBlocks, bool kHeldRaw, bool kRowReads = false>
 void launch_sequential_config(const SeqParams& p, int64_t G, cudaStream_t stream) {
@@ -68,7 +71,7 @@ void launch_sequential_columns(const SeqParams& p, int64_t G, cudaStream_t strea
 template <class T, int MC, bool kHeldRaw>
 void launch_sequential_reads(const SeqParams& p, int64_t G, cudaStream_t stream) {
   if constexpr (MC == 8)
-    if (sequential_row_reads()) return launch_sequential_columns<T, MC, kHeldRaw, true>(p, G, stream);
+    if (sequential_row_reads(p.n)) return launch_sequential_columns<T, MC, kHeldRaw, true>(p, G, stream);
   launch_sequential_columns<T, MC, kHeldRaw>(p, G, stream);
 }
 
