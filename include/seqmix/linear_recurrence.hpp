@@ -87,9 +87,9 @@ int64_t linear_recurrence_workspace_size(int64_t G, int64_t T, int64_t n, int64_
 // and writes dA_t = g_t h_{t-1}ᵀ, db_t = g_t, d_initial_state = A_1ᵀ g_1.
 // Recomputes h from the inputs with the same method, unless `states` is given: the h
 // [G, T, n, m] the forward wrote for these inputs (same dtype), which the CUDA backward of
-// the sequential method and of the one-pass chunked chains (vector states, n ≤ 64, from 5
-// groups) then reads instead of recomputing it, skipping one of its two chains; elsewhere
-// it is checked and unused.
+// the sequential method and of the chunked method on tensor cores (n ≤ 64, m ≤ 8) then
+// reads instead of recomputing it, skipping one of its two chains; elsewhere it is checked
+// and unused.
 void linear_recurrence_backward(const LinearRecurrenceInputs& in, const Tensor& dh,
                                 const std::optional<Tensor>& d_final_state, const LinearRecurrenceGrads& grads,
                                 const LinearRecurrenceOptions& options = {},

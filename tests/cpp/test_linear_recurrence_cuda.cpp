@@ -190,13 +190,14 @@ INSTANTIATE_TEST_SUITE_P(
         GpuCase{"CyclicReductionBf16Wide", 1, 300, 128, 64, bf16, cr}),
     case_name);
 
-// The sequential method's backward given the forward's h (`states`): the reverse chain
-// alone, the gradient products reading h in the input dtype. Vector and matrix states,
+// The backward given the forward's h (`states`): the reverse chain alone, the gradient
+// products reading h in the input dtype. The sequential method: vector and matrix states,
 // padded n, T = 1, with and without an initial state and a final-state gradient, f32 and
-// bf16 (whose dA then comes from the forward's rounded h, within the bf16 bound).
-class LinearRecurrenceCudaSequentialStates : public ::testing::TestWithParam<GpuCase> {};
+// bf16 (whose dA then comes from the forward's rounded h, within the bf16 bound); the
+// chunked method's split path on tensor cores (fewer than 5 groups, or m > 1).
+class LinearRecurrenceCudaGivenStates : public ::testing::TestWithParam<GpuCase> {};
 
-TEST_P(LinearRecurrenceCudaSequentialStates, BackwardGivenStatesMatchesOracle) {
+TEST_P(LinearRecurrenceCudaGivenStates, BackwardGivenStatesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   LinearRecurrenceOptions o;
   o.method = GetParam().method;
@@ -204,7 +205,7 @@ TEST_P(LinearRecurrenceCudaSequentialStates, BackwardGivenStatesMatchesOracle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(
-    Cases, LinearRecurrenceCudaSequentialStates,
+    Cases, LinearRecurrenceCudaGivenStates,
     ::testing::Values(GpuCase{"SmallF32Vector", 2, 37, 64, 1, f32, seq},
                       GpuCase{"SmallF32Matrix", 2, 21, 40, 11, f32, seq},
                       GpuCase{"SmallBf16N32", 3, 19, 32, 1, bf16, seq},
@@ -214,7 +215,10 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"SmallWorkspace", 1, 30, 24, 9, bf16, seq, true, true, true},
                       GpuCase{"F32Wide", 2, 300, 64, 64, f32, seq},
                       GpuCase{"Bf16Long", 4, 1000, 128, 1, bf16, seq},
-                      GpuCase{"Bf16WideN128", 1, 200, 128, 40, bf16, seq}),
+                      GpuCase{"Bf16WideN128", 1, 200, 128, 40, bf16, seq},
+                      GpuCase{"SmallChunkedSplitBf16N40Columns3", 2, 53, 40, 3, bf16, chunked},
+                      GpuCase{"SmallChunkedSplitF32N64OneGroup", 1, 100, 64, 1, f32, chunked, false, true},
+                      GpuCase{"ChunkedSplitF32N32Long", 3, 1500, 32, 8, f32, chunked}),
     case_name);
 
 // The chunked method's chains in one pass for vector states (SEQMIX_LINREC_CHUNKED_FORWARD=

@@ -217,10 +217,14 @@ void backward(const LinearRecurrenceParams& p) {
       // The forward's h given: the reverse chain alone; the gradients read h from it.
       solve_fused_chunked<T>(chains + 1, 1, p.G, p.T, p.n, fused_chunk, chain_scratch, p.stream, true);
       saved_states = static_cast<const T*>(p.states);
-    } else if (fused_chunk > 0)
+    } else if (fused_chunk > 0) {
       solve_fused_chunked<T>(chains, 2, p.G, p.T, p.n, fused_chunk, chain_scratch, p.stream, true);
-    else
+    } else if (p.states) {  // the split path's launches for the reverse chain alone
+      solve_chunked_on_tensor_cores<T>(chains + 1, 1, p.G, p.T, p.n, p.m, chunk_of(p), chain_scratch, p.stream);
+      saved_states = static_cast<const T*>(p.states);
+    } else {
       solve_chunked_on_tensor_cores<T>(chains, 2, p.G, p.T, p.n, p.m, chunk_of(p), chain_scratch, p.stream);
+    }
   } else {
     prep<T>(p, w, w.forward, false, stream);
     solve(p, w, w.forward);
