@@ -80,6 +80,29 @@ void projection_chain_backward(const Tensor& x, const Tensor& weight, const std:
                                const std::vector<Tensor>& d_outputs, const ProjectionChainGrads& grads,
                                const ProjectionChainOptions& options = {});
 
+// GLA's low-rank gate taken from one segment of the chain (the "code" u, width r):
+//   gate = logsigmoid(u·weightᵀ + bias) / tau          weight [width, r], bias [width]
+// the second projection chain call of the two-call form above, here part of the same call.
+struct LowRankGate {
+  size_t segment = 0;           // the code segment's index in segments: identity, width r
+  Tensor weight;                // [width, r], dtype of x
+  std::optional<Tensor> bias;   // [width], dtype of x
+  double tau = 16.0;            // > 0
+};
+
+// Forward of the chain and its low-rank gate in one call: writes outputs as
+// projection_chain_forward does (the code segment's output included: the gate's backward
+// reads it) and gate_out [tokens, width] (any floating dtype) = logsigmoid(u·weightᵀ +
+// bias)/tau with u = outputs[gate.segment], which must have the dtype of x. Results are those
+// of the two calls; on CUDA the gate may run on a few SMs beside the main GEMM (then u is
+// summed in another order than the GEMM's). The backward is the two calls' backwards:
+// projection_chain_backward of the gate (x = u, one logsigmoid segment), its du added to
+// the code segment's gradient, then projection_chain_backward of the chain.
+void projection_chain_with_gate_forward(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+                                        const std::vector<ProjectionSegment>& segments, const LowRankGate& gate,
+                                        const std::vector<Tensor>& outputs, const Tensor& gate_out,
+                                        const ProjectionChainOptions& options = {});
+
 struct OutputChainOptions : CommonOptions {
   double eps = 1e-5;  // added to the mean square inside the RMSNorm, > 0
 };

@@ -100,6 +100,40 @@ void check_like(const core::Checker& check, const Tensor& t, const char* arg, co
   check.same_dtype(t, arg, like.dtype, like_name);
 }
 
+// ---- the chain with its low-rank gate ----
+
+// The gate's own one-segment chain (x = the code u, logsigmoid / tau over its width), after
+// checking the gate against the chain and its outputs.
+cpu::ProjectionProblem check_low_rank_gate(const core::Checker& check, const cpu::ProjectionProblem& p,
+                                           const Tensor& x, const LowRankGate& gate,
+                                           const std::vector<Tensor>& outputs, const Tensor& gate_out) {
+  const size_t count = p.segments.size();
+  if (gate.segment >= count)
+    check.fail("gate.segment", "the index of a segment (below " + std::to_string(count) + ")",
+               std::to_string(gate.segment));
+  const ProjectionSegment& code = p.segments[gate.segment];
+  if (code.activation != Activation::identity)
+    check.fail("gate.segment", "an identity segment (the gate's code)",
+               "segment " + std::to_string(gate.segment) + " with activation " + activation_name(code.activation));
+  const std::string code_arg = indexed("outputs", gate.segment);
+  check.same_dtype(outputs[gate.segment], code_arg.c_str(), x.dtype, "x (the gate reads it)");
+  check.view(gate.weight, "gate.weight", 2, "[width, r]", x.device);
+  check.same_dtype(gate.weight, "gate.weight", x.dtype, "x");
+  const int64_t width = gate.weight.shape[0];
+  check.positive(width, "gate.weight", "gate width");
+  check.shape(gate.weight, "gate.weight", {width, code.width}, "[width, r] (r: the code segment's width)");
+  if (gate.bias) {
+    check.view(*gate.bias, "gate.bias", 1, "[width]", x.device);
+    check.shape(*gate.bias, "gate.bias", {width}, "[width]");
+    check.same_dtype(*gate.bias, "gate.bias", x.dtype, "x");
+  }
+  if (!(gate.tau > 0) || !std::isfinite(gate.tau)) check.fail("gate.tau", "tau > 0", "tau = " + number(gate.tau));
+  check.view(gate_out, "gate_out", 2, "[tokens, width]", x.device);
+  check.shape(gate_out, "gate_out", {p.tokens, width}, "[tokens, width]");
+  check.dtype_in(gate_out, "gate_out", kFloating);
+  return {p.tokens, code.width, width, {{width, Activation::logsigmoid, gate.tau}}, {0}};
+}
+
 // ---- output chain ----
 
 struct OutputChainLayout {
@@ -207,6 +241,33 @@ void projection_chain_backward(const Tensor& x, const Tensor& weight, const std:
     cpu::reference::projection_chain_backward(p, x, weight, bias, d_outputs, grads);
   else
     cpu::fast::projection_chain_backward(p, x, weight, bias, d_outputs, grads);
+}
+
+void projection_chain_with_gate_forward(const Tensor& x, const Tensor& weight, const std::optional<Tensor>& bias,
+                                        const std::vector<ProjectionSegment>& segments, const LowRankGate& gate,
+                                        const std::vector<Tensor>& outputs, const Tensor& gate_out,
+                                        const ProjectionChainOptions& options) {
+  const core::Checker check("seqmix.projection_chain_with_gate");
+  const auto p = check_projection(check, x, weight, bias, segments);
+  check_per_segment(check, outputs, "outputs", p, x.device);
+  const auto gate_problem = check_low_rank_gate(check, p, x, gate, outputs, gate_out);
+  if (x.device.is_cuda()) {
+#ifdef SEQMIX_CUDA_CHAINS
+    core::cuda_projection_with_gate_forward(check, p, x, weight, bias, outputs, gate_problem, gate, gate_out, options);
+    return;
+#else
+    no_cuda(check, "x", x);
+#endif
+  }
+  // The two calls' composition: the chain, then the gate's chain on the code it wrote.
+  const Tensor& code = outputs[gate.segment];
+  if (core::resolve_cpu_impl(check, options.impl, x) == Impl::reference) {
+    cpu::reference::projection_chain_forward(p, x, weight, bias, outputs);
+    cpu::reference::projection_chain_forward(gate_problem, code, gate.weight, gate.bias, {gate_out});
+  } else {
+    cpu::fast::projection_chain_forward(p, x, weight, bias, outputs);
+    cpu::fast::projection_chain_forward(gate_problem, code, gate.weight, gate.bias, {gate_out});
+  }
 }
 
 void output_chain_forward(const OutputChainInputs& in, const Tensor& y, const OutputChainOptions& options) {

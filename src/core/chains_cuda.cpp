@@ -6,6 +6,7 @@
 #ifdef SEQMIX_CUDA_CHAINS
 #include <cstdint>
 
+#include "cuda/chains/gate_beside.hpp"
 #include "cuda/chains/params.hpp"
 #include "cuda/common/device.hpp"
 
@@ -77,12 +78,12 @@ cuda::ProjectionChainProblem cuda_projection(const Checker& check, const cpu::Pr
 // TMA needs each run to start at a column that is a multiple of 8 and to span a multiple of
 // 16 bytes.
 std::vector<cuda::OutputRun> output_runs(const Checker& check, const cpu::ProjectionProblem& p,
-                                         const std::vector<Tensor>& outputs) {
+                                         const std::vector<Tensor>& outputs, const char* name = "outputs") {
   std::vector<cuda::OutputRun> runs;
   std::vector<size_t> starts;  // the segment that opens each run
   for (size_t s = 0; s < outputs.size(); ++s) {
     const Tensor& t = outputs[s];
-    const std::string arg = indexed("outputs", s);
+    const std::string arg = indexed(name, s);
     if (t.dtype != DType::bf16 && t.dtype != DType::f32)
       check.fail(arg, "dtype bf16 or f32 on a CUDA device", dtype_name(t.dtype));
     const bool f32 = t.dtype == DType::f32;
@@ -103,7 +104,7 @@ std::vector<cuda::OutputRun> output_runs(const Checker& check, const cpu::Projec
     cuda::OutputRun& run = runs[r];
     const int64_t align = run.f32 ? 4 : 8;
     if (run.first % 8 != 0 || run.width % align != 0)
-      check.fail(indexed("outputs", starts[r]),
+      check.fail(indexed(name, starts[r]),
                  "on a CUDA device, runs of outputs (column views of one buffer) starting at a multiple of 8 "
                  "columns and spanning a multiple of 8 columns (4 for f32)",
                  "a run of columns [" + std::to_string(run.first) + ", " + std::to_string(run.first + run.width) + ")");
@@ -200,6 +201,36 @@ void cuda_projection_backward(const Checker& check, const cpu::ProjectionProblem
   }
   const cuda::DeviceGuard guard(x.device.index);
   cuda::projection_chain_backward(problem, g);
+}
+
+// The gate's second GEMM reads the code segment's output as its x: the same conditions as the
+// two-call form's projection_chain call on it, named after this call's arguments.
+void cuda_projection_with_gate_forward(const Checker& check, const cpu::ProjectionProblem& p, const Tensor& x,
+                                       const Tensor& weight, const std::optional<Tensor>& bias,
+                                       const std::vector<Tensor>& outputs, const cpu::ProjectionProblem& gate_problem,
+                                       const LowRankGate& gate, const Tensor& gate_out, const CommonOptions& options) {
+  const auto problem = cuda_projection(check, p, x, weight, bias, options);
+  const auto runs = output_runs(check, p, outputs);
+  const std::string code_arg = indexed("outputs", gate.segment);
+  cuda::ProjectionChainProblem gq;
+  gq.tokens = gate_problem.tokens, gq.d = gate_problem.d, gq.columns = gate_problem.columns;
+  multiple_of_8(check, gq.columns, "gate.weight", "gate width");
+  gq.x = gemm_rows(check, outputs[gate.segment], code_arg.c_str());
+  gq.weight = gemm_rows(check, gate.weight, "gate.weight");
+  if (gate.bias) {
+    bf16_vector(check, *gate.bias, "gate.bias");
+    gq.bias = gate.bias->data;
+  }
+  const float scale = static_cast<float>(1.0 / gate.tau);
+  gq.segments.push_back({0, gq.columns, static_cast<int>(Activation::logsigmoid), scale});
+  gq.stream = options.stream;
+  const auto gate_runs = output_runs(check, gate_problem, {gate_out}, "gate_out");
+  const cuda::LowRankGateProblem beside{gq.columns, gq.d,  gq.weight, gq.bias, scale, gate_runs[0].out,
+                                        gate_runs[0].f32};
+  const cuda::DeviceGuard guard(x.device.index);
+  if (cuda::projection_chain_with_gate_beside(problem, runs, gate.segment, beside)) return;
+  cuda::projection_chain_forward(problem, runs);
+  cuda::projection_chain_forward(gq, gate_runs);
 }
 
 void cuda_output_forward(const Checker& check, const cpu::OutputChainProblem& p, const OutputChainInputs& in,

@@ -23,6 +23,10 @@ void cuda_projection_backward(const Checker& check, const cpu::ProjectionProblem
                               const Tensor& weight, const std::optional<Tensor>& bias,
                               const std::vector<Tensor>& d_outputs, const ProjectionChainGrads& grads,
                               const CommonOptions& options);
+void cuda_projection_with_gate_forward(const Checker& check, const cpu::ProjectionProblem& p, const Tensor& x,
+                                       const Tensor& weight, const std::optional<Tensor>& bias,
+                                       const std::vector<Tensor>& outputs, const cpu::ProjectionProblem& gate_problem,
+                                       const LowRankGate& gate, const Tensor& gate_out, const CommonOptions& options);
 void cuda_output_forward(const Checker& check, const cpu::OutputChainProblem& p, const OutputChainInputs& in,
                          const Tensor& y, const CommonOptions& options);
 void cuda_output_backward(const Checker& check, const cpu::OutputChainProblem& p, const OutputChainInputs& in,

@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #include "cuda/chains/dependent_launch.hpp"
+#include "cuda/chains/gate_beside.hpp"
 #include "cuda/chains/gemm_tiles.hpp"
 #include "cuda/common/environment.hpp"
 #include "seqmix/error.hpp"
@@ -151,6 +152,17 @@ GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t /*K*/) {
   if (M <= 16384) return {kTall, Raster::along_n, !by_rounds || tall_rounds(2) <= tall_rounds(1) ? 2 : 1};
   if (by_rounds && tall_rounds(1) < tile_rounds(M, N, 128, 256, 2, 1, 1, sms)) return {kTall, Raster::along_n, 1};
   return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
+}
+
+// Rounds of tiles a forward schedule takes on `sms` SMs (the low-rank gate beside the GEMM
+// compares the main columns on fewer SMs with the whole width on all of them).
+int64_t forward_rounds(GemmSchedule s, int64_t M, int64_t N, int sms) {
+  using T = GemmTile;
+  const bool tall = s.tile == T::cooperative_256x128_cluster2x1 || s.tile == T::cooperative_256x128_cluster1x2;
+  const bool pingpong = s.tile == T::pingpong_128x128_cluster2x1 || s.tile == T::pingpong_128x128_cluster1x1;
+  const bool along_n = s.tile == T::cooperative_128x256_cluster1x2 || s.tile == T::cooperative_256x128_cluster1x2;
+  const int cm = along_n || s.tile == T::pingpong_128x128_cluster1x1 ? 1 : 2, cn = along_n ? 2 : 1;
+  return tile_rounds(M, N, tall ? 256 : 128, tall || pingpong ? 128 : 256, cm, cn, s.swizzle, sms);
 }
 
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,

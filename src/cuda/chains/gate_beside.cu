@@ -1,0 +1,303 @@
+// GLA's chain with its low-rank gate beside the main GEMM (gate_beside.hpp; NOTES.md, "The
+// low-rank gate beside the GEMM"). One side kernel on a few SMs does, per 16-row tile:
+//   u = x·W_codeᵀ (rank ≤ 16 columns over K = d): the eight warps split K in 32-deep chunks
+//     as narrow_columns.cuh does (16-byte loads of x, the same k permutation for x and the
+//     weights), with W_code staged once per block in shared memory in fragment order; the
+//     partial tiles meet in shared memory (double-buffered, one barrier a tile);
+//   u is rounded to bf16 (what the two-call path reads back), written by one warp, and the
+//     summed accumulators are already the A fragment of the gate's single m16n8k16 step;
+//   gate = logsigmoid(u·W_gateᵀ + b)·scale: each warp owns up to four 32-column slabs of the
+//     gate (their B fragments and bias in registers for the whole walk), the epilogue is the
+//     narrow-K kernel's (narrow_projection.cuh: finish, 16-byte row stores).
+// The main GEMM is launched first on the caller's stream with its persistent grid on the
+// other SMs; the side kernel on a stream forked from it by an event, joined back by another,
+// so a CUDA-graph capture records two branches.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <cstdlib>
+#include <mutex>
+
+#include "cuda/chains/gate_beside.hpp"
+#include "cuda/chains/gemm_tiles.hpp"
+#include "cuda/chains/narrow_columns.cuh"
+#include "cuda/common/environment.hpp"
+
+namespace seqmix::cuda {
+
+namespace gate_beside {
+
+using narrow::bf16;
+using narrow_columns::load_once;
+using narrow_columns::word;
+
+constexpr int kWarps = 8, kThreads = 32 * kWarps;
+constexpr int kChunk = 32;          // k per warp step: 4 lanes × 8
+constexpr int kBatch = 4;           // chunks a lane loads before it multiplies
+constexpr int kGateSlabs = 4;       // 32-column gate slabs a warp holds
+constexpr int64_t kMaxRank = 16;    // one m16n8k16 step for the gate, two n8 tiles for u
+constexpr int64_t kMaxGateWidth = int64_t(kWarps) * kGateSlabs * narrow::kSlabColumns;  // 1024
+constexpr int64_t kMaxD = 3072;     // W_code fragments: d·32 bytes of shared memory
+
+struct Args {
+  int64_t M, d, rank, width;
+  Rows x, code_weight;  // x [M, d], code_weight [rank, d]
+  MutableRows code;     // u [M, rank] bf16
+  Rows gate_weight;     // [width, rank]
+  const bf16* gate_bias;
+  float scale;
+  MutableRows gate;  // [M, width]
+};
+
+// Shared memory: W_code's fragments [chunk][n8 tile][lane] (16 bytes each: lane (g, t)
+// holds row 8·tile + g at k = 32·chunk + 8t..8t+7), then the partial u tiles, then the
+// gate's bias in f32 (in registers it made the kernel spill at two blocks a SM).
+inline size_t shared_bytes(int64_t d) {
+  return size_t((d + kChunk - 1) / kChunk) * 2 * 32 * sizeof(uint4) + sizeof(float) * 2 * kWarps * 8 * 32 +
+         sizeof(float) * kMaxGateWidth;
+}
+
+template <class Out>
+__global__ void __launch_bounds__(kThreads, 2) code_and_gate(Args a) {
+  extern __shared__ uint4 shared[];
+  const int64_t chunks = (a.d + kChunk - 1) / kChunk;
+  uint4* code_fragments = shared;
+  auto* partial = reinterpret_cast<float(*)[kWarps][8][32]>(shared + chunks * 64);
+  float* bias = reinterpret_cast<float*>(shared + chunks * 64) + 2 * kWarps * 8 * 32;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+
+  const auto* wc = static_cast<const bf16*>(a.code_weight.data);
+  for (int64_t i = threadIdx.x; i < chunks * 64; i += kThreads) {
+    const int64_t c = i / 64, row = 8 * ((i / 32) % 2) + (i % 32) / 4, k = c * kChunk + 8 * (i % 4);
+    code_fragments[i] = row < a.rank && k < a.d ? __ldg(reinterpret_cast<const uint4*>(wc + row * a.code_weight.stride + k))
+                                                : zero;
+  }
+  for (int64_t i = threadIdx.x; i < kMaxGateWidth; i += kThreads)
+    bias[i] = a.gate_bias && i < a.width ? __bfloat162float(a.gate_bias[i]) : 0.f;
+  // This warp's gate slabs: B fragments (k16 × n8, as the narrow-K kernel deals the columns).
+  const auto* wg = static_cast<const bf16*>(a.gate_weight.data);
+  uint32_t b[kGateSlabs][4][2];
+#pragma unroll
+  for (int s = 0; s < kGateSlabs; ++s) {
+    const int64_t slab = int64_t(warp + kWarps * s) * narrow::kSlabColumns;
+#pragma unroll
+    for (int n = 0; n < 4; ++n) {
+      const int64_t column = slab + narrow::slab_column(n, g);
+      b[s][n][0] = narrow::pair(wg, a.gate_weight.stride, column, a.width, 2 * t, static_cast<int>(a.rank));
+      b[s][n][1] = narrow::pair(wg, a.gate_weight.stride, column, a.width, 2 * t + 8, static_cast<int>(a.rank));
+    }
+  }
+  float scale[narrow::kColumnsPerLane];
+  int code[narrow::kColumnsPerLane];
+#pragma unroll
+  for (int j = 0; j < narrow::kColumnsPerLane; ++j) scale[j] = a.scale, code[j] = 3;
+  __syncthreads();
+
+  const auto* xg = static_cast<const bf16*>(a.x.data);
+  const int64_t tiles = (a.M + 15) / 16;
+  int parity = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, parity ^= 1) {
+    const int64_t row0 = tile * 16;
+    const bf16* x_row[2];
+    bool x_inside[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int64_t r = row0 + g + 8 * h;
+      x_inside[h] = r < a.M;
+      x_row[h] = xg + std::min(r, a.M - 1) * a.x.stride + 8 * t;
+    }
+    // u's partial over this warp's chunks: warp, warp + 8, ...
+    float acc[2][4] = {};
+    for (int64_t c0 = warp; c0 < chunks; c0 += int64_t(kWarps) * kBatch) {
+      uint4 xa[kBatch][2];
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        const int64_t c = c0 + int64_t(q) * kWarps, k = c * kChunk;
+        const bool inside = c < chunks && k + 8 * t < a.d;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) xa[q][h] = inside && x_inside[h] ? load_once(x_row[h] + k) : zero;
+      }
+#pragma unroll
+      for (int q = 0; q < kBatch; ++q) {
+        const int64_t c = c0 + int64_t(q) * kWarps;
+        if (c >= chunks) break;
+        const uint4 w0 = code_fragments[(c * 2) * 32 + lane], w1 = code_fragments[(c * 2 + 1) * 32 + lane];
+#pragma unroll
+        for (int step = 0; step < 2; ++step) {
+          const uint32_t x4[4] = {word(xa[q][0], 2 * step), word(xa[q][1], 2 * step), word(xa[q][0], 2 * step + 1),
+                                  word(xa[q][1], 2 * step + 1)};
+          narrow::mma_bf16(acc[0], x4, word(w0, 2 * step), word(w0, 2 * step + 1));
+          narrow::mma_bf16(acc[1], x4, word(w1, 2 * step), word(w1, 2 * step + 1));
+        }
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < 2; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) partial[parity][warp][n * 4 + e][lane] = acc[n][e];
+    __syncthreads();
+    // Every warp sums the partials in the same order: the u tile, rounded to bf16. The C
+    // layout of the two n8 tiles (rows g, g + 8; columns 2t, 2t + 1 of each) is the A
+    // layout of one m16n8k16 step over k = the code's columns.
+    float u[2][4] = {};
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w)
+#pragma unroll
+      for (int n = 0; n < 2; ++n)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) u[n][e] += partial[parity][w][n * 4 + e][lane];
+    __nv_bfloat162 pairs[4];
+    uint32_t ua[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      pairs[i] = __floats2bfloat162_rn(u[i / 2][2 * (i % 2)], u[i / 2][2 * (i % 2) + 1]);
+      ua[i] = *reinterpret_cast<const uint32_t*>(&pairs[i]);
+    }
+    if (warp == kWarps - 1) {  // u: rows g, g + 8; columns 8n + 2t, 8n + 2t + 1
+      auto* out = static_cast<bf16*>(a.code.data);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int64_t row = row0 + g + 8 * (i % 2), column = 8 * (i / 2) + 2 * t;
+        if (row >= a.M) continue;
+        if (column < a.rank) out[row * a.code.stride + column] = pairs[i].x;
+        if (column + 1 < a.rank) out[row * a.code.stride + column + 1] = pairs[i].y;
+      }
+    }
+    const uint32_t gate_a[4] = {ua[0], ua[1], ua[2], ua[3]};
+    auto* gate_out = static_cast<Out*>(a.gate.data);
+#pragma unroll
+    for (int s = 0; s < kGateSlabs; ++s) {
+      const int64_t slab = int64_t(warp + kWarps * s) * narrow::kSlabColumns;
+      if (slab >= a.width) break;
+      float z_acc[4][4] = {};
+#pragma unroll
+      for (int n = 0; n < 4; ++n) narrow::mma_bf16(z_acc[n], gate_a, b[s][n][0], b[s][n][1]);
+      const int64_t first = slab + t * narrow::kColumnsPerLane;
+      const int valid = static_cast<int>(std::clamp<int64_t>(a.width - first, 0, narrow::kColumnsPerLane));
+      if (valid == 0) continue;
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int64_t row = row0 + g + 8 * half;
+        if (row >= a.M) break;
+        float z[narrow::kColumnsPerLane], v[narrow::kColumnsPerLane];
+#pragma unroll
+        for (int j = 0; j < narrow::kColumnsPerLane; ++j) z[j] = z_acc[j / 2][2 * half + j % 2] + bias[first + j];
+        narrow::finish<narrow::Mode::forward, 3>(v, z, code, scale);
+        narrow::store_row(gate_out + row * a.gate.stride + first, v, valid);
+      }
+    }
+  }
+}
+
+// Side kernel blocks: as many as `sms` SMs hold at once (two a SM).
+template <class Out>
+void launch(const Args& args, int sms, cudaStream_t stream) {
+  const size_t bytes = shared_bytes(args.d);
+  static const int resident = [bytes] {
+    check(cudaFuncSetAttribute(code_and_gate<Out>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(shared_bytes(kMaxD))),
+          "low-rank gate beside the GEMM: shared memory");
+    int blocks = 0;
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, code_and_gate<Out>, kThreads, bytes),
+          "low-rank gate beside the GEMM: occupancy");
+    return std::max(blocks, 1);
+  }();
+  const int64_t tiles = (args.M + 15) / 16;
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(sms) * resident));
+  code_and_gate<Out><<<blocks, kThreads, bytes, stream>>>(args);
+  check_launch("projection chain: low-rank gate beside the GEMM");
+}
+
+// One non-blocking stream per device for the side branch, created on first use.
+cudaStream_t side_stream() {
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  static std::mutex mutex;
+  static std::array<cudaStream_t, 64> streams{};
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (device >= static_cast<int>(streams.size())) throw Error("seqmix: chain side stream: device index above 63");
+  if (!streams[device]) check(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking), "chain side stream");
+  return streams[device];
+}
+
+int device_sms() {
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+  return sms;
+}
+
+}  // namespace gate_beside
+
+void gate_side_kernel(const ProjectionChainProblem& p, MutableRows chain_out, size_t code,
+                      const LowRankGateProblem& gate, int sms, void* stream) {
+  using namespace gate_beside;
+  const int64_t rank = p.segments[code].width, first = p.segments[code].offset;
+  if (code + 1 != p.segments.size() || rank > kMaxRank || gate.rank != rank || gate.width > kMaxGateWidth ||
+      p.d > kMaxD || p.d % 8 != 0)
+    throw Error("seqmix: low-rank gate beside the GEMM: a shape its kernel does not take");
+  const Args args{p.tokens,
+                  p.d,
+                  rank,
+                  gate.width,
+                  p.x,
+                  Rows{static_cast<const bf16*>(p.weight.data) + first * p.weight.stride, p.weight.stride},
+                  MutableRows{static_cast<bf16*>(chain_out.data) + first, chain_out.stride},
+                  gate.weight,
+                  static_cast<const bf16*>(gate.bias),
+                  gate.scale,
+                  gate.out};
+  if (gate.f32) launch<float>(args, sms, static_cast<cudaStream_t>(stream));
+  else launch<bf16>(args, sms, static_cast<cudaStream_t>(stream));
+}
+
+int gate_beside_sms() {
+  const char* value = std::getenv("SEQMIX_CHAINS_GATE_SMS");
+  const int sms = value ? std::atoi(value) : 4;
+  return sms > 0 ? sms : 4;
+}
+
+bool projection_chain_with_gate_beside(const ProjectionChainProblem& p, const std::vector<OutputRun>& runs,
+                                       size_t code, const LowRankGateProblem& gate) {
+  using namespace gate_beside;
+  if (!flag_from_environment("SEQMIX_CHAINS_GATE_BESIDE", true)) return false;
+  if (runs.size() != 1 || runs[0].f32 || runs[0].first != 0 || runs[0].width != p.columns || p.bias) return false;
+  for (const SegmentColumns& s : p.segments)
+    if (s.code != 0) return false;
+  const int64_t rank = p.segments[code].width, main = p.columns - rank;
+  if (code + 1 != p.segments.size() || rank > kMaxRank || gate.rank != rank || main < 8 || main % 8 != 0 ||
+      gate.width > kMaxGateWidth || p.d > kMaxD || p.d % 8 != 0)
+    return false;
+  GemmSchedule schedule = forward_schedule(p.tokens, main, p.d);
+  if (schedule.tile != GemmTile::cooperative_256x128_cluster2x1) return false;
+  // The GEMM's SMs: the rest after the side kernel's, even (clusters of 2); only where that
+  // costs no round of tiles against the whole width on every SM (the two-call path's GEMM).
+  const int sms = device_sms(), side = gate_beside_sms(), gemm_sms = (sms - side) / 2 * 2;
+  if (gemm_sms < 2 ||
+      forward_rounds(schedule, p.tokens, main, gemm_sms) >
+          forward_rounds(forward_schedule(p.tokens, p.columns, p.d), p.tokens, p.columns, sms))
+    return false;
+
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  const cudaStream_t side_stream = gate_beside::side_stream();
+  cudaEvent_t fork = nullptr, join = nullptr;
+  check(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming), "low-rank gate beside the GEMM: event");
+  check(cudaEventCreateWithFlags(&join, cudaEventDisableTiming), "low-rank gate beside the GEMM: event");
+  check(cudaEventRecord(fork, stream), "low-rank gate beside the GEMM: fork");
+  check(cudaStreamWaitEvent(side_stream, fork, 0), "low-rank gate beside the GEMM: fork");
+  // The GEMM first, so its CTAs (one a SM, the whole register file) are placed before the
+  // side blocks, which then find only the SMs the GEMM left.
+  gemm_nt_bf16_on_sms(gemm_sms, schedule, p.tokens, main, p.d, p.x, p.weight, runs[0].out, p.stream);
+  gate_side_kernel(p, runs[0].out, code, gate, side, side_stream);
+  check(cudaEventRecord(join, side_stream), "low-rank gate beside the GEMM: join");
+  check(cudaStreamWaitEvent(stream, join, 0), "low-rank gate beside the GEMM: join");
+  check(cudaEventDestroy(fork), "low-rank gate beside the GEMM: event");
+  check(cudaEventDestroy(join), "low-rank gate beside the GEMM: event");
+  return true;
+}
+
+}  // namespace seqmix::cuda
