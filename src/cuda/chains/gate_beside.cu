@@ -1,14 +1,16 @@
 // GLA's chain with its low-rank gate beside the main GEMM (gate_beside.hpp; NOTES.md, "The
-// low-rank gate beside the GEMM"). One side kernel on a few SMs does, per 16-row tile:
-//   u = x·W_codeᵀ (rank ≤ 16 columns over K = d): the eight warps split K in 32-deep chunks
-//     as narrow_columns.cuh does (16-byte loads of x, the same k permutation for x and the
-//     weights), with W_code staged once per block in shared memory in fragment order; the
-//     partial tiles meet in shared memory (double-buffered, one barrier a tile);
+// low-rank gate beside the GEMM"). One side kernel, one block of 16 warps a SM on a few SMs,
+// does per 16-row tile:
+//   u = x·W_codeᵀ (rank ≤ 16 columns over K = d): the tile of x arrives in shared memory by
+//     cp.async, fetched while the block wrote the previous tile's gate; the warps split K in
+//     32-deep chunks with the k permutation of narrow_columns.cuh, W_code staged once per
+//     block in shared memory in fragment order; the partials are summed once through shared
+//     memory, in warp order;
 //   u is rounded to bf16 (what the two-call path reads back), written by one warp, and the
-//     summed accumulators are already the A fragment of the gate's single m16n8k16 step;
-//   gate = logsigmoid(u·W_gateᵀ + b)·scale: each warp owns up to four 32-column slabs of the
-//     gate (their B fragments and bias in registers for the whole walk), the epilogue is the
-//     narrow-K kernel's (narrow_projection.cuh: finish, 16-byte row stores).
+//     summed tile is already the A fragment of the gate's single m16n8k16 step;
+//   gate = logsigmoid(u·W_gateᵀ + b)·scale: each warp owns two 32-column slabs of the gate
+//     (their B fragments in registers for the whole walk), the epilogue is the narrow-K
+//     kernel's (narrow_projection.cuh: finish, 16-byte row stores).
 // The main GEMM is launched first on the caller's stream with its persistent grid on the
 // other SMs; the side kernel on a stream forked from it by an event, joined back by another,
 // so a CUDA-graph capture records two branches.
@@ -31,16 +33,15 @@ namespace seqmix::cuda {
 namespace gate_beside {
 
 using narrow::bf16;
-using narrow_columns::load_once;
 using narrow_columns::word;
 
-constexpr int kWarps = 8, kThreads = 32 * kWarps;
+constexpr int kWarps = 16, kThreads = 32 * kWarps;
 constexpr int kChunk = 32;          // k per warp step: 4 lanes × 8
-constexpr int kBatch = 4;           // chunks a lane loads before it multiplies
-constexpr int kGateSlabs = 4;       // 32-column gate slabs a warp holds
+constexpr int kGateSlabs = 2;       // 32-column gate slabs a warp holds
 constexpr int64_t kMaxRank = 16;    // one m16n8k16 step for the gate, two n8 tiles for u
 constexpr int64_t kMaxGateWidth = int64_t(kWarps) * kGateSlabs * narrow::kSlabColumns;  // 1024
-constexpr int64_t kMaxD = 3072;     // W_code fragments: d·32 bytes of shared memory
+constexpr int64_t kMaxD = 3072;     // W_code's fragments and one x tile in shared memory
+constexpr int kRowPad = 32;         // bf16 after each x row: the two rows of an 8-lane phase in other banks
 
 struct Args {
   int64_t M, d, rank, width;
@@ -52,29 +53,66 @@ struct Args {
   MutableRows gate;  // [M, width]
 };
 
-// Shared memory: W_code's fragments [chunk][n8 tile][lane] (16 bytes each: lane (g, t)
-// holds row 8·tile + g at k = 32·chunk + 8t..8t+7), then the partial u tiles, then the
-// gate's bias in f32 (in registers it made the kernel spill at two blocks a SM).
-inline size_t shared_bytes(int64_t d) {
-  return size_t((d + kChunk - 1) / kChunk) * 2 * 32 * sizeof(uint4) + sizeof(float) * 2 * kWarps * 8 * 32 +
-         sizeof(float) * kMaxGateWidth;
+// Shared memory, in 16-byte units: W_code's fragments [chunk][n8 tile][lane] (lane (g, t)
+// holds row 8·tile + g at k = 32·chunk + 8t..8t+7); one x tile [16][d + kRowPad]; the
+// warps' partial u tiles [warp][value][lane] and the summed one [value][lane] (f32); the
+// gate's bias (f32).
+struct Layout {
+  int64_t chunks, x_row, fragments, x, partial, u, bias, bytes;
+  __host__ __device__ explicit Layout(int64_t d) {
+    chunks = (d + kChunk - 1) / kChunk;
+    x_row = d + kRowPad;
+    fragments = 0;
+    x = chunks * 64 * 16;
+    partial = x + 16 * x_row * 2;
+    u = partial + int64_t(kWarps) * 8 * 32 * 4;
+    bias = u + 8 * 32 * 4;
+    bytes = bias + kMaxGateWidth * 4;
+  }
+};
+
+__device__ __forceinline__ void copy_16(void* shared, const void* global, bool inside) {
+  const auto to = static_cast<uint32_t>(__cvta_generic_to_shared(shared));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(inside ? 16 : 0));
+}
+__device__ __forceinline__ void copies_committed() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void copies_arrived() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+
+// The 16 rows of x from row0 into shared memory (rows past M zero-filled), asynchronously.
+__device__ __forceinline__ void fetch_x(bf16* x_shared, const Args& a, int64_t row0, int64_t x_row) {
+  const auto* xg = static_cast<const bf16*>(a.x.data);
+  const int64_t per_row = a.d / 8;
+  for (int64_t i = threadIdx.x; i < 16 * per_row; i += kThreads) {
+    const int64_t r = i / per_row, k = (i % per_row) * 8, row = row0 + r;
+    copy_16(x_shared + r * x_row + k, xg + std::min(row, a.M - 1) * a.x.stride + k, row < a.M);
+  }
+  copies_committed();
 }
 
+// One block a SM, 16 warps. Per 16-row tile: x arrives in shared memory (fetched during the
+// previous tile's gate), the warps split K for u, the partials are summed once, then each
+// warp writes its two gate slabs while the next tile's x is fetched.
 template <class Out>
-__global__ void __launch_bounds__(kThreads, 2) code_and_gate(Args a) {
+__global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
   extern __shared__ uint4 shared[];
-  const int64_t chunks = (a.d + kChunk - 1) / kChunk;
-  uint4* code_fragments = shared;
-  auto* partial = reinterpret_cast<float(*)[kWarps][8][32]>(shared + chunks * 64);
-  float* bias = reinterpret_cast<float*>(shared + chunks * 64) + 2 * kWarps * 8 * 32;
+  const Layout layout(a.d);
+  char* base = reinterpret_cast<char*>(shared);
+  const uint4* code_fragments = reinterpret_cast<const uint4*>(base + layout.fragments);
+  bf16* x_shared = reinterpret_cast<bf16*>(base + layout.x);
+  auto* partial = reinterpret_cast<float(*)[8][32]>(base + layout.partial);
+  auto* u_shared = reinterpret_cast<float(*)[32]>(base + layout.u);
+  float* bias = reinterpret_cast<float*>(base + layout.bias);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const uint4 zero = make_uint4(0, 0, 0, 0);
+  const int64_t tiles = (a.M + 15) / 16;
+  if (int64_t(blockIdx.x) < tiles) fetch_x(x_shared, a, int64_t(blockIdx.x) * 16, layout.x_row);
 
   const auto* wc = static_cast<const bf16*>(a.code_weight.data);
-  for (int64_t i = threadIdx.x; i < chunks * 64; i += kThreads) {
+  auto* fragments = reinterpret_cast<uint4*>(base + layout.fragments);
+  for (int64_t i = threadIdx.x; i < layout.chunks * 64; i += kThreads) {
     const int64_t c = i / 64, row = 8 * ((i / 32) % 2) + (i % 32) / 4, k = c * kChunk + 8 * (i % 4);
-    code_fragments[i] = row < a.rank && k < a.d ? __ldg(reinterpret_cast<const uint4*>(wc + row * a.code_weight.stride + k))
-                                                : zero;
+    fragments[i] = row < a.rank && k < a.d ? __ldg(reinterpret_cast<const uint4*>(wc + row * a.code_weight.stride + k))
+                                           : zero;
   }
   for (int64_t i = threadIdx.x; i < kMaxGateWidth; i += kThreads)
     bias[i] = a.gate_bias && i < a.width ? __bfloat162float(a.gate_bias[i]) : 0.f;
@@ -95,67 +133,50 @@ __global__ void __launch_bounds__(kThreads, 2) code_and_gate(Args a) {
   int code[narrow::kColumnsPerLane];
 #pragma unroll
   for (int j = 0; j < narrow::kColumnsPerLane; ++j) scale[j] = a.scale, code[j] = 3;
-  __syncthreads();
 
-  const auto* xg = static_cast<const bf16*>(a.x.data);
-  const int64_t tiles = (a.M + 15) / 16;
-  int parity = 0;
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, parity ^= 1) {
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
     const int64_t row0 = tile * 16;
-    const bf16* x_row[2];
-    bool x_inside[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int64_t r = row0 + g + 8 * h;
-      x_inside[h] = r < a.M;
-      x_row[h] = xg + std::min(r, a.M - 1) * a.x.stride + 8 * t;
-    }
-    // u's partial over this warp's chunks: warp, warp + 8, ...
+    copies_arrived();
+    __syncthreads();  // x of this tile (and, the first time, the fragments and bias) visible
+    // u's partial over this warp's chunks: warp, warp + 16, ...; lane (g, t) reads rows g and
+    // g + 8 at its 8 k of each chunk, the same k permutation as the fragments.
     float acc[2][4] = {};
-    for (int64_t c0 = warp; c0 < chunks; c0 += int64_t(kWarps) * kBatch) {
-      uint4 xa[kBatch][2];
+    for (int64_t c = warp; c < layout.chunks; c += kWarps) {
+      const int64_t k = c * kChunk + 8 * t;
+      const bool inside = k < a.d;
+      const uint4 x0 = inside ? *reinterpret_cast<const uint4*>(x_shared + g * layout.x_row + k) : zero;
+      const uint4 x1 = inside ? *reinterpret_cast<const uint4*>(x_shared + (g + 8) * layout.x_row + k) : zero;
+      const uint4 w0 = code_fragments[(c * 2) * 32 + lane], w1 = code_fragments[(c * 2 + 1) * 32 + lane];
 #pragma unroll
-      for (int q = 0; q < kBatch; ++q) {
-        const int64_t c = c0 + int64_t(q) * kWarps, k = c * kChunk;
-        const bool inside = c < chunks && k + 8 * t < a.d;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) xa[q][h] = inside && x_inside[h] ? load_once(x_row[h] + k) : zero;
-      }
-#pragma unroll
-      for (int q = 0; q < kBatch; ++q) {
-        const int64_t c = c0 + int64_t(q) * kWarps;
-        if (c >= chunks) break;
-        const uint4 w0 = code_fragments[(c * 2) * 32 + lane], w1 = code_fragments[(c * 2 + 1) * 32 + lane];
-#pragma unroll
-        for (int step = 0; step < 2; ++step) {
-          const uint32_t x4[4] = {word(xa[q][0], 2 * step), word(xa[q][1], 2 * step), word(xa[q][0], 2 * step + 1),
-                                  word(xa[q][1], 2 * step + 1)};
-          narrow::mma_bf16(acc[0], x4, word(w0, 2 * step), word(w0, 2 * step + 1));
-          narrow::mma_bf16(acc[1], x4, word(w1, 2 * step), word(w1, 2 * step + 1));
-        }
+      for (int step = 0; step < 2; ++step) {
+        const uint32_t x4[4] = {word(x0, 2 * step), word(x1, 2 * step), word(x0, 2 * step + 1), word(x1, 2 * step + 1)};
+        narrow::mma_bf16(acc[0], x4, word(w0, 2 * step), word(w0, 2 * step + 1));
+        narrow::mma_bf16(acc[1], x4, word(w1, 2 * step), word(w1, 2 * step + 1));
       }
     }
 #pragma unroll
     for (int n = 0; n < 2; ++n)
 #pragma unroll
-      for (int e = 0; e < 4; ++e) partial[parity][warp][n * 4 + e][lane] = acc[n][e];
+      for (int e = 0; e < 4; ++e) partial[warp][n * 4 + e][lane] = acc[n][e];
+    __syncthreads();  // partials visible; every read of this x tile done
+    if (tile + gridDim.x < tiles) fetch_x(x_shared, a, (tile + gridDim.x) * 16, layout.x_row);
+    if (threadIdx.x < 8 * 32) {  // the warps' partials summed once, in warp order
+      const int value = threadIdx.x / 32;
+      float sum = 0.f;
+#pragma unroll
+      for (int w = 0; w < kWarps; ++w) sum += partial[w][value][lane];
+      u_shared[value][lane] = sum;
+    }
     __syncthreads();
-    // Every warp sums the partials in the same order: the u tile, rounded to bf16. The C
-    // layout of the two n8 tiles (rows g, g + 8; columns 2t, 2t + 1 of each) is the A
-    // layout of one m16n8k16 step over k = the code's columns.
-    float u[2][4] = {};
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w)
-#pragma unroll
-      for (int n = 0; n < 2; ++n)
-#pragma unroll
-        for (int e = 0; e < 4; ++e) u[n][e] += partial[parity][w][n * 4 + e][lane];
+    // The u tile rounded to bf16. The C layout of the two n8 tiles (rows g, g + 8; columns
+    // 2t, 2t + 1 of each) is the A layout of one m16n8k16 step over k = the code's columns.
     __nv_bfloat162 pairs[4];
-    uint32_t ua[4];
+    uint32_t gate_a[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-      pairs[i] = __floats2bfloat162_rn(u[i / 2][2 * (i % 2)], u[i / 2][2 * (i % 2) + 1]);
-      ua[i] = *reinterpret_cast<const uint32_t*>(&pairs[i]);
+      pairs[i] = __floats2bfloat162_rn(u_shared[(i / 2) * 4 + 2 * (i % 2)][lane],
+                                       u_shared[(i / 2) * 4 + 2 * (i % 2) + 1][lane]);
+      gate_a[i] = *reinterpret_cast<const uint32_t*>(&pairs[i]);
     }
     if (warp == kWarps - 1) {  // u: rows g, g + 8; columns 8n + 2t, 8n + 2t + 1
       auto* out = static_cast<bf16*>(a.code.data);
@@ -167,7 +188,6 @@ __global__ void __launch_bounds__(kThreads, 2) code_and_gate(Args a) {
         if (column + 1 < a.rank) out[row * a.code.stride + column + 1] = pairs[i].y;
       }
     }
-    const uint32_t gate_a[4] = {ua[0], ua[1], ua[2], ua[3]};
     auto* gate_out = static_cast<Out*>(a.gate.data);
 #pragma unroll
     for (int s = 0; s < kGateSlabs; ++s) {
@@ -193,22 +213,19 @@ __global__ void __launch_bounds__(kThreads, 2) code_and_gate(Args a) {
   }
 }
 
-// Side kernel blocks: as many as `sms` SMs hold at once (two a SM).
+// Side kernel blocks: one a SM on `sms` SMs.
 template <class Out>
 void launch(const Args& args, int sms, cudaStream_t stream) {
-  const size_t bytes = shared_bytes(args.d);
-  static const int resident = [bytes] {
+  static const bool configured = [] {
     check(cudaFuncSetAttribute(code_and_gate<Out>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               static_cast<int>(shared_bytes(kMaxD))),
+                               static_cast<int>(Layout(kMaxD).bytes)),
           "low-rank gate beside the GEMM: shared memory");
-    int blocks = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, code_and_gate<Out>, kThreads, bytes),
-          "low-rank gate beside the GEMM: occupancy");
-    return std::max(blocks, 1);
+    return true;
   }();
+  (void)configured;
   const int64_t tiles = (args.M + 15) / 16;
-  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, int64_t(sms) * resident));
-  code_and_gate<Out><<<blocks, kThreads, bytes, stream>>>(args);
+  const auto blocks = static_cast<unsigned>(std::min<int64_t>(tiles, sms));
+  code_and_gate<Out><<<blocks, kThreads, Layout(args.d).bytes, stream>>>(args);
   check_launch("projection chain: low-rank gate beside the GEMM");
 }
 
@@ -272,8 +289,11 @@ bool projection_chain_with_gate_beside(const ProjectionChainProblem& p, const st
   if (code + 1 != p.segments.size() || rank > kMaxRank || gate.rank != rank || main < 8 || main % 8 != 0 ||
       gate.width > kMaxGateWidth || p.d > kMaxD || p.d % 8 != 0)
     return false;
+  // The forward's schedule for the main columns, in the one tile built for fewer SMs (above
+  // 16k tokens the dispatch may take 128 × 256, which makes as many tiles of 6144 columns).
   GemmSchedule schedule = forward_schedule(p.tokens, main, p.d);
-  if (schedule.tile != GemmTile::cooperative_256x128_cluster2x1) return false;
+  if (schedule.tile != GemmTile::cooperative_256x128_cluster2x1)
+    schedule = {GemmTile::cooperative_256x128_cluster2x1, Raster::along_n, 1};
   // The GEMM's SMs: the rest after the side kernel's, even (clusters of 2); only where that
   // costs no round of tiles against the whole width on every SM (the two-call path's GEMM).
   const int sms = device_sms(), side = gate_beside_sms(), gemm_sms = (sms - side) / 2 * 2;

@@ -27,14 +27,14 @@ struct LowRankGateProblem {
 
 // Runs the chain and its gate with the gate beside the GEMM when the shapes allow it (one
 // bf16 run of identity columns without bias, the code segment its last columns, rank ≤ 16,
-// gate width ≤ 1024, d a multiple of 8 up to 3072, the dispatched tile 256 × 128, and no
-// more rounds of tiles on the fewer SMs than the whole width takes on all of them) and
+// gate width ≤ 1024, d a multiple of 8 up to 3072, and no more rounds of 256 × 128 tiles on
+// the fewer SMs than the whole width takes on all of them in its own schedule) and
 // SEQMIX_CHAINS_GATE_BESIDE is not "0"; returns false, having launched nothing, otherwise.
 // `code` is the code segment's index in p.segments.
 bool projection_chain_with_gate_beside(const ProjectionChainProblem& p, const std::vector<OutputRun>& runs,
                                        size_t code, const LowRankGateProblem& gate);
 
-// The side kernel alone, with as many blocks as `sms` SMs hold, on `stream`: u into the code
+// The side kernel alone, one block a SM on `sms` SMs, on `stream`: u into the code
 // segment's columns of chain_out ([tokens, p.columns]), and the gate. Called by the above on
 // the forked stream; for timing it alone. Throws on a shape it does not take.
 void gate_side_kernel(const ProjectionChainProblem& p, MutableRows chain_out, size_t code,
