@@ -2,7 +2,7 @@
 // low-rank gate beside the GEMM"). One side kernel, one block of 16 warps a SM on a few SMs,
 // does per 16-row tile:
 //   u = x·W_codeᵀ (rank ≤ 16 columns over K = d): the tile of x arrives in shared memory by
-//     cp.async, fetched while the block wrote the previous tile's gate; the warps split K in
+//     cp.async into one of two buffers, fetched during the previous tile; the warps split K in
 //     32-deep chunks with the k permutation of narrow_columns.cuh, W_code staged once per
 //     block in shared memory in fragment order; the partials are summed once through shared
 //     memory, in warp order;
@@ -40,7 +40,7 @@ constexpr int kChunk = 32;          // k per warp step: 4 lanes × 8
 constexpr int kGateSlabs = 2;       // 32-column gate slabs a warp holds
 constexpr int64_t kMaxRank = 16;    // one m16n8k16 step for the gate, two n8 tiles for u
 constexpr int64_t kMaxGateWidth = int64_t(kWarps) * kGateSlabs * narrow::kSlabColumns;  // 1024
-constexpr int64_t kMaxD = 3072;     // W_code's fragments and one x tile in shared memory
+constexpr int64_t kMaxD = 2048;     // W_code's fragments and two x tiles in shared memory
 constexpr int kRowPad = 32;         // bf16 after each x row: the two rows of an 8-lane phase in other banks
 
 struct Args {
@@ -53,8 +53,8 @@ struct Args {
   MutableRows gate;  // [M, width]
 };
 
-// Shared memory, in 16-byte units: W_code's fragments [chunk][n8 tile][lane] (lane (g, t)
-// holds row 8·tile + g at k = 32·chunk + 8t..8t+7); one x tile [16][d + kRowPad]; the
+// Shared memory, in bytes: W_code's fragments [chunk][n8 tile][lane] (lane (g, t) holds row
+// 8·tile + g at k = 32·chunk + 8t..8t+7, 16 bytes); two x tiles [16][d + kRowPad]; the
 // warps' partial u tiles [warp][value][lane] and the summed one [value][lane] (f32); the
 // gate's bias (f32).
 struct Layout {
@@ -64,7 +64,7 @@ struct Layout {
     x_row = d + kRowPad;
     fragments = 0;
     x = chunks * 64 * 16;
-    partial = x + 16 * x_row * 2;
+    partial = x + 2 * 16 * x_row * 2;
     u = partial + int64_t(kWarps) * 8 * 32 * 4;
     bias = u + 8 * 32 * 4;
     bytes = bias + kMaxGateWidth * 4;
@@ -76,36 +76,52 @@ __device__ __forceinline__ void copy_16(void* shared, const void* global, bool i
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(global), "r"(inside ? 16 : 0));
 }
 __device__ __forceinline__ void copies_committed() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void copies_arrived() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// All but the latest commit group arrived.
+__device__ __forceinline__ void copies_arrived_but_one() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
-// The 16 rows of x from row0 into shared memory (rows past M zero-filled), asynchronously.
-__device__ __forceinline__ void fetch_x(bf16* x_shared, const Args& a, int64_t row0, int64_t x_row) {
-  const auto* xg = static_cast<const bf16*>(a.x.data);
-  const int64_t per_row = a.d / 8;
-  for (int64_t i = threadIdx.x; i < 16 * per_row; i += kThreads) {
-    const int64_t r = i / per_row, k = (i % per_row) * 8, row = row0 + r;
-    copy_16(x_shared + r * x_row + k, xg + std::min(row, a.M - 1) * a.x.stride + k, row < a.M);
+// This thread's 16-byte pieces of a 16-row x tile: the first (row, 8-column group) and the
+// step between its pieces, divided once (a 64-bit division per piece cost as much issue
+// time as the gate's epilogue).
+struct Pieces {
+  int row, group, row_step, group_step, groups;
+  __device__ explicit Pieces(int64_t d) {
+    groups = static_cast<int>(d / 8);
+    row = threadIdx.x / groups, group = threadIdx.x % groups;
+    row_step = kThreads / groups, group_step = kThreads % groups;
   }
-  copies_committed();
+};
+
+// The 16 rows of x from row0 into shared memory (rows past M zero-filled), asynchronously,
+// as one commit group.
+__device__ __forceinline__ void fetch_x(bf16* x_shared, const Args& a, int64_t row0, int64_t x_row, Pieces p) {
+  const auto* xg = static_cast<const bf16*>(a.x.data);
+  while (p.row < 16) {
+    const int64_t row = row0 + p.row, k = int64_t(p.group) * 8;
+    copy_16(x_shared + p.row * x_row + k, xg + std::min(row, a.M - 1) * a.x.stride + k, row < a.M);
+    p.row += p.row_step, p.group += p.group_step;
+    if (p.group >= p.groups) p.group -= p.groups, ++p.row;
+  }
 }
 
-// One block a SM, 16 warps. Per 16-row tile: x arrives in shared memory (fetched during the
-// previous tile's gate), the warps split K for u, the partials are summed once, then each
-// warp writes its two gate slabs while the next tile's x is fetched.
+// One block a SM, 16 warps. Per 16-row tile: the next tile's x is fetched into the other
+// buffer, this tile's (fetched during the previous tile) is waited for, the warps split K
+// for u, the partials are summed once, then each warp writes its two gate slabs.
 template <class Out>
 __global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
   extern __shared__ uint4 shared[];
   const Layout layout(a.d);
   char* base = reinterpret_cast<char*>(shared);
   const uint4* code_fragments = reinterpret_cast<const uint4*>(base + layout.fragments);
-  bf16* x_shared = reinterpret_cast<bf16*>(base + layout.x);
+  bf16* x_buffers = reinterpret_cast<bf16*>(base + layout.x);
+  const Pieces pieces(a.d);
   auto* partial = reinterpret_cast<float(*)[8][32]>(base + layout.partial);
   auto* u_shared = reinterpret_cast<float(*)[32]>(base + layout.u);
   float* bias = reinterpret_cast<float*>(base + layout.bias);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const int64_t tiles = (a.M + 15) / 16;
-  if (int64_t(blockIdx.x) < tiles) fetch_x(x_shared, a, int64_t(blockIdx.x) * 16, layout.x_row);
+  if (int64_t(blockIdx.x) < tiles) fetch_x(x_buffers, a, int64_t(blockIdx.x) * 16, layout.x_row, pieces);
+  copies_committed();
 
   const auto* wc = static_cast<const bf16*>(a.code_weight.data);
   auto* fragments = reinterpret_cast<uint4*>(base + layout.fragments);
@@ -134,10 +150,16 @@ __global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
 #pragma unroll
   for (int j = 0; j < narrow::kColumnsPerLane; ++j) scale[j] = a.scale, code[j] = 3;
 
-  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+  int buffer = 0;
+  for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, buffer ^= 1) {
     const int64_t row0 = tile * 16;
-    copies_arrived();
+    // The other buffer was last read before the previous tile's second barrier.
+    if (tile + gridDim.x < tiles)
+      fetch_x(x_buffers + (buffer ^ 1) * 16 * layout.x_row, a, (tile + gridDim.x) * 16, layout.x_row, pieces);
+    copies_committed();  // possibly empty: one group a tile
+    copies_arrived_but_one();
     __syncthreads();  // x of this tile (and, the first time, the fragments and bias) visible
+    const bf16* x_shared = x_buffers + buffer * 16 * layout.x_row;
     // u's partial over this warp's chunks: warp, warp + 16, ...; lane (g, t) reads rows g and
     // g + 8 at its 8 k of each chunk, the same k permutation as the fragments.
     float acc[2][4] = {};
@@ -159,7 +181,6 @@ __global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) partial[warp][n * 4 + e][lane] = acc[n][e];
     __syncthreads();  // partials visible; every read of this x tile done
-    if (tile + gridDim.x < tiles) fetch_x(x_shared, a, (tile + gridDim.x) * 16, layout.x_row);
     if (threadIdx.x < 8 * 32) {  // the warps' partials summed once, in warp order
       const int value = threadIdx.x / 32;
       float sum = 0.f;
