@@ -1,7 +1,8 @@
 // GLA's projection chain and its low-rank gate in one call on CUDA
-// (projection_chain_with_gate_forward; src/cuda/chains/gate_beside.cu): against the float64
-// oracle, against the two calls (SEQMIX_CHAINS_GATE_BESIDE=0: the chain's GEMM, then the
-// gate's narrow-K kernel), and replayed from a CUDA graph. The segments other than the code
+// (projection_chain_with_gate_forward) with the gate beside the GEMM
+// (SEQMIX_CHAINS_GATE_BESIDE=1, src/cuda/chains/gate_beside.cu): against the float64 oracle,
+// against the two calls (the default: the chain's GEMM, then the gate's narrow-K kernel), and
+// replayed from a CUDA graph. The segments other than the code
 // come from the same GEMM mainloop either way, so they are bit for bit the two calls'; the
 // code u and the gate are summed by the side kernel (another order), so they are compared
 // by relative norm. Named Small: compute-sanitizer runs them.
@@ -113,6 +114,7 @@ TEST_P(ProjectionChainWithGateCuda, GraphReplayEqualsAPlainCall) {
   SKIP_WITHOUT_CUDA_DEVICE();
   GateData data{GetParam()};
   const GateRun plain = data.run("1");
+  setenv("SEQMIX_CHAINS_GATE_BESIDE", "1", 1);
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   data.call(stream);  // once outside the capture
@@ -135,6 +137,7 @@ TEST_P(ProjectionChainWithGateCuda, GraphReplayEqualsAPlainCall) {
   cuda_ok(cudaGraphExecDestroy(exec));
   cuda_ok(cudaGraphDestroy(graph));
   cuda_ok(cudaStreamDestroy(stream));
+  unsetenv("SEQMIX_CHAINS_GATE_BESIDE");
 }
 
 INSTANTIATE_TEST_SUITE_P(Gla, ProjectionChainWithGateCuda,
@@ -160,12 +163,15 @@ TEST(ProjectionChainWithGateCuda, SmallSidePathTakenWhereItFits) {
   const std::vector<cuda::OutputRun> runs{{0, data.W, {data.out.ptr, data.W}, false}};
   cuda::LowRankGateProblem gate{kGateWidth, 16, {data.dgate_weight.ptr, 16}, nullptr, 1.f / 16, {data.gate.ptr, kGateWidth},
                                 false};
+  EXPECT_FALSE(cuda::projection_chain_with_gate_beside(p, runs, p.segments.size() - 1, gate)) << "off by default";
+  setenv("SEQMIX_CHAINS_GATE_BESIDE", "1", 1);
   EXPECT_TRUE(cuda::projection_chain_with_gate_beside(p, runs, p.segments.size() - 1, gate));
   cuda_ok(cudaDeviceSynchronize());
   gate.width = 2048;
   EXPECT_FALSE(cuda::projection_chain_with_gate_beside(p, runs, p.segments.size() - 1, gate));
   gate.width = kGateWidth;
   EXPECT_FALSE(cuda::projection_chain_with_gate_beside(p, runs, 0, gate));
+  unsetenv("SEQMIX_CHAINS_GATE_BESIDE");
 }
 
 }  // namespace

@@ -302,7 +302,8 @@ int gate_beside_sms() {
 bool projection_chain_with_gate_beside(const ProjectionChainProblem& p, const std::vector<OutputRun>& runs,
                                        size_t code, const LowRankGateProblem& gate) {
   using namespace gate_beside;
-  if (!flag_from_environment("SEQMIX_CHAINS_GATE_BESIDE", true)) return false;
+  // Off by default: measured slower than the two calls at every size on the H100 (NOTES.md).
+  if (!flag_from_environment("SEQMIX_CHAINS_GATE_BESIDE", false)) return false;
   if (runs.size() != 1 || runs[0].f32 || runs[0].first != 0 || runs[0].width != p.columns || p.bias) return false;
   for (const SegmentColumns& s : p.segments)
     if (s.code != 0) return false;

@@ -29,7 +29,8 @@ struct LowRankGateProblem {
 // bf16 run of identity columns without bias, the code segment its last columns, rank ≤ 16,
 // gate width ≤ 1024, d a multiple of 8 up to 3072, and no more rounds of 256 × 128 tiles on
 // the fewer SMs than the whole width takes on all of them in its own schedule) and
-// SEQMIX_CHAINS_GATE_BESIDE is not "0"; returns false, having launched nothing, otherwise.
+// SEQMIX_CHAINS_GATE_BESIDE=1 (off by default: measured slower than the two calls on the
+// H100, NOTES.md); returns false, having launched nothing, otherwise.
 // `code` is the code segment's index in p.segments.
 bool projection_chain_with_gate_beside(const ProjectionChainProblem& p, const std::vector<OutputRun>& runs,
                                        size_t code, const LowRankGateProblem& gate);
