@@ -78,7 +78,8 @@ class ProjectionChain(nn.Module):
         """The projections of a GLA layer (fla ``GatedLinearAttention``): ``q``, ``k``
         ``[H*K]``, ``v`` and the output gate ``g`` ``[H*V]`` (SiLU is applied later by
         ``OutputChain``), and ``gk_low`` ``[r]``, the first GEMM of the low-rank gate, all
-        identity. Feed ``gk_low`` to a ``LowRankGate(r, H*K)`` for the log decays."""
+        identity. Feed ``gk_low`` to a ``LowRankGate(r, H*K)`` for the log decays, or use
+        ``GLAProjection``, which holds both and computes them in one call."""
         hk, hv = num_heads * head_k_dim, num_heads * head_v_dim
         return cls(d_model, [("q", hk, "identity"), ("k", hk, "identity"), ("v", hv, "identity"),
                              ("g", hv, "identity"), ("gk_low", gate_low_rank_dim, "identity")], **kwargs)
@@ -115,6 +116,38 @@ class LowRankGate(nn.Module):
 
     def forward(self, u: torch.Tensor) -> torch.Tensor:
         return low_rank_gate(u, self.weight, self.bias, self.tau, self.out_dtype, self.impl)
+
+
+class GLAProjection(nn.Module):
+    """A GLA layer's input projections and its low-rank gate in one call: a
+    ``ProjectionChain.from_gla_layer_widths`` (``projections``) and a ``LowRankGate``
+    (``gate``), computed by :func:`seqmix.projection_chain` with ``low_rank_gate`` (on a
+    CUDA device the gate may run beside the main GEMM, see there).
+
+    Args: as ``ProjectionChain.from_gla_layer_widths`` (``d_model``, ``num_heads``,
+    ``head_k_dim``, ``head_v_dim``, ``gate_low_rank_dim``), plus ``gate_logit_normalizer``
+    (tau), ``gate_bias`` and ``gate_dtype`` (the decays' dtype, default the parameters'),
+    ``bias`` (of the main chain), ``impl``, ``device``, ``dtype``.
+
+    ``forward(x [..., d_model])`` returns a dict with ``q``, ``k`` ``[..., H*K]``, ``v``,
+    ``g`` ``[..., H*V]``, ``gk_low`` ``[..., r]`` and ``gk`` ``[..., H*K]``, the log decays
+    ``logsigmoid(gk_low @ gate.weight.T + gate.bias) / tau``."""
+
+    def __init__(self, d_model: int, num_heads: int, head_k_dim: int, head_v_dim: int, gate_low_rank_dim: int = 16,
+                 gate_logit_normalizer: float = 16.0, gate_bias: bool = True, gate_dtype=None, bias: bool = False,
+                 impl: str = "automatic", device=None, dtype=None):
+        super().__init__()
+        factory = {"impl": impl, "device": device, "dtype": dtype}
+        self.projections = ProjectionChain.from_gla_layer_widths(d_model, num_heads, head_k_dim, head_v_dim,
+                                                                 gate_low_rank_dim, bias=bias, **factory)
+        self.gate = LowRankGate(gate_low_rank_dim, num_heads * head_k_dim, tau=gate_logit_normalizer,
+                                bias=gate_bias, out_dtype=gate_dtype, **factory)
+
+    def forward(self, x: torch.Tensor) -> dict:
+        p, gate = self.projections, self.gate
+        spec = {"segment": -1, "weight": gate.weight, "bias": gate.bias, "tau": gate.tau, "dtype": gate.out_dtype}
+        outputs, gk = projection_chain(x, p.weight, p.segments, p.bias, p.impl, low_rank_gate=spec)
+        return {**dict(zip(p.names, outputs)), "gk": gk}
 
 
 class OutputChain(nn.Module):

@@ -53,6 +53,25 @@ void bind_chains(nb::module_& m) {
       nb::arg("taus"), nb::arg("outputs"), nb::arg("impl"), nb::arg("stream"),
       "Projection chain forward into preallocated outputs, one [tokens, width] array per segment.");
   m.def(
+      "projection_chain_with_gate_forward",
+      [](In x, In weight, OptIn bias, std::vector<int64_t> widths, std::vector<std::string> activations,
+         std::vector<double> taus, std::vector<Out> outputs, size_t code_segment, In gate_weight, OptIn gate_bias,
+         double tau, Out gate_out, const std::string& impl, uintptr_t stream) {
+        const auto segs = segments(widths, activations, taus);
+        const Tensor xv = view(x, "x"), wv = view(weight, "weight");
+        const auto bv = view(bias, "bias");
+        const auto outs = views(outputs, "outputs");
+        const LowRankGate gate{code_segment, view(gate_weight, "gate.weight"), view(gate_bias, "gate.bias"), tau};
+        const Tensor gv = view(gate_out, "gate_out");
+        const auto o = options<ProjectionChainOptions>(impl, stream);
+        nb::gil_scoped_release release;
+        projection_chain_with_gate_forward(xv, wv, bv, segs, gate, outs, gv, o);
+      },
+      nb::arg("x"), nb::arg("weight"), nb::arg("bias").none(), nb::arg("widths"), nb::arg("activations"),
+      nb::arg("taus"), nb::arg("outputs"), nb::arg("code_segment"), nb::arg("gate_weight"),
+      nb::arg("gate_bias").none(), nb::arg("tau"), nb::arg("gate_out"), nb::arg("impl"), nb::arg("stream"),
+      "Projection chain and its low-rank gate forward into preallocated outputs and gate_out.");
+  m.def(
       "projection_chain_backward",
       [](In x, In weight, OptIn bias, std::vector<int64_t> widths, std::vector<std::string> activations,
          std::vector<double> taus, std::vector<In> d_outputs, Out dx, Out dweight, OptOut dbias,

@@ -50,7 +50,8 @@ struct GateData {
              gate_weight = uniform({kGateWidth, c.rank}, DType::bf16, -0.5, 0.5),
              gate_bias = uniform({kGateWidth}, DType::bf16);
   DeviceTensor dx{x}, dweight{weight}, dgate_weight{gate_weight}, dgate_bias{gate_bias};
-  HostTensor out_host = poisoned({c.tokens, W}, DType::bf16), gate_host = poisoned({c.tokens, kGateWidth}, c.gate_dtype);
+  HostTensor out_host = poisoned({c.tokens, W}, DType::bf16);
+  HostTensor gate_host = poisoned({c.tokens, kGateWidth}, c.gate_dtype);
   DeviceTensor out{out_host}, gate{gate_host};
 
   LowRankGate low_rank(const Tensor& weight_, std::optional<Tensor> bias) const {
@@ -87,7 +88,8 @@ struct GateData {
 // Columns [first, first + width) of a [rows, N] row-major matrix.
 std::vector<double> columns(const std::vector<double>& m, int64_t rows, int64_t N, int64_t first, int64_t width) {
   std::vector<double> out;
-  for (int64_t i = 0; i < rows; ++i) out.insert(out.end(), m.begin() + i * N + first, m.begin() + i * N + first + width);
+  for (int64_t i = 0; i < rows; ++i)
+    out.insert(out.end(), m.begin() + i * N + first, m.begin() + i * N + first + width);
   return out;
 }
 
@@ -141,7 +143,8 @@ TEST_P(ProjectionChainWithGateCuda, GraphReplayEqualsAPlainCall) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Gla, ProjectionChainWithGateCuda,
-                         testing::Values(GateCase{1, 256, 16, true, DType::bf16}, GateCase{1000, 256, 16, true, DType::bf16},
+                         testing::Values(GateCase{1, 256, 16, true, DType::bf16},
+                                         GateCase{1000, 256, 16, true, DType::bf16},
                                          GateCase{2085, 256, 16, false, DType::bf16},
                                          GateCase{1000, 264, 16, true, DType::f32},
                                          GateCase{2085, 264, 8, true, DType::bf16}),
@@ -161,8 +164,8 @@ TEST(ProjectionChainWithGateCuda, SmallSidePathTakenWhereItFits) {
     first += s.width;
   }
   const std::vector<cuda::OutputRun> runs{{0, data.W, {data.out.ptr, data.W}, false}};
-  cuda::LowRankGateProblem gate{kGateWidth, 16, {data.dgate_weight.ptr, 16}, nullptr, 1.f / 16, {data.gate.ptr, kGateWidth},
-                                false};
+  cuda::LowRankGateProblem gate{
+      kGateWidth, 16, {data.dgate_weight.ptr, 16}, nullptr, 1.f / 16, {data.gate.ptr, kGateWidth}, false};
   EXPECT_FALSE(cuda::projection_chain_with_gate_beside(p, runs, p.segments.size() - 1, gate)) << "off by default";
   setenv("SEQMIX_CHAINS_GATE_BESIDE", "1", 1);
   EXPECT_TRUE(cuda::projection_chain_with_gate_beside(p, runs, p.segments.size() - 1, gate));

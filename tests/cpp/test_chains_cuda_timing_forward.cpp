@@ -231,8 +231,8 @@ void time_gate_beside(int64_t tokens, cudaStream_t stream) {
     p.segments.push_back({first, seg.width, 0, 1.f});
     first += seg.width;
   }
-  const cuda::LowRankGateProblem side{kGateWidth, kRank, {gate_weight.ptr, kRank}, nullptr, 1.f / 16, {gate.ptr, kGateWidth},
-                                      false};
+  const cuda::LowRankGateProblem side{
+      kGateWidth, kRank, {gate_weight.ptr, kRank}, nullptr, 1.f / 16, {gate.ptr, kGateWidth}, false};
   int sms = 0;
   cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   std::vector<float> side_ms[2];
@@ -262,7 +262,8 @@ void time_gate_beside(int64_t tokens, cudaStream_t stream) {
               static_cast<long long>(tokens), reference, middle(side_ms[0]), sms, middle(side_ms[1]));
   for (size_t i = 0; i < settings.size(); ++i)
     std::printf("  gla + gate %6lld  %s%s: %8.4f ms (%.4f %.4f %.4f) = %5.3fx cuBLAS, %5.3fx the two calls\n",
-                static_cast<long long>(tokens), settings[i].beside[0] == '1' ? "one call, gate beside on SMs: " : "two calls",
+                static_cast<long long>(tokens),
+                settings[i].beside[0] == '1' ? "one call, gate beside on SMs: " : "two calls",
                 settings[i].beside[0] == '1' ? settings[i].sms : "", middle(chain[i]), chain[i][0], chain[i][1],
                 chain[i][2], middle(chain[i]) / reference, middle(chain[i]) / middle(chain[0]));
 }

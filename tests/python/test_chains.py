@@ -278,3 +278,110 @@ def test_nn_modules_match_eager_composition():
     assert bool((parts["beta"] > 0).all()) and bool((parts["a"] >= 0).all())
     parts["a"].sum().backward()
     assert gdn.weight.grad is not None and gdn.bias.grad is not None
+
+
+# ---------------------------------------------------------------- the chain with its low-rank gate
+
+GATE_SEGMENTS = [(6, "silu"), (4, "identity"), (5, "identity")]  # the code: segment 1, r = 4
+
+
+def gate_inputs(leading, with_bias=True):
+    x, w, b = projection_inputs(leading, 8, 15)
+    gate_bias = rng.uniform(-1, 1, 7) if with_bias else None
+    return x, w, b, rng.uniform(-1, 1, (7, 4)), gate_bias
+
+
+@pytest.mark.parametrize("leading", [(1,), (37,), (2, 9)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_numpy_chain_with_gate_equals_the_two_calls(leading, with_bias):
+    x, w, b, gw, gb = gate_inputs(leading, with_bias)
+    spec = dict(segment=1, weight=gw, bias=gb, tau=8.0)
+    outputs, gate = seqmix.projection_chain(x, w, GATE_SEGMENTS, b, low_rank_gate=spec)
+    two = seqmix.projection_chain(x, w, GATE_SEGMENTS, b)
+    assert all(np.array_equal(o, t) for o, t in zip(outputs, two))
+    assert np.array_equal(gate, seqmix.low_rank_gate(two[1], gw, gb, tau=8.0))
+    z = x @ w.T + b
+    u = z[..., 6:10]
+    want = -np.logaddexp(0, -(u @ gw.T + (0 if gb is None else gb))) / 8.0
+    assert gate.shape == (*leading, 7) and rel_err(gate, want) < TOLERANCE["float64"]
+
+
+def test_chain_with_gate_bad_input_raises_seqmix_error():
+    x, w, b, gw, gb = gate_inputs((3,))
+    for spec, text in [({"segment": 1}, "expected a dict with 'weight'"),
+                       ({"weight": gw, "segment": 3}, "expected 'segment' the index of a segment"),
+                       ({"weight": gw, "segment": 1, "size": 2}, "expected a dict with 'weight'"),
+                       ({"weight": gw, "segment": 0}, "argument 'gate.segment': expected an identity segment"),
+                       ({"weight": gw[:, :3], "segment": 1}, "argument 'gate.weight': expected shape [7, 4]"),
+                       ({"weight": gw, "segment": 1, "tau": -1.0}, "argument 'gate.tau': expected tau > 0")]:
+        with pytest.raises(seqmix.SeqmixError) as info:
+            seqmix.projection_chain(x, w, GATE_SEGMENTS, b, low_rank_gate=spec)
+        assert text in str(info.value)
+
+
+@requires_torch
+def test_torch_chain_with_gate_matches_the_two_calls_and_gradcheck():
+    import torch
+
+    x, w, b, gw, gb = torch_leaves(gate_inputs((2, 5)), torch.float64)
+    spec = dict(segment=1, weight=gw, bias=gb, tau=8.0, dtype=torch.float32)
+    outputs, gate = seqmix.projection_chain(x, w, GATE_SEGMENTS, b, low_rank_gate=spec)
+    two = seqmix.projection_chain(x, w, GATE_SEGMENTS, b)
+    gate_two = seqmix.low_rank_gate(two[1], gw, gb, tau=8.0, dtype=torch.float32)
+    assert gate.dtype == torch.float32 and gate.shape == (2, 5, 7)
+    dys = [torch.randn_like(o) for o in outputs] + [torch.randn_like(gate)]
+    leaves = (x, w, b, gw, gb)
+    got = torch.autograd.grad([*outputs, gate], leaves, dys)
+    want = torch.autograd.grad([*two, gate_two], leaves, dys)
+    for g_, w_ in zip(got, want):
+        assert rel_err(g_, w_) < TOLERANCE["float32"]
+
+    def call(x, w, b, gw, gb):
+        outputs, gate = seqmix.projection_chain(x, w, GATE_SEGMENTS, b,
+                                                low_rank_gate=dict(segment=1, weight=gw, bias=gb, tau=8.0))
+        return (*outputs, gate)
+
+    assert torch.autograd.gradcheck(call, leaves)
+
+
+@requires_torch
+def test_torch_chain_with_gate_compiles_fullgraph_and_unused_gate():
+    import torch
+
+    x, w, b, gw, gb = torch_leaves(gate_inputs((2, 9)), torch.float32)
+
+    def layer(x, w, b, gw, gb):
+        (v, low, o), gk = seqmix.projection_chain(x, w, GATE_SEGMENTS, b,
+                                                  low_rank_gate=dict(segment=-2, weight=gw, bias=gb, tau=16.0))
+        return (v.sum(-1) * gk.exp().sum(-1) + o.square().sum(-1) + low.sum(-1)).sum()
+
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    loss = compiled(x, w, b, gw, gb)
+    grads = torch.autograd.grad(loss, (x, w, b, gw, gb))
+    loss_eager = layer(x, w, b, gw, gb)
+    grads_eager = torch.autograd.grad(loss_eager, (x, w, b, gw, gb))
+    assert torch.allclose(loss, loss_eager)
+    for g_, w_ in zip(grads, grads_eager):
+        assert rel_err(g_, w_) < TOLERANCE["float32"]
+    # The gate unused by the loss: its gradient is zeros, the chain's still flow.
+    outputs, _ = seqmix.projection_chain(x, w, GATE_SEGMENTS, b, low_rank_gate=dict(segment=1, weight=gw, bias=gb))
+    dx, dgw = torch.autograd.grad(outputs[0].sum(), (x, gw), allow_unused=True)
+    assert dx is not None and (dgw is None or float(dgw.abs().max()) == 0.0)
+
+
+@requires_torch
+def test_nn_gla_projection_matches_projection_chain_and_low_rank_gate():
+    import torch
+    from seqmix.nn import GLAProjection
+
+    torch.manual_seed(0)
+    layer = GLAProjection(24, num_heads=2, head_k_dim=4, head_v_dim=6, gate_low_rank_dim=3)
+    x = torch.randn(2, 5, 24)
+    parts = layer(x)
+    assert list(parts) == ["q", "k", "v", "g", "gk_low", "gk"] and parts["gk"].shape == (2, 5, 8)
+    separate = layer.projections(x)
+    for name in separate:
+        assert torch.equal(parts[name], separate[name])
+    assert torch.equal(parts["gk"], layer.gate(separate["gk_low"]))
+    parts["gk"].sum().backward()
+    assert layer.gate.weight.grad is not None and layer.projections.weight.grad is not None

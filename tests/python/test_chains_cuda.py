@@ -166,3 +166,40 @@ def test_torch_compile_fullgraph_on_cuda(torch):
     assert torch.isfinite(w.grad.float()).all()
     want = loss(x, w)
     assert abs(got.item() - want.item()) < 1e-2 * abs(want.item())
+
+
+# GLA-like at a small width: the code (16) last, a 1024-wide gate.
+GLA_SEGMENTS = [(128, "identity"), (128, "identity"), (256, "identity"), (256, "identity"), (16, "identity")]
+
+
+@pytest.mark.parametrize("beside", ["0", "1"])
+def test_projection_with_gate_matches_oracle_and_two_calls(torch, monkeypatch, beside):
+    import seqmix
+
+    monkeypatch.setenv("SEQMIX_CHAINS_GATE_BESIDE", beside)
+    gen = torch.Generator().manual_seed(5)
+    width = sum(s[0] for s in GLA_SEGMENTS)
+    x = torch.randn(1000, 256, generator=gen).bfloat16()
+    w = (torch.rand(width, 256, generator=gen) * 0.2 - 0.1).bfloat16()
+    gw, gb = (torch.rand(1024, 16, generator=gen) - 0.5).bfloat16(), torch.randn(1024, generator=gen).bfloat16()
+    dys = [torch.randn(1000, s[0], generator=gen) for s in GLA_SEGMENTS] + [torch.randn(1000, 1024, generator=gen)]
+
+    def run(device, impl, one_call=True):
+        leaves = _leaves(torch, [x, w, gw, gb] if device == "cuda" else [t.double() for t in (x, w, gw, gb)], device)
+        spec = dict(weight=leaves[2], bias=leaves[3], tau=16.0)
+        if one_call:
+            outputs, gate = seqmix.projection_chain(leaves[0], leaves[1], GLA_SEGMENTS, impl=impl, low_rank_gate=spec)
+        else:
+            outputs = seqmix.projection_chain(leaves[0], leaves[1], GLA_SEGMENTS, impl=impl)
+            gate = seqmix.low_rank_gate(outputs[-1], spec["weight"], spec["bias"], tau=16.0, impl=impl)
+        ys = [*outputs, gate]
+        sum((y.double() * dy.to(device).double()).sum() for y, dy in zip(ys, dys)).backward()
+        return ys + [t.grad for t in leaves]
+
+    got, two, want = run("cuda", "automatic"), run("cuda", "automatic", False), run("cpu", "reference")
+    for i, (g, t, r) in enumerate(zip(got, two, want)):
+        assert g.shape == r.shape
+        assert rel_err(g.float().cpu(), r) < TOLERANCE["bfloat16"], i
+        assert rel_err(g.float().cpu(), t.float().cpu()) < TOLERANCE["bfloat16"], i
+    for i in range(4):  # the main segments: the same GEMM either way
+        assert torch.equal(got[i], two[i]), i

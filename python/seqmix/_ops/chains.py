@@ -153,6 +153,35 @@ def projection_forward(xp, x, weight, bias, widths, activations, taus, dtypes, i
     return outputs
 
 
+def projection_with_gate_forward(xp, x, weight, bias, widths, activations, taus, dtypes, code, gate_weight, gate_bias,
+                                 tau, gate_dtype, impl):
+    """The chain and its low-rank gate in one call: (outputs as ``projection_forward``, gate
+    ``[tokens, gate width]`` in gate_dtype)."""
+    outputs = _allocate_outputs(xp, x, widths, dtypes)
+    tokens = x.shape[0] if x.ndim >= 1 else 0
+    gate = xp.empty((tokens, gate_weight.shape[0] if gate_weight.ndim >= 1 else 0), gate_dtype, x)
+    _C.projection_chain_with_gate_forward(xp.arg(x), xp.arg(weight), xp.arg(bias), widths, activations, taus,
+                                          [xp.arg(o) for o in outputs], code, xp.arg(gate_weight), xp.arg(gate_bias),
+                                          float(tau), xp.arg(gate), impl, xp.stream(x))
+    return outputs, gate
+
+
+def parse_low_rank_gate(spec, segment_count):
+    """``(code segment index, weight, bias, tau, dtype name or None)`` from a
+    ``low_rank_gate`` dict (see ``projection_chain``); a negative index counts from the end."""
+    if not isinstance(spec, dict) or "weight" not in spec or set(spec) - {"segment", "weight", "bias", "tau", "dtype"}:
+        got = sorted(spec) if isinstance(spec, dict) else type(spec).__name__
+        raise _C.SeqmixError("seqmix.projection_chain: argument 'low_rank_gate': expected a dict with 'weight' and "
+                             f"optional 'segment', 'bias', 'tau', 'dtype', got {got}")
+    code = int(spec.get("segment", -1))
+    if code < 0:
+        code += segment_count
+    if not 0 <= code < segment_count:
+        raise _C.SeqmixError("seqmix.projection_chain: argument 'low_rank_gate': expected 'segment' the index of "
+                             f"a segment (-{segment_count} to {segment_count - 1}), got {spec.get('segment')}")
+    return code, spec["weight"], spec.get("bias"), float(spec.get("tau", 16.0)), _dtype_name(spec.get("dtype"))
+
+
 def projection_backward(xp, x, weight, bias, widths, activations, taus, d_outputs, impl):
     """Returns (dx, dweight, dbias or None)."""
     dx, dweight = xp.empty_like(x), xp.empty_like(weight)
@@ -195,9 +224,10 @@ def _unflatten_tokens(y, x):
     return y.reshape(*x.shape[:-1], y.shape[-1]) if x.ndim > 2 else y
 
 
-def projection_chain(x, weight, segments, bias=None, impl="automatic"):
+def projection_chain(x, weight, segments, bias=None, impl="automatic", low_rank_gate=None):
     """One GEMM ``z = x @ weight.T + bias`` whose columns are split into segments, each
-    activated and returned as its own array.
+    activated and returned as its own array; optionally GLA's low-rank gate on one of them
+    in the same call.
 
     Args:
         x: ``[..., d]`` inputs (leading dims are flattened into tokens and restored on
@@ -218,15 +248,26 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic"):
         bias: optional ``[W_total]`` in x's dtype.
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"`` (float32
             blocked GEMM with the activation fused into its tile epilogue).
+        low_rank_gate: optional dict: the second GEMM of GLA's low-rank gate on one identity
+            segment u (the rank-r code), ``logsigmoid(u @ weight.T + bias) / tau``, computed
+            in the same call (the result equals ``low_rank_gate(outputs[segment], ...)``).
+            Keys: ``"weight"`` ``[width, r]`` in x's dtype (required), ``"segment"`` the
+            code segment's index (default -1, the last), ``"bias"`` optional ``[width]``,
+            ``"tau"`` (default 16), ``"dtype"`` the gate's dtype (default x's dtype). On a
+            CUDA device the gate can run on a few SMs beside the main GEMM
+            (``SEQMIX_CHAINS_GATE_BESIDE=1``; off by default, measured slower on the H100),
+            otherwise the two calls' kernels run.
 
     Returns:
-        A list with one ``[..., width]`` array per segment (``[..., heads, width / heads]``
+        Without ``low_rank_gate``: a list with one ``[..., width]`` array per segment (``[..., heads, width / heads]``
         where the segment names its heads), in the segment's dtype. On the CPU each is
         contiguous. On a CUDA device (bf16 x and weight; segments bf16 or float32) the
         segments are column views of one ``[..., W_total]`` buffer written by a single
         fused GEMM; consecutive float32 segments share a buffer of their own, written by a
         second GEMM over their columns. There W_total and d must be multiples of 8, and a
         float32 run must start at a multiple of 8 columns and span a multiple of 4.
+        With ``low_rank_gate``: ``(that list, gate [..., width])``; the code segment stays
+        in the list (the gate's backward reads it).
 
     The backward (torch autograd, or ``projection_chain_backward``) recomputes the
     pre-activation ``x @ weight.T + bias`` rather than storing it, and gives gradients for
@@ -234,11 +275,18 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic"):
     ``seqmix.torch`` custom ops (autograd, torch.compile).
     """
     if is_torch(x):
-        return torch_module("chains").projection_chain(x, weight, segments, bias, impl)
+        return torch_module("chains").projection_chain(x, weight, segments, bias, impl, low_rank_gate)
     widths, activations, taus, dtypes = parse_segments(segments)
     dtypes = [x.dtype if d is None else _numpy_dtype(d) for d in dtypes]
-    outputs = projection_forward(NUMPY, _flatten_tokens(x), weight, bias, widths, activations, taus, dtypes, impl)
-    return split_heads([_unflatten_tokens(y, x) for y in outputs], segment_heads(segments))
+    if low_rank_gate is None:
+        outputs = projection_forward(NUMPY, _flatten_tokens(x), weight, bias, widths, activations, taus, dtypes, impl)
+        return split_heads([_unflatten_tokens(y, x) for y in outputs], segment_heads(segments))
+    code, gate_weight, gate_bias, tau, gate_dtype = parse_low_rank_gate(low_rank_gate, len(widths))
+    outputs, gate = projection_with_gate_forward(NUMPY, _flatten_tokens(x), weight, bias, widths, activations, taus,
+                                                 dtypes, code, gate_weight, gate_bias, tau,
+                                                 x.dtype if gate_dtype is None else _numpy_dtype(gate_dtype), impl)
+    return (split_heads([_unflatten_tokens(y, x) for y in outputs], segment_heads(segments)),
+            _unflatten_tokens(gate, x))
 
 
 def low_rank_gate(u, weight, bias=None, tau=16.0, dtype=None, impl="automatic"):

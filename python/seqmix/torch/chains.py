@@ -119,19 +119,114 @@ def _segment_spec(segments) -> ops.SegmentSpec:
     return spec
 
 
-def projection_chain(x, weight, segments, bias=None, impl="automatic"):
+def projection_chain(x, weight, segments, bias=None, impl="automatic", low_rank_gate=None):
     """torch version of :func:`seqmix.projection_chain` (same arguments), differentiable in
-    x, weight and bias. Returns a list of ``[..., width]`` tensors (``[..., heads, width /
-    heads]`` where a segment names its heads); on a CUDA device, in eager mode, column views
-    of one ``[..., W_total]`` buffer."""
+    x, weight and bias (and the gate's weight and bias). Returns a list of ``[..., width]``
+    tensors (``[..., heads, width / heads]`` where a segment names its heads); on a CUDA
+    device, in eager mode, column views of one ``[..., W_total]`` buffer. With
+    ``low_rank_gate``: ``(that list, gate [..., width])``."""
     spec = _segment_spec(segments)
     dtypes = spec.dtype_names(str(x.dtype)[6:])  # "torch.bfloat16" -> "bfloat16"
+    if low_rank_gate is not None:
+        return _projection_chain_with_gate(x, weight, bias, spec, dtypes, low_rank_gate, impl)
     if x.dim() <= 2 and not spec.has_heads:
         return _projection(x, weight, bias, spec.widths, spec.activation_names, spec.taus, dtypes, impl)
     flat = x.reshape(-1, x.shape[-1]) if x.dim() > 2 else x
     outputs = _projection(flat, weight, bias, spec.widths, spec.activation_names, spec.taus, dtypes, impl)
     outputs = [y.reshape(*x.shape[:-1], y.shape[-1]) if x.dim() > 2 else y for y in outputs]
     return ops.split_heads(outputs, spec.heads)
+
+
+# ---- projection chain with GLA's low-rank gate in the same call ----
+
+
+def _gated_forward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], widths: list[int],
+                   activations: str, taus: list[float], dtypes: str, code: int, gate_weight: torch.Tensor,
+                   gate_bias: Optional[torch.Tensor], tau: float, gate_dtype: str, impl: str) -> list[torch.Tensor]:
+    """The segments, then the gate, as one list."""
+    outputs, gate = ops.projection_with_gate_forward(XP, x, weight, bias, widths, _split(activations), taus,
+                                                     _dtypes(dtypes), code, gate_weight, gate_bias, tau,
+                                                     _dtype(gate_dtype), impl)
+    return [*outputs, gate]
+
+
+def _gated_forward_unaliased(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], widths: list[int],
+                             activations: str, taus: list[float], dtypes: str, code: int, gate_weight: torch.Tensor,
+                             gate_bias: Optional[torch.Tensor], tau: float, gate_dtype: str,
+                             impl: str) -> list[torch.Tensor]:
+    """As the custom op runs it: the segments copied out of their shared buffer (see
+    ``_projection_forward_unaliased``); the gate is a tensor of its own."""
+    *outputs, gate = _gated_forward(x, weight, bias, widths, activations, taus, dtypes, code, gate_weight, gate_bias,
+                                    tau, gate_dtype, impl)
+    return [*(y.clone() if len(outputs) > 1 or y._base is not None else y for y in outputs), gate]
+
+
+def _gated_forward_fake(x, weight, bias, widths, activations, taus, dtypes, code, gate_weight, gate_bias, tau,
+                        gate_dtype, impl):
+    return [*_projection_forward_fake(x, weight, bias, widths, activations, taus, dtypes, impl),
+            x.new_empty((x.shape[0], gate_weight.shape[0]), dtype=_dtype(gate_dtype))]
+
+
+def _gated_backward(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor], widths: list[int],
+                    activations: str, taus: list[float], code: int, gate_weight: torch.Tensor,
+                    gate_bias: Optional[torch.Tensor], tau: float, u: torch.Tensor, d_outputs: list[torch.Tensor],
+                    impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The two calls' backwards: the gate's (from u, the code segment's output) first, its du
+    added to the code segment's gradient, then the chain's."""
+    *d_chain, d_gate = d_outputs
+    du, dgate_weight, dgate_bias = ops.projection_backward(XP, u, gate_weight, gate_bias, [gate_weight.shape[0]],
+                                                           ("logsigmoid",), [tau], [d_gate], impl)
+    d_chain[code] = d_chain[code] + du.to(d_chain[code].dtype)
+    dx, dweight, dbias = ops.projection_backward(XP, x, weight, bias, widths, _split(activations), taus, d_chain, impl)
+    return dx, dweight, present(dbias, x), dgate_weight, present(dgate_bias, x)
+
+
+def _gated_backward_fake(x, weight, bias, widths, activations, taus, code, gate_weight, gate_bias, tau, u, d_outputs,
+                         impl):
+    return (torch.empty_like(x), torch.empty_like(weight), fake_grad(bias, x), torch.empty_like(gate_weight),
+            fake_grad(gate_bias, x))
+
+
+def _gated_setup_context(ctx, inputs, output):
+    x, weight, bias, widths, activations, taus, dtypes, code, gate_weight, gate_bias, tau, gate_dtype, impl = inputs
+    ctx.save_for_backward(x, weight, bias, gate_weight, gate_bias, output[code])
+    ctx.widths, ctx.activations, ctx.taus, ctx.dtypes, ctx.impl = widths, activations, taus, dtypes, impl
+    ctx.code, ctx.tau, ctx.gate_dtype = code, tau, gate_dtype
+
+
+def _make_gated_backward(run_backward):
+    def backward(ctx, d_outputs):
+        x, weight, bias, gate_weight, gate_bias, u = ctx.saved_tensors
+        widths = [*ctx.widths, gate_weight.shape[0]]
+        dtypes = [*_dtypes(ctx.dtypes), _dtype(ctx.gate_dtype)]
+        d_outputs = [x.new_zeros((x.shape[0], w), dtype=d) if g is None else g
+                     for g, w, d in zip(d_outputs, widths, dtypes)]
+        dx, dweight, dbias, dgate_weight, dgate_bias = run_backward(x, weight, bias, ctx.widths, ctx.activations,
+                                                                    ctx.taus, ctx.code, gate_weight, gate_bias,
+                                                                    ctx.tau, u, d_outputs, ctx.impl)
+        return (dx, dweight, absent(dbias, bias), None, None, None, None, None, dgate_weight,
+                absent(dgate_bias, gate_bias), None, None, None)
+
+    return backward
+
+
+_gated = TorchOp("projection_chain_with_gate", _gated_forward_unaliased, _gated_forward_fake, _gated_backward,
+                 _gated_backward_fake, _gated_setup_context, _make_gated_backward)
+_gated.implementation = _gated_forward
+_gated.eager = eager_function(_gated_forward, _gated_setup_context, _make_gated_backward(_gated_backward),
+                              returns_list=True)
+
+
+def _projection_chain_with_gate(x, weight, bias, spec, dtypes, low_rank_gate, impl):
+    code, gate_weight, gate_bias, tau, gate_dtype = ops.parse_low_rank_gate(low_rank_gate, len(spec.widths))
+    gate_dtype = gate_dtype or str(x.dtype)[6:]
+    flat = x.reshape(-1, x.shape[-1]) if x.dim() > 2 else x
+    *outputs, gate = _gated(flat, weight, bias, spec.widths, spec.activation_names, spec.taus, dtypes, code,
+                            gate_weight, gate_bias, tau, gate_dtype, impl)
+    if x.dim() > 2:
+        outputs = [y.reshape(*x.shape[:-1], y.shape[-1]) for y in outputs]
+        gate = gate.reshape(*x.shape[:-1], gate.shape[-1])
+    return ops.split_heads(outputs, spec.heads), gate
 
 
 # ---- output chain ----

@@ -63,13 +63,14 @@ def unfused_projection(layer, x, weight, gate_weight):
 def seqmix_projection(layer, x, weight, gate_weight):
     """The chain through seqmix: one fused GEMM (every activation in its epilogue, the
     segments column views of one buffer), and for GLA the low-rank gate's second GEMM on the
-    code segment."""
+    code segment in the same call (``low_rank_gate=``)."""
     spec = LAYERS[layer]
     segments = [(width, activation) for _, width, activation in spec]
-    outputs = seqmix.projection_chain(x, weight, segments)
-    if layer in LOW_RANK:
-        outputs[-1] = seqmix.low_rank_gate(outputs[-1], gate_weight, tau=GLA_TAU)
-    return outputs
+    if layer not in LOW_RANK:
+        return seqmix.projection_chain(x, weight, segments)
+    gate_spec = {"weight": gate_weight, "tau": GLA_TAU}
+    outputs, gate = seqmix.projection_chain(x, weight, segments, low_rank_gate=gate_spec)
+    return [*outputs[:-1], gate]
 
 
 @functools.lru_cache(maxsize=None)
@@ -90,9 +91,10 @@ PROJECTION_NOTES = (
     "logsigmoid / 16 (W_total 6160); **gated_deltanet** q, k 2048; v, g 4096; a 16 softplus; beta 16 sigmoid "
     "(W_total 12320).",
     "Methods: **seqmix** `seqmix.projection_chain` (one CUTLASS sm90 GEMM, activations in its epilogue, segments "
-    "written as column views of one buffer) + `seqmix.low_rank_gate` for GLA; **cuBLAS GEMM** `torch.matmul` of "
-    "the whole width (forward only: no activations, no second GEMM); **eager** one `F.linear` per projection on "
-    "slices of the same weight, then each activation; **torch.compile** of that eager chain.",
+    "written as column views of one buffer), for GLA with the low-rank gate in the same call (`low_rank_gate=`); "
+    "**cuBLAS GEMM** `torch.matmul` of the whole width (forward only: no activations, no second GEMM); **eager** "
+    "one `F.linear` per projection on slices of the same weight, then each activation; **torch.compile** of that "
+    "eager chain.",
     "Work: 2·tokens·W_total·d FLOP (+ the low-rank GEMM) forward, twice that backward. max rel err: the outputs "
     f"on the first {REFERENCE_TOKENS} tokens against float64 on the same bf16 inputs (the cuBLAS row against "
     "float64 x·Wᵀ). Gradients are compared with the oracle by the GPU tests, not here.",
