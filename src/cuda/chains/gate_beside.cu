@@ -55,10 +55,9 @@ struct Args {
 
 // Shared memory, in bytes: W_code's fragments [chunk][n8 tile][lane] (lane (g, t) holds row
 // 8·tile + g at k = 32·chunk + 8t..8t+7, 16 bytes); two x tiles [16][d + kRowPad]; the
-// warps' partial u tiles [warp][value][lane] and the summed one [value][lane] (f32); the
-// gate's bias (f32).
+// warps' partial u tiles [warp][value][lane] and the summed one [value][lane] (f32).
 struct Layout {
-  int64_t chunks, x_row, fragments, x, partial, u, bias, bytes;
+  int64_t chunks, x_row, fragments, x, partial, u, bytes;
   __host__ __device__ explicit Layout(int64_t d) {
     chunks = (d + kChunk - 1) / kChunk;
     x_row = d + kRowPad;
@@ -66,8 +65,25 @@ struct Layout {
     x = chunks * 64 * 16;
     partial = x + 2 * 16 * x_row * 2;
     u = partial + int64_t(kWarps) * 8 * 32 * 4;
-    bias = u + 8 * 32 * 4;
-    bytes = bias + kMaxGateWidth * 4;
+    bytes = u + 8 * 32 * 4;
+  }
+};
+
+// log σ(z)·scale in ~10 instructions and 2 MUFU operations: the hardware ex2 and lg2 with
+// denormals flushed (without .ftz each takes a range fix-up of ~3 instructions; here e
+// underflows to 0 only for |z| > 87, where log1p(e) is 0 anyway), log1p(e) by three series
+// terms below 2⁻⁷ as narrow::log1p_unit, the scale folded into both branches. The gate's
+// epilogue was ~21 instructions an output with narrow::finish (SASS), the kernel issue bound.
+struct LogSigmoid {
+  float scale, half_scale, third_scale, ln2_scale;
+  __device__ explicit LogSigmoid(float s) : scale(s), half_scale(0.5f * s), third_scale(s / 3.f),
+                                            ln2_scale(0.69314718f * s) {}
+  __device__ __forceinline__ float operator()(float z) const {
+    float e, lg;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fabsf(z) * -1.44269504f));
+    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lg) : "f"(1.f + e));
+    const float series = e * (scale - e * (half_scale - e * third_scale));
+    return fminf(z, 0.f) * scale - (e < 0.0078125f ? series : lg * ln2_scale);
   }
 };
 
@@ -95,6 +111,13 @@ struct Pieces {
 // as one commit group.
 __device__ __forceinline__ void fetch_x(bf16* x_shared, const Args& a, int64_t row0, int64_t x_row, Pieces p) {
   const auto* xg = static_cast<const bf16*>(a.x.data);
+  if (p.group_step == 0 && row0 + 16 <= a.M) {  // whole rows a step (d a divisor of 8·512), no row past M
+    const bf16* from = xg + (row0 + p.row) * a.x.stride + p.group * 8;
+    bf16* to = x_shared + p.row * x_row + p.group * 8;
+    const int64_t from_step = p.row_step * a.x.stride, to_step = p.row_step * x_row;
+    for (int r = p.row; r < 16; r += p.row_step, from += from_step, to += to_step) copy_16(to, from, true);
+    return;
+  }
   while (p.row < 16) {
     const int64_t row = row0 + p.row, k = int64_t(p.group) * 8;
     copy_16(x_shared + p.row * x_row + k, xg + std::min(row, a.M - 1) * a.x.stride + k, row < a.M);
@@ -116,7 +139,6 @@ __global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
   const Pieces pieces(a.d);
   auto* partial = reinterpret_cast<float(*)[8][32]>(base + layout.partial);
   auto* u_shared = reinterpret_cast<float(*)[32]>(base + layout.u);
-  float* bias = reinterpret_cast<float*>(base + layout.bias);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const uint4 zero = make_uint4(0, 0, 0, 0);
   const int64_t tiles = (a.M + 15) / 16;
@@ -130,11 +152,11 @@ __global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
     fragments[i] = row < a.rank && k < a.d ? __ldg(reinterpret_cast<const uint4*>(wc + row * a.code_weight.stride + k))
                                            : zero;
   }
-  for (int64_t i = threadIdx.x; i < kMaxGateWidth; i += kThreads)
-    bias[i] = a.gate_bias && i < a.width ? __bfloat162float(a.gate_bias[i]) : 0.f;
-  // This warp's gate slabs: B fragments (k16 × n8, as the narrow-K kernel deals the columns).
+  // This warp's gate slabs: B fragments (k16 × n8, as the narrow-K kernel deals the columns),
+  // and the bias of the lane's 8 columns of each, the products' starting value.
   const auto* wg = static_cast<const bf16*>(a.gate_weight.data);
   uint32_t b[kGateSlabs][4][2];
+  float bias[kGateSlabs][narrow::kColumnsPerLane];
 #pragma unroll
   for (int s = 0; s < kGateSlabs; ++s) {
     const int64_t slab = int64_t(warp + kWarps * s) * narrow::kSlabColumns;
@@ -144,11 +166,12 @@ __global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
       b[s][n][0] = narrow::pair(wg, a.gate_weight.stride, column, a.width, 2 * t, static_cast<int>(a.rank));
       b[s][n][1] = narrow::pair(wg, a.gate_weight.stride, column, a.width, 2 * t + 8, static_cast<int>(a.rank));
     }
-  }
-  float scale[narrow::kColumnsPerLane];
-  int code[narrow::kColumnsPerLane];
+    const int64_t first = slab + t * narrow::kColumnsPerLane;
 #pragma unroll
-  for (int j = 0; j < narrow::kColumnsPerLane; ++j) scale[j] = a.scale, code[j] = 3;
+    for (int j = 0; j < narrow::kColumnsPerLane; ++j)
+      bias[s][j] = a.gate_bias && first + j < a.width ? __bfloat162float(a.gate_bias[first + j]) : 0.f;
+  }
+  const LogSigmoid log_sigmoid(a.scale);
 
   int buffer = 0;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x, buffer ^= 1) {
@@ -158,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
       fetch_x(x_buffers + (buffer ^ 1) * 16 * layout.x_row, a, (tile + gridDim.x) * 16, layout.x_row, pieces);
     copies_committed();  // possibly empty: one group a tile
     copies_arrived_but_one();
-    __syncthreads();  // x of this tile (and, the first time, the fragments and bias) visible
+    __syncthreads();  // x of this tile (and, the first time, the fragments) visible
     const bf16* x_shared = x_buffers + buffer * 16 * layout.x_row;
     // u's partial over this warp's chunks: warp, warp + 16, ...; lane (g, t) reads rows g and
     // g + 8 at its 8 k of each chunk, the same k permutation as the fragments.
@@ -214,9 +237,14 @@ __global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
     for (int s = 0; s < kGateSlabs; ++s) {
       const int64_t slab = int64_t(warp + kWarps * s) * narrow::kSlabColumns;
       if (slab >= a.width) break;
-      float z_acc[4][4] = {};
+      // Accumulator (n, e) is column 2n + e % 2 of the lane's 8 (rows g, g + 8 by e / 2).
+      float z_acc[4][4];
 #pragma unroll
-      for (int n = 0; n < 4; ++n) narrow::mma_bf16(z_acc[n], gate_a, b[s][n][0], b[s][n][1]);
+      for (int n = 0; n < 4; ++n) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) z_acc[n][e] = bias[s][2 * n + e % 2];
+        narrow::mma_bf16(z_acc[n], gate_a, b[s][n][0], b[s][n][1]);
+      }
       const int64_t first = slab + t * narrow::kColumnsPerLane;
       const int valid = static_cast<int>(std::clamp<int64_t>(a.width - first, 0, narrow::kColumnsPerLane));
       if (valid == 0) continue;
@@ -224,10 +252,9 @@ __global__ void __launch_bounds__(kThreads, 1) code_and_gate(Args a) {
       for (int half = 0; half < 2; ++half) {
         const int64_t row = row0 + g + 8 * half;
         if (row >= a.M) break;
-        float z[narrow::kColumnsPerLane], v[narrow::kColumnsPerLane];
+        float v[narrow::kColumnsPerLane];
 #pragma unroll
-        for (int j = 0; j < narrow::kColumnsPerLane; ++j) z[j] = z_acc[j / 2][2 * half + j % 2] + bias[first + j];
-        narrow::finish<narrow::Mode::forward, 3>(v, z, code, scale);
+        for (int j = 0; j < narrow::kColumnsPerLane; ++j) v[j] = log_sigmoid(z_acc[j / 2][2 * half + j % 2]);
         narrow::store_row(gate_out + row * a.gate.stride + first, v, valid);
       }
     }
