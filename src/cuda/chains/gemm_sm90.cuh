@@ -33,6 +33,7 @@
 #include <string>
 
 #include "cuda/chains/gemm_tiles.hpp"
+#include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "seqmix/error.hpp"
 
@@ -144,19 +145,53 @@ struct Sm90Gemm {
     return known[device];
   }
 
-  // Launches on `stream`, as a programmatic dependent of its previous kernel when asked; the
-  // scratch CUTLASS asks for (none for this schedule without split-K, but asked) comes from
-  // the stream-ordered allocator.
+  // The kernel's function attributes, set once per device: its dynamic shared memory
+  // (over 48 KB) and clusters beyond the portable size. CUTLASS's initialize() and cluster
+  // launcher set them again on every call, two driver calls of ~3 µs of host time each, which
+  // is host time a small GEMM called through autograd does not have to spare.
+  static void prepare_kernel(const char* what) {
+    int device = 0;
+    check(cudaGetDevice(&device), "cudaGetDevice");
+    static std::mutex mutex;
+    static std::array<bool, 64> prepared{};
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (device < static_cast<int>(prepared.size()) && prepared[device]) return;
+    const void* kernel = reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>);
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Kernel::SharedStorageSize), what);
+    check(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1), what);
+    if (device < static_cast<int>(prepared.size())) prepared[device] = true;
+  }
+
+  // Launches on `stream`, as a programmatic dependent of its previous kernel when asked: the
+  // launch CUTLASS's adapter makes (the kernel's grid, block and shared memory, its cluster
+  // shape, the programmatic-serialization attribute), with the attributes set once above.
+  // The scratch CUTLASS asks for (none for this schedule without split-K, but asked) comes
+  // from the stream-ordered allocator. SEQMIX_CHAINS_ADAPTER_LAUNCH=1 goes through the
+  // adapter's initialize() and run() instead (read at every call, so that one process can
+  // time both).
   static void run(const Arguments& args, cudaStream_t stream, const char* what, bool programmatic = false) {
-    Gemm gemm;
-    cutlass::Status status = gemm.can_implement(args);
+    cutlass::Status status = Gemm::can_implement(args);
     if (status != cutlass::Status::kSuccess)
       throw Error(std::string("seqmix: ") + what + ": CUTLASS " + cutlassGetStatusString(status));
     const size_t bytes = Gemm::get_workspace_size(args);
     void* workspace = nullptr;
     if (bytes > 0) check(cudaMallocAsync(&workspace, bytes, stream), what);
-    status = gemm.initialize(args, workspace, stream);
-    if (status == cutlass::Status::kSuccess) status = gemm.run(stream, nullptr, programmatic);
+    if (flag_from_environment("SEQMIX_CHAINS_ADAPTER_LAUNCH", false)) {  // CUTLASS's own path, to time against
+      Gemm gemm;
+      status = gemm.initialize(args, workspace, stream);
+      if (status == cutlass::Status::kSuccess) status = gemm.run(stream, nullptr, programmatic);
+    } else if ((status = Kernel::initialize_workspace(args, workspace, stream, nullptr)) == cutlass::Status::kSuccess) {
+      prepare_kernel(what);
+      typename Kernel::Params params = Kernel::to_underlying_arguments(args, workspace);
+      const dim3 cluster(size<0>(ClusterShape{}), size<1>(ClusterShape{}), size<2>(ClusterShape{}));
+      auto config = cutlass::ClusterLauncher::make_cluster_launch_config(
+          Gemm::get_grid_shape(params), cluster, Kernel::get_block_shape(), Kernel::SharedStorageSize, stream,
+          programmatic);
+      void* kernel_params[] = {&params};
+      check(cudaLaunchKernelExC(&config.launch_config, reinterpret_cast<const void*>(cutlass::device_kernel<Kernel>),
+                                kernel_params),
+            what);
+    }
     if (workspace) check(cudaFreeAsync(workspace, stream), what);
     if (status != cutlass::Status::kSuccess)
       throw Error(std::string("seqmix: ") + what + ": CUTLASS " + cutlassGetStatusString(status));
