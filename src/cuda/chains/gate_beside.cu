@@ -347,8 +347,8 @@ bool projection_chain_with_gate_beside(const ProjectionChainProblem& p, const st
   // costs no round of tiles against the whole width on every SM (the two-call path's GEMM).
   const int sms = device_sms(), side = gate_beside_sms(), gemm_sms = (sms - side) / 2 * 2;
   if (gemm_sms < 2 ||
-      forward_rounds(schedule, p.tokens, main, gemm_sms) >
-          forward_rounds(forward_schedule(p.tokens, p.columns, p.d), p.tokens, p.columns, sms))
+      schedule_rounds(schedule, p.tokens, main, gemm_sms) >
+          schedule_rounds(forward_schedule(p.tokens, p.columns, p.d), p.tokens, p.columns, sms))
     return false;
 
   const auto stream = static_cast<cudaStream_t>(p.stream);

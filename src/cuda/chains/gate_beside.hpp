@@ -41,9 +41,6 @@ bool projection_chain_with_gate_beside(const ProjectionChainProblem& p, const st
 void gate_side_kernel(const ProjectionChainProblem& p, MutableRows chain_out, size_t code,
                       const LowRankGateProblem& gate, int sms, void* stream);
 
-// Rounds of tiles a forward schedule takes over out [M, N] on `sms` SMs (gemm_dispatch.cu).
-int64_t forward_rounds(GemmSchedule schedule, int64_t M, int64_t N, int sms);
-
 // The SMs the side kernel takes: SEQMIX_CHAINS_GATE_SMS (default 4).
 int gate_beside_sms();
 

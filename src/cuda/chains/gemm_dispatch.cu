@@ -82,18 +82,18 @@ void gemm_tn_bf16_scheduled(GemmSchedule s, int64_t M, int64_t N, int64_t K, Row
   if (!built) throw Error(std::string("seqmix: chain gradient GEMM (tn): no kernel for ") + gemm_tile_name(s.tile));
 }
 
-namespace {
-
-// Rounds of a persistent grid over out [M, N] in tiles of tm × tn, clusters of cm × cn CTAs
-// and a swizzle of `swizzle` tiles: CUTLASS's scheduler pads each index of the tile grid to
-// a multiple of swizzle × cluster, and the SMs hold sms / (cm·cn) clusters at a time.
-int64_t tile_rounds(int64_t M, int64_t N, int64_t tm, int64_t tn, int cm, int cn, int swizzle, int sms) {
+// CUTLASS's scheduler pads each index of the tile grid to a multiple of swizzle × cluster,
+// and the SMs hold sms / (cm·cn) clusters at a time.
+int64_t schedule_rounds(GemmSchedule s, int64_t M, int64_t N, int sms) {
+  const TileGeometry g = tile_geometry(s.tile);
   const auto padded = [](int64_t tiles, int64_t multiple) { return (tiles + multiple - 1) / multiple * multiple; };
-  const int64_t clusters = padded((M + tm - 1) / tm, int64_t(swizzle) * cm) / cm *
-                           (padded((N + tn - 1) / tn, int64_t(swizzle) * cn) / cn);
-  const int64_t slots = std::max(1, sms / (cm * cn));
+  const int64_t clusters = padded((M + g.rows - 1) / g.rows, int64_t(s.swizzle) * g.cluster_m) / g.cluster_m *
+                           (padded((N + g.columns - 1) / g.columns, int64_t(s.swizzle) * g.cluster_n) / g.cluster_n);
+  const int64_t slots = std::max(1, sms / (g.cluster_m * g.cluster_n));
   return (clusters + slots - 1) / slots;
 }
+
+namespace {
 
 int sm_count() {
   int device = 0, sms = 0;
@@ -117,8 +117,8 @@ GemmSchedule backward_tn_schedule(int64_t M, int64_t N, int64_t /*K*/) {
     if (t >= 0 && t < kGemmTiles && tn_tile_built(static_cast<GemmTile>(t))) return {static_cast<GemmTile>(t)};
   }
   const int sms = sm_count();
-  if (tile_rounds(M, N, 128, 256, 1, 2, 1, sms) < tile_rounds(M, N, 128, 256, 2, 1, 1, sms))
-    return {GemmTile::cooperative_128x256_cluster1x2, Raster::along_n, 1};
+  const GemmSchedule along_n{GemmTile::cooperative_128x256_cluster1x2, Raster::along_n, 1};
+  if (schedule_rounds(along_n, M, N, sms) < schedule_rounds({}, M, N, sms)) return along_n;
   return {};
 }
 
@@ -148,21 +148,10 @@ GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t /*K*/) {
   if (M <= 3072) return {kTall, Raster::along_m, 1};
   const bool by_rounds = forward_rounds_enabled();
   const int sms = by_rounds ? sm_count() : 132;
-  const auto tall_rounds = [&](int swizzle) { return tile_rounds(M, N, 256, 128, 2, 1, swizzle, sms); };
+  const auto tall_rounds = [&](int swizzle) { return schedule_rounds({kTall, Raster::along_n, swizzle}, M, N, sms); };
   if (M <= 16384) return {kTall, Raster::along_n, !by_rounds || tall_rounds(2) <= tall_rounds(1) ? 2 : 1};
-  if (by_rounds && tall_rounds(1) < tile_rounds(M, N, 128, 256, 2, 1, 1, sms)) return {kTall, Raster::along_n, 1};
+  if (by_rounds && tall_rounds(1) < schedule_rounds({}, M, N, sms)) return {kTall, Raster::along_n, 1};
   return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
-}
-
-// Rounds of tiles a forward schedule takes on `sms` SMs (the low-rank gate beside the GEMM
-// compares the main columns on fewer SMs with the whole width on all of them).
-int64_t forward_rounds(GemmSchedule s, int64_t M, int64_t N, int sms) {
-  using T = GemmTile;
-  const bool tall = s.tile == T::cooperative_256x128_cluster2x1 || s.tile == T::cooperative_256x128_cluster1x2;
-  const bool pingpong = s.tile == T::pingpong_128x128_cluster2x1 || s.tile == T::pingpong_128x128_cluster1x1;
-  const bool along_n = s.tile == T::cooperative_128x256_cluster1x2 || s.tile == T::cooperative_256x128_cluster1x2;
-  const int cm = along_n || s.tile == T::pingpong_128x128_cluster1x1 ? 1 : 2, cn = along_n ? 2 : 1;
-  return tile_rounds(M, N, tall ? 256 : 128, tall || pingpong ? 128 : 256, cm, cn, s.swizzle, sms);
 }
 
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,

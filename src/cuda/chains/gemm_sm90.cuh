@@ -81,6 +81,10 @@ template <GemmTile kTile, class Element, class LayoutA, class LayoutB, class Ele
 struct Sm90Gemm {
   using TileShape = typename TileConfig<kTile>::TileShape;
   using ClusterShape = typename TileConfig<kTile>::ClusterShape;
+  static constexpr TileGeometry kGeometry = tile_geometry(kTile);
+  static_assert(kGeometry.rows == size<0>(TileShape{}) && kGeometry.columns == size<1>(TileShape{}) &&
+                    kGeometry.cluster_m == size<0>(ClusterShape{}) && kGeometry.cluster_n == size<1>(ClusterShape{}),
+                "the host's tile geometry (gemm_tiles.hpp) matches the CUTLASS tile");
   static constexpr int kAlign = 16 / sizeof(Element);  // TMA: 16-byte rows and bases
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using RowMajor = cutlass::layout::RowMajor;

@@ -24,6 +24,16 @@ enum class GemmTile : int {
 constexpr int kGemmTiles = 6;
 const char* gemm_tile_name(GemmTile tile);
 
+// A tile's shape in plain numbers (the tile scheduler's arithmetic on the host): CTA tile
+// rows × columns, cluster CTAs along M × along N, in GemmTile's order.
+struct TileGeometry {
+  int rows, columns, cluster_m, cluster_n;
+};
+inline constexpr TileGeometry kTileGeometry[kGemmTiles] = {
+    {128, 256, 2, 1}, {128, 256, 1, 2}, {256, 128, 2, 1}, {256, 128, 1, 2}, {128, 128, 2, 1}, {128, 128, 1, 1},
+};
+inline constexpr TileGeometry tile_geometry(GemmTile tile) { return kTileGeometry[static_cast<int>(tile)]; }
+
 // The persistent tile scheduler's order: which index of the tile grid runs fastest
 // (heuristic: along M when there are more column tiles than row tiles), and the swizzle
 // (1, 2, 4 or 8 tiles of the other index visited together, for L2 reuse).
@@ -40,6 +50,11 @@ struct GemmSchedule {
 // The schedule the forward GEMMs (gemm_nt_bf16, activation_gemm_bf16) use for a problem
 // of M rows (tokens), N columns and depth K.
 GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K);
+
+// Rounds of tiles a schedule takes over out [M, N] on `sms` SMs: its clusters, the tile grid
+// padded as CUTLASS's persistent scheduler pads it (gemm_dispatch.cu), over the clusters the
+// SMs hold at a time.
+int64_t schedule_rounds(GemmSchedule schedule, int64_t M, int64_t N, int sms);
 
 // out [M, N] = a·bᵀ (as gemm_nt_bf16) in a given schedule; every GemmTile is built.
 void gemm_nt_bf16_scheduled(GemmSchedule schedule, int64_t M, int64_t N, int64_t K, Rows a, Rows b,
