@@ -12,7 +12,9 @@
 // SEQMIX_LINREC_TIMING_FUSED_TRANSFERS=shared,registers,transposed the one-pass forward's
 // transfers (the running product in shared memory, or in registers with mma.sync or wgmma
 // products);
-// SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h. With
+// SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h;
+// SEQMIX_LINREC_TIMING_WALKS=0,1 every method with the sequential walk of matrix states on
+// the CUDA cores and on tensor cores (walk_wgmma.cuh). With
 // SEQMIX_LINREC_TIMING=1, LinearRecurrenceCudaTiming.SequentialSwitchesSideBySide times the
 // sequential walk with its switches (b held raw, state read as rows) off and on, alternating.
 // SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the default) picks the chunk-transfer product
@@ -338,7 +340,13 @@ INSTANTIATE_TEST_SUITE_P(
 // alone and together: the sequential method's forward and both
 // backward chains, vector and matrix states, padded n, T = 1 and T not a multiple of the
 // four steps of b in flight, and the chunked method's re-walk (its split forward at two
-// blocks per SM, and slices of 8 columns).
+// blocks per SM, and slices of 8 columns). Matrix states with n ≤ 64 take the CUDA cores'
+// walk there (SEQMIX_LINREC_SEQUENTIAL_WGMMA=0), since their default is the walk on tensor
+// cores, whose own cases follow: SEQMIX_LINREC_SEQUENTIAL_WGMMA=1 (walk_wgmma.cuh), both
+// dtypes, padded n (8, 40, 56), column counts off the slice of 8, T = 1 and T not a multiple
+// of the four steps of b in flight, with and without an initial state or a final-state
+// gradient, the backward given the forward's h, the chunked method's re-walk, and a long
+// wide chain per dtype.
 struct SwitchCase {
   GpuCase c;
   std::vector<std::pair<const char*, const char*>> environment;  // set for the case, then unset
@@ -361,37 +369,52 @@ TEST_P(LinearRecurrenceCudaSequentialSwitches, ForwardAndBackwardMatchOracle) {
 const std::pair<const char*, const char*> kRawB{"SEQMIX_LINREC_SEQUENTIAL_RAW_B", "1"},
     kHeldFloats{"SEQMIX_LINREC_SEQUENTIAL_RAW_B", "0"}, kScalarReads{"SEQMIX_LINREC_SEQUENTIAL_ROW_READS", "0"},
     kRowReads{"SEQMIX_LINREC_SEQUENTIAL_ROW_READS", "1"}, kSplit{"SEQMIX_LINREC_CHUNKED_FORWARD", "split"},
-    kTwoBlocks{"SEQMIX_LINREC_REWALK_BLOCKS", "2"};
+    kTwoBlocks{"SEQMIX_LINREC_REWALK_BLOCKS", "2"}, kCudaCores{"SEQMIX_LINREC_SEQUENTIAL_WGMMA", "0"},
+    kTensorCores{"SEQMIX_LINREC_SEQUENTIAL_WGMMA", "1"};
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, LinearRecurrenceCudaSequentialSwitches,
     ::testing::Values(SwitchCase{{"SmallRawBSequentialBf16N64Vector", 2, 37, 64, 1, bf16, seq}, {kRawB}},
                       SwitchCase{{"SmallRawBSequentialBf16N32", 3, 19, 32, 1, bf16, seq}, {kRawB}},
-                      SwitchCase{{"SmallRawBSequentialBf16N40Matrix", 2, 21, 40, 11, bf16, seq}, {kRawB}},
+                      SwitchCase{{"SmallRawBSequentialBf16N40Matrix", 2, 21, 40, 11, bf16, seq}, {kCudaCores, kRawB}},
                       SwitchCase{{"SmallRawBSequentialBf16N128MatrixNoState", 1, 9, 128, 8, bf16, seq, false, false},
                                  {kRawB}},
                       SwitchCase{{"SmallRawBSequentialBf16N104Vector", 1, 14, 104, 1, bf16, seq}, {kRawB}},
-                      SwitchCase{{"SmallRawBSequentialBf16T1", 2, 1, 16, 2, bf16, seq}, {kRawB}},
+                      SwitchCase{{"SmallRawBSequentialBf16T1", 2, 1, 16, 2, bf16, seq}, {kCudaCores, kRawB}},
                       SwitchCase{{"SmallHeldFloatsSequentialBf16N64Vector", 2, 37, 64, 1, bf16, seq}, {kHeldFloats}},
-                      SwitchCase{{"SmallHeldFloatsSequentialBf16N40Matrix", 2, 21, 40, 11, bf16, seq}, {kHeldFloats}},
-                      SwitchCase{{"SmallRawBChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true}, {kRawB}},
+                      SwitchCase{{"SmallHeldFloatsSequentialBf16N40Matrix", 2, 21, 40, 11, bf16, seq}, {kCudaCores, kHeldFloats}},
+                      SwitchCase{{"SmallRawBChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true}, {kCudaCores, kRawB}},
                       SwitchCase{{"SmallRawBChunkedBf16SplitTwoBlocks", 2, 70, 48, 1, bf16, chunked},
                                  {kRawB, kSplit, kTwoBlocks}},
-                      SwitchCase{{"SmallRowReadsSequentialF32N40Matrix", 2, 21, 40, 11, f32, seq}, {kRowReads}},
+                      SwitchCase{{"SmallRowReadsSequentialF32N40Matrix", 2, 21, 40, 11, f32, seq}, {kCudaCores, kRowReads}},
                       SwitchCase{{"SmallRowReadsSequentialF32N128", 1, 13, 128, 9, f32, seq}, {kRowReads}},
-                      SwitchCase{{"SmallRowReadsSequentialF32T1", 2, 1, 16, 3, f32, seq}, {kRowReads}},
-                      SwitchCase{{"SmallRowReadsSequentialBf16N32", 2, 19, 32, 8, bf16, seq}, {kRowReads}},
+                      SwitchCase{{"SmallRowReadsSequentialF32T1", 2, 1, 16, 3, f32, seq}, {kCudaCores, kRowReads}},
+                      SwitchCase{{"SmallRowReadsSequentialBf16N32", 2, 19, 32, 8, bf16, seq}, {kCudaCores, kRowReads}},
                       SwitchCase{{"SmallRowReadsRawBSequentialBf16N64NoState", 2, 37, 64, 16, bf16, seq, false, false},
-                                 {kRowReads, kRawB}},
+                                 {kCudaCores, kRowReads, kRawB}},
                       SwitchCase{{"SmallRowReadsRawBSequentialBf16N128", 1, 9, 128, 8, bf16, seq},
                                  {kRowReads, kRawB}},
-                      SwitchCase{{"SmallRowReadsChunkedF32Matrix", 2, 33, 64, 5, f32, chunked}, {kRowReads}},
+                      SwitchCase{{"SmallRowReadsChunkedF32Matrix", 2, 33, 64, 5, f32, chunked}, {kCudaCores, kRowReads}},
                       SwitchCase{{"SmallScalarReadsSequentialBf16N128", 1, 9, 128, 8, bf16, seq}, {kScalarReads}},
                       SwitchCase{{"SmallScalarReadsSequentialF32N128", 1, 13, 128, 9, f32, seq}, {kScalarReads}},
                       SwitchCase{{"RawBSequentialBf16Long", 4, 1001, 64, 1, bf16, seq}, {kRawB}},
-                      SwitchCase{{"RawBSequentialBf16Wide", 2, 301, 64, 64, bf16, seq}, {kRawB}},
-                      SwitchCase{{"RowReadsSequentialF32Wide", 2, 301, 64, 64, f32, seq}, {kRowReads}},
-                      SwitchCase{{"RowReadsRawBSequentialBf16Wide", 2, 301, 128, 40, bf16, seq}, {kRowReads, kRawB}}),
+                      SwitchCase{{"RawBSequentialBf16Wide", 2, 301, 64, 64, bf16, seq}, {kCudaCores, kRawB}},
+                      SwitchCase{{"RowReadsSequentialF32Wide", 2, 301, 64, 64, f32, seq}, {kCudaCores, kRowReads}},
+                      SwitchCase{{"RowReadsRawBSequentialBf16Wide", 2, 301, 128, 40, bf16, seq}, {kRowReads, kRawB}},
+                      SwitchCase{{"SmallTensorWalkF32N40Matrix", 2, 21, 40, 11, f32, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkBf16N40Matrix", 2, 21, 40, 11, bf16, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkF32N8", 2, 50, 8, 3, f32, seq, true, false}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkBf16N64NoState", 2, 37, 64, 16, bf16, seq, false, false},
+                                 {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkF32N56Columns2", 1, 30, 56, 2, f32, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkBf16T1", 2, 1, 16, 2, bf16, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkF32T1", 2, 1, 64, 9, f32, seq, false, true}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true},
+                                 {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkChunkedF32N40Columns8", 1, 53, 40, 8, f32, chunked},
+                                 {kTensorCores}},
+                      SwitchCase{{"TensorWalkF32Wide", 2, 301, 64, 64, f32, seq}, {kTensorCores}},
+                      SwitchCase{{"TensorWalkBf16Wide", 3, 1001, 64, 64, bf16, seq}, {kTensorCores}}),
     [](const ::testing::TestParamInfo<SwitchCase>& info) { return std::string(info.param.c.name); });
 
 // Relative error of the states in windows of time [T/2^(k+1), T/2^k) ... and the first
@@ -789,9 +812,11 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const char* fused_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS");  // "2,3" (f32, n ≤ 64)
     const char* bf16_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS_BF16");  // "3,4" (bf16 forward)
     const char* fused_transfers = std::getenv("SEQMIX_LINREC_TIMING_FUSED_TRANSFERS");  // "shared,transposed"
+    const char* walks = std::getenv("SEQMIX_LINREC_TIMING_WALKS");  // "0,1": the walk on CUDA or tensor cores
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);
+      for_each_setting("SEQMIX_LINREC_SEQUENTIAL_WGMMA", walks, [&](const std::string& walk) {
       for_each_setting("SEQMIX_LINREC_GRADIENT", gradients, [&](const std::string& gradient) {
         for_each_setting("SEQMIX_LINREC_REWALK_BLOCKS", method == chunked ? rewalks : nullptr,
                          [&](const std::string& rewalk) {
@@ -805,13 +830,15 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
                                  [&](const std::string& bf16) {
                   for_each_setting("SEQMIX_LINREC_FUSED_TRANSFER", method == chunked ? fused_transfers : nullptr,
                                    [&](const std::string& transfer) {
-                    time_method(method, name + product + rewalk + forward + blocks + bf16 + transfer + gradient);
+                    time_method(method, name + product + rewalk + forward + blocks + bf16 + transfer + gradient +
+                                            (walk.empty() ? "" : "[wgmma=" + walk.substr(1)));
                   });
                 });
               });
             });
           });
         });
+      });
       });
     }
   }

@@ -15,6 +15,12 @@ struct SeqChain;
 template <class T>
 void launch_sequential(const SeqParams& p, int64_t G, void* stream);
 
+// The sequential kernel's chains for a matrix state (m > 1, n ≤ 64) on tensor cores
+// (walk_wgmma.cuh): launches them and returns true, or returns false where that walk does
+// not apply (built without CUTLASS, vector states, n > 64, or switched off).
+template <class T>
+bool launch_walk_on_tensor_cores(const SeqParams& p, int64_t G, void* stream);
+
 // A chain of float copies in the workspace, solved in place: maps [G, T, n, n] (clobbered),
 // states [G, T, n, m] (the offsets b_t in, the states h_t out), start [G, n, m].
 struct FloatChain {

@@ -90,6 +90,7 @@ void launch_sequential(const SeqParams& params, int64_t G, void* stream) {
     p.col_blocks = 1;
     launch_sequential_held<T, 1>(p, G, s);
   } else {
+    if (launch_walk_on_tensor_cores<T>(params, G, stream)) return;
     p.col_blocks = static_cast<int>((p.m + 7) / 8);
     launch_sequential_held<T, 8>(p, G, s);
   }

@@ -1,0 +1,8 @@
+// Explicit instantiation: the sequential walk of matrix states on tensor cores, bf16 inputs.
+#include "cuda/linear_recurrence/walk_wgmma.cuh"
+
+namespace seqmix::cuda::linrec {
+
+template bool launch_walk_on_tensor_cores<__nv_bfloat16>(const SeqParams&, int64_t, void*);
+
+}  // namespace seqmix::cuda::linrec
