@@ -215,6 +215,8 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"SmallF32N128NoFinalGradient", 1, 13, 128, 1, f32, seq, true, false},
                       GpuCase{"SmallT1", 2, 1, 16, 2, f32, seq},
                       GpuCase{"SmallWorkspace", 1, 30, 24, 9, bf16, seq, true, true, true},
+                      GpuCase{"SmallBf16N48Columns16", 2, 29, 48, 16, bf16, seq},
+                      GpuCase{"SmallF32N32Columns8NoState", 2, 17, 32, 8, f32, seq, false, true},
                       GpuCase{"F32Wide", 2, 300, 64, 64, f32, seq},
                       GpuCase{"Bf16Long", 4, 1000, 128, 1, bf16, seq},
                       GpuCase{"Bf16WideN128", 1, 200, 128, 40, bf16, seq},
@@ -341,12 +343,11 @@ INSTANTIATE_TEST_SUITE_P(
 // backward chains, vector and matrix states, padded n, T = 1 and T not a multiple of the
 // four steps of b in flight, and the chunked method's re-walk (its split forward at two
 // blocks per SM, and slices of 8 columns). Matrix states with n ≤ 64 take the CUDA cores'
-// walk there (SEQMIX_LINREC_SEQUENTIAL_WGMMA=0), since their default is the walk on tensor
-// cores, whose own cases follow: SEQMIX_LINREC_SEQUENTIAL_WGMMA=1 (walk_wgmma.cuh), both
-// dtypes, padded n (8, 40, 56), column counts off the slice of 8, T = 1 and T not a multiple
-// of the four steps of b in flight, with and without an initial state or a final-state
-// gradient, the backward given the forward's h, the chunked method's re-walk, and a long
-// wide chain per dtype.
+// walk there (SEQMIX_LINREC_SEQUENTIAL_WGMMA=0), since bf16 with 32 < n ≤ 64 defaults to the
+// walk on tensor cores, whose own cases (any dtype and n ≤ 64) follow: SEQMIX_LINREC_SEQUENTIAL_WGMMA=1 (walk_wgmma.cuh), both
+// dtypes, padded n (8, 32, 40, 56), several slices of 8 columns, T = 1, with and without an
+// initial state or a final-state gradient, the chunked method's re-walk (8 columns), a
+// long wide chain per dtype, and column counts off the slice of 8 (3, 11).
 struct SwitchCase {
   GpuCase c;
   std::vector<std::pair<const char*, const char*>> environment;  // set for the case, then unset
@@ -401,14 +402,18 @@ INSTANTIATE_TEST_SUITE_P(
                       SwitchCase{{"RawBSequentialBf16Wide", 2, 301, 64, 64, bf16, seq}, {kCudaCores, kRawB}},
                       SwitchCase{{"RowReadsSequentialF32Wide", 2, 301, 64, 64, f32, seq}, {kCudaCores, kRowReads}},
                       SwitchCase{{"RowReadsRawBSequentialBf16Wide", 2, 301, 128, 40, bf16, seq}, {kRowReads, kRawB}},
-                      SwitchCase{{"SmallTensorWalkF32N40Matrix", 2, 21, 40, 11, f32, seq}, {kTensorCores}},
-                      SwitchCase{{"SmallTensorWalkBf16N40Matrix", 2, 21, 40, 11, bf16, seq}, {kTensorCores}},
-                      SwitchCase{{"SmallTensorWalkF32N8", 2, 50, 8, 3, f32, seq, true, false}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkF32N40Matrix", 2, 21, 40, 24, f32, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkBf16N40Matrix", 2, 21, 40, 24, bf16, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkF32N8", 2, 50, 8, 8, f32, seq, true, false}, {kTensorCores}},
                       SwitchCase{{"SmallTensorWalkBf16N64NoState", 2, 37, 64, 16, bf16, seq, false, false},
                                  {kTensorCores}},
-                      SwitchCase{{"SmallTensorWalkF32N56Columns2", 1, 30, 56, 2, f32, seq}, {kTensorCores}},
-                      SwitchCase{{"SmallTensorWalkBf16T1", 2, 1, 16, 2, bf16, seq}, {kTensorCores}},
-                      SwitchCase{{"SmallTensorWalkF32T1", 2, 1, 64, 9, f32, seq, false, true}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkF32N56", 1, 30, 56, 8, f32, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkBf16N32", 2, 23, 32, 16, bf16, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkBf16T1", 2, 1, 16, 8, bf16, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkF32T1", 2, 1, 64, 16, f32, seq, false, true}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkBf16N40Columns11", 2, 21, 40, 11, bf16, seq}, {kTensorCores}},
+                      SwitchCase{{"SmallTensorWalkF32N24Columns3", 2, 19, 24, 3, f32, seq, true, false},
+                                 {kTensorCores}},
                       SwitchCase{{"SmallTensorWalkChunkedBf16Matrix", 2, 33, 64, 5, bf16, chunked, false, true},
                                  {kTensorCores}},
                       SwitchCase{{"SmallTensorWalkChunkedF32N40Columns8", 1, 53, 40, 8, f32, chunked},
@@ -440,7 +445,8 @@ std::vector<double> window_errors(const std::vector<double>& got, const std::vec
 // mma.sync chunk transfer) and n = 64 (wgmma) over a long chain; prints the error of h
 // in windows of time (its growth along the chain) and of dA and db, and asserts
 // dtype-aware bounds: f32 1e-4 (the tensor-core chunked path, f32 as three tf32
-// products, 1e-3), bf16 2e-2.
+// products, 1e-3), bf16 2e-2. bf16 matrix states with n = 64 walk on tensor cores
+// (walk_wgmma.cuh), f32 ones on the CUDA cores.
 struct RadiusCase {
   int64_t T, n, m;
 };

@@ -33,7 +33,6 @@ struct WalkLayout {
   static constexpr bool kF32 = sizeof(T) == 4;
   static constexpr int kStages = kF32 ? 6 : 10;  // f32: one block an SM; bf16: two
   static constexpr int kK = kF32 ? 8 : 16;       // k per wgmma
-  static constexpr int kSlices = N / kK;
   static constexpr int kUnitElems = 16 / int(sizeof(T));
   static constexpr int kUnitsPerRow = N / kUnitElems;
   static constexpr int kStageBytes = N * N * int(sizeof(T));
@@ -99,9 +98,11 @@ __device__ __forceinline__ void split_transition(const unsigned char* stage, uns
 
 // One block's chain (blockIdx.y of p's chains), its direction fixed at compile time so that
 // nothing but wgmma touches the accumulators within a step's products.
-template <class T, bool transposed>
+template <class T, bool transposed, int K>
 __device__ __forceinline__ void walk_chain(const SeqParams& p, unsigned char* smem) {
   using L = WalkLayout<T>;
+  // k-slices of the product: n ≤ 32 leaves the upper half of k zero (K = 32).
+  constexpr int kSlices = K / L::kK, kChains = L::kF32 ? kSlices : 2 * kSlices;
   using Held = HeldB<T, true>;
   constexpr int D = L::kStages, PB = L::kPrefetchB, N = L::N, C = L::kCols;
   const SeqChain c = p.chains[blockIdx.y];
@@ -231,20 +232,23 @@ __device__ __forceinline__ void walk_chain(const SeqParams& p, unsigned char* sm
       {
         const unsigned char* h_hi = smem + L::kState + (2 * state_in) * L::kStateBytes;
         const unsigned char* h_lo = h_hi + L::kStateBytes;
+        // Independent accumulators: a chain of dependent wgmma m64n8 runs at the latency of
+        // each (measured: 24 in a chain took ~1.2 µs a step), independent ones overlap.
+        float part[kChains][4];
         attn::wgmma_fence();
         if constexpr (L::kF32) {
           using Op = cute::SM90::GMMA::MMA_64x8x8_F32TF32TF32_SS_TN<>;
           const unsigned char* a_hi = split + static_cast<int>(s % 2) * 2 * L::kStageBytes;
           const unsigned char* a_lo = a_hi + L::kStageBytes;
 #pragma unroll
-          for (int ks = 0; ks < L::kSlices; ++ks) {  // small terms first
+          for (int ks = 0; ks < kSlices; ++ks) {  // chain ks: small terms first
             const uint64_t bh = attn::smem_descriptor(h_hi + L::template slice<C>(ks), 16);
             const uint64_t bl = attn::smem_descriptor(h_lo + L::template slice<C>(ks), 16);
             const uint64_t ah = attn::smem_descriptor(a_hi + L::template slice<N>(ks), 16);
             const uint64_t al = attn::smem_descriptor(a_lo + L::template slice<N>(ks), 16);
-            walk_wgmma<Op>(al, bh, acc, ks > 0);
-            walk_wgmma<Op>(ah, bl, acc, true);
-            walk_wgmma<Op>(ah, bh, acc, true);
+            walk_wgmma<Op>(al, bh, part[ks], false);
+            walk_wgmma<Op>(ah, bl, part[ks], true);
+            walk_wgmma<Op>(ah, bh, part[ks], true);
           }
         } else {
           using OpK = cute::SM90::GMMA::MMA_64x8x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K,
@@ -252,14 +256,14 @@ __device__ __forceinline__ void walk_chain(const SeqParams& p, unsigned char* sm
           using OpMN = cute::SM90::GMMA::MMA_64x8x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::MN,
                                                                      cute::SM90::GMMA::Major::K>;
           const unsigned char* a = stage(s);
-          // Both parts of h against one k-slice of A (lo first).
+          // Both parts of h against each k-slice of A, one accumulator each.
           const auto products = [&](auto op, auto a_slice) {
             using Op = decltype(op);
 #pragma unroll
-            for (int ks = 0; ks < L::kSlices; ++ks) {
+            for (int ks = 0; ks < kSlices; ++ks) {
               const uint64_t at = a_slice(ks);
-              walk_wgmma<Op>(at, attn::smem_descriptor(h_lo + L::template slice<C>(ks), 16), acc, ks > 0);
-              walk_wgmma<Op>(at, attn::smem_descriptor(h_hi + L::template slice<C>(ks), 16), acc, true);
+              walk_wgmma<Op>(at, attn::smem_descriptor(h_lo + L::template slice<C>(ks), 16), part[2 * ks], false);
+              walk_wgmma<Op>(at, attn::smem_descriptor(h_hi + L::template slice<C>(ks), 16), part[2 * ks + 1], false);
             }
           };
           if constexpr (transposed)  // Aᵀ: row k of the stage holds the operand's column k (MN-major)
@@ -268,10 +272,17 @@ __device__ __forceinline__ void walk_chain(const SeqParams& p, unsigned char* sm
             products(OpK{}, [&](int ks) { return attn::smem_descriptor(a + L::template slice<N>(ks), 16); });
         }
         attn::wgmma_commit();
+        split_step(s + 1);  // f32: while the products run
+        attn::wgmma_wait<0>();
+#pragma unroll
+        for (int q = 0; q < kChains; ++q) attn::fence_registers(part[q]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          acc[i] = part[0][i];
+#pragma unroll
+          for (int q = 1; q < kChains; ++q) acc[i] += part[q][i];
+        }
       }
-      split_step(s + 1);  // f32: while the products run
-      attn::wgmma_wait<0>();
-      attn::fence_registers(acc);
 
       // out = product + b: kept in registers, to memory, and as the next step's operand.
       const bool write_last = last && s == steps - 1;
@@ -291,13 +302,13 @@ __device__ __forceinline__ void walk_chain(const SeqParams& p, unsigned char* sm
   copy_async_wait<0>();
 }
 
-template <class T>
+template <class T, int K>
 __global__ void __launch_bounds__(128, WalkLayout<T>::kF32 ? 1 : 2) walk_wgmma_kernel(const SeqParams p) {
   extern __shared__ __align__(16) unsigned char walk_smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(walk_smem_raw) + 1023) &
                                                          ~uintptr_t(1023));
-  if (p.chains[blockIdx.y].transposed) walk_chain<T, true>(p, smem);
-  else walk_chain<T, false>(p, smem);
+  if (p.chains[blockIdx.y].transposed) walk_chain<T, true, K>(p, smem);
+  else walk_chain<T, false, K>(p, smem);
 }
 
 }  // namespace seqmix::cuda::linrec
@@ -306,25 +317,30 @@ __global__ void __launch_bounds__(128, WalkLayout<T>::kF32 ? 1 : 2) walk_wgmma_k
 
 namespace seqmix::cuda::linrec {
 
-// The sequential walk on tensor cores for matrix states with n ≤ 64, by default;
-// SEQMIX_LINREC_SEQUENTIAL_WGMMA=0 keeps the CUDA cores' walk (read at every call so that
-// one process can time both; NOTES.md, version 14).
-inline bool walk_on_tensor_cores(const SeqParams& p) {
-  return p.m > 1 && p.n <= 64 && flag_from_environment("SEQMIX_LINREC_SEQUENTIAL_WGMMA", true);
+// The sequential walk on tensor cores for matrix states: by default bf16 with 32 < n ≤ 64,
+// where it measured faster than the CUDA cores' walk (G16 T4096 n64 m64 3.77 → 2.73 ms,
+// G64 T2048 7.47 → 3.56); f32 (three tf32 products, 5.02 against 3.95 ms) and n ≤ 32
+// (2.43 against 2.04) measured slower and keep the CUDA cores (NOTES.md, version 14).
+// SEQMIX_LINREC_SEQUENTIAL_WGMMA=1 forces it on for any matrix state with n ≤ 64, =0 off
+// (read at every call so that one process can time both).
+inline bool walk_on_tensor_cores(const SeqParams& p, bool bf16) {
+  if (p.m < 2 || p.n > 64) return false;
+  return flag_from_environment("SEQMIX_LINREC_SEQUENTIAL_WGMMA", bf16 && p.n > 32);
 }
 
 template <class T>
 bool launch_walk_on_tensor_cores(const SeqParams& params, int64_t G, void* stream) {
 #if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
-  if (!walk_on_tensor_cores(params)) return false;
+  if (!walk_on_tensor_cores(params, sizeof(T) == 2)) return false;
   using L = WalkLayout<T>;
   SeqParams p = params;
   p.col_blocks = static_cast<int>((p.m + L::kCols - 1) / L::kCols);
   constexpr int smem = L::kBytes + L::kAlignSlack;
-  check(cudaFuncSetAttribute(walk_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+  const auto kernel = p.n <= 32 ? walk_wgmma_kernel<T, 32> : walk_wgmma_kernel<T, 64>;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (walk on tensor cores)");
   const dim3 grid(static_cast<unsigned>(G * p.col_blocks), p.chains[1].steps > 0 ? 2u : 1u);
-  walk_wgmma_kernel<T><<<grid, L::kThreads, smem, static_cast<cudaStream_t>(stream)>>>(p);
+  kernel<<<grid, L::kThreads, smem, static_cast<cudaStream_t>(stream)>>>(p);
   check_launch("linear_recurrence walk on tensor cores");
   return true;
 #else  // built without the CUTLASS headers: the CUDA cores' walk
