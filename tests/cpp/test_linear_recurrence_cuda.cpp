@@ -884,6 +884,7 @@ TEST(LinearRecurrenceCudaTiming, SequentialSwitchesSideBySide) {
         if ((s.dtype == bf16 || raw_b[0] == '0') && (s.m > 1 || row_reads[0] == '0'))
           settings.emplace_back(raw_b, row_reads);
     std::vector<std::vector<float>> fwd(settings.size()), bwd(settings.size());
+    setenv("SEQMIX_LINREC_SEQUENTIAL_WGMMA", "0", 1);  // the CUDA cores' walk, whose switches these are
     for (int rep = 0; rep < kReps; ++rep)
       for (size_t k = 0; k < settings.size(); ++k) {
         setenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B", settings[k].first, 1);
@@ -893,6 +894,7 @@ TEST(LinearRecurrenceCudaTiming, SequentialSwitchesSideBySide) {
       }
     unsetenv("SEQMIX_LINREC_SEQUENTIAL_RAW_B");
     unsetenv("SEQMIX_LINREC_SEQUENTIAL_ROW_READS");
+    unsetenv("SEQMIX_LINREC_SEQUENTIAL_WGMMA");
     const double floor_ms = buffers.floor_ms(s.dtype);
     for (size_t k = 0; k < settings.size(); ++k) {
       std::sort(fwd[k].begin(), fwd[k].end());
