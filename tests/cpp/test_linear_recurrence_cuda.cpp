@@ -193,10 +193,12 @@ INSTANTIATE_TEST_SUITE_P(
     case_name);
 
 // The backward given the forward's h (`states`): the reverse chain alone, the gradient
-// products reading h in the input dtype. The sequential method: vector and matrix states,
-// padded n, T = 1, with and without an initial state and a final-state gradient, f32 and
-// bf16 (whose dA then comes from the forward's rounded h, within the bf16 bound); the
-// chunked method's split path on tensor cores (fewer than 5 groups, or m > 1).
+// products reading h in the input dtype (bf16 matrix states with m a multiple of 8 up to
+// 64 and n ≤ 64: on tensor cores, more steps than blocks in the last such case). The
+// sequential method: vector and matrix states, padded n, T = 1, with and without an
+// initial state and a final-state gradient, f32 and bf16 (whose dA then comes from the
+// forward's rounded h, within the bf16 bound); the chunked method's split path on tensor
+// cores (fewer than 5 groups, or m > 1).
 class LinearRecurrenceCudaGivenStates : public ::testing::TestWithParam<GpuCase> {};
 
 TEST_P(LinearRecurrenceCudaGivenStates, BackwardGivenStatesMatchesOracle) {
@@ -216,6 +218,11 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"SmallT1", 2, 1, 16, 2, f32, seq},
                       GpuCase{"SmallWorkspace", 1, 30, 24, 9, bf16, seq, true, true, true},
                       GpuCase{"SmallBf16N48Columns16", 2, 29, 48, 16, bf16, seq},
+                      // bf16 matrix states: the gradient products on tensor cores (grad_wgmma.cuh)
+                      GpuCase{"SmallBf16N40Columns8NoState", 2, 23, 40, 8, bf16, seq, false, true},
+                      GpuCase{"SmallBf16N64Columns24T1", 3, 1, 64, 24, bf16, seq},
+                      GpuCase{"Bf16N64Wide", 2, 300, 64, 64, bf16, seq},
+                      GpuCase{"Bf16N56WideManySteps", 4, 500, 56, 64, bf16, seq, true, false},
                       GpuCase{"SmallF32N32Columns8NoState", 2, 17, 32, 8, f32, seq, false, true},
                       GpuCase{"F32Wide", 2, 300, 64, 64, f32, seq},
                       GpuCase{"Bf16Long", 4, 1000, 128, 1, bf16, seq},

@@ -84,6 +84,11 @@ struct GradParams {
   __device__ float state(int64_t e) const { return h_saved ? to_float(h_saved[e]) : h[e]; }
 };
 
+// The same products on tensor cores where they apply (grad_wgmma.cuh: bf16, the forward's h
+// given, n ≤ 64, m a multiple of 8 up to 64): launched, true; otherwise false.
+template <class T>
+bool launch_gradients_on_tensor_cores(const GradParams<T>& p, int64_t G, void* stream);
+
 inline constexpr int kGradCols = 32;
 
 // Four consecutive outputs in one store (16 bytes of f32, 8 of bf16) where the address

@@ -237,7 +237,9 @@ void backward(const LinearRecurrenceParams& p) {
   g.A = static_cast<const T*>(p.A);
   g.dA = static_cast<T*>(p.dA), g.db = static_cast<T*>(p.db), g.dh0 = static_cast<T*>(p.d_initial_state);
   g.T_len = p.T, g.n = static_cast<int>(p.n), g.m = static_cast<int>(p.m);
-  if (p.m <= kStreamGradMaxCols && gradient_kernel() == GradientKernel::stream) {
+  if (launch_gradients_on_tensor_cores<T>(g, p.G, p.stream)) {
+    // bf16 matrix states given the forward's h (grad_wgmma.cuh)
+  } else if (p.m <= kStreamGradMaxCols && gradient_kernel() == GradientKernel::stream) {
     // About four waves of 8 blocks per SM over all groups, each thread walking ~16 tiles.
     int device = 0, sms = 132;
     check(cudaGetDevice(&device), "cudaGetDevice");
