@@ -193,8 +193,8 @@ INSTANTIATE_TEST_SUITE_P(
     case_name);
 
 // The backward given the forward's h (`states`): the reverse chain alone, the gradient
-// products reading h in the input dtype (bf16 matrix states with m a multiple of 8 up to
-// 64 and n ≤ 64: on tensor cores, more steps than blocks in the last such case). The
+// products reading h in the input dtype (matrix states with m a multiple of 8 up to 64 and
+// n ≤ 64: on tensor cores, more steps than blocks in the last case of each dtype). The
 // sequential method: vector and matrix states, padded n, T = 1, with and without an
 // initial state and a final-state gradient, f32 and bf16 (whose dA then comes from the
 // forward's rounded h, within the bf16 bound); the chunked method's split path on tensor
@@ -223,6 +223,9 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"SmallBf16N64Columns24T1", 3, 1, 64, 24, bf16, seq},
                       GpuCase{"Bf16N64Wide", 2, 300, 64, 64, bf16, seq},
                       GpuCase{"Bf16N56WideManySteps", 4, 500, 56, 64, bf16, seq, true, false},
+                      GpuCase{"SmallF32N40Columns8NoState", 2, 23, 40, 8, f32, seq, false, true},
+                      GpuCase{"SmallF32N64Columns24T1", 3, 1, 64, 24, f32, seq},
+                      GpuCase{"F32N56WideManySteps", 4, 300, 56, 64, f32, seq, true, false},
                       GpuCase{"SmallF32N32Columns8NoState", 2, 17, 32, 8, f32, seq, false, true},
                       GpuCase{"F32Wide", 2, 300, 64, 64, f32, seq},
                       GpuCase{"Bf16Long", 4, 1000, 128, 1, bf16, seq},
