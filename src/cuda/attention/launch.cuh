@@ -38,12 +38,7 @@ CUtensorMap tensor_map(const AttentionView& view, int64_t rows, int64_t heads, i
 // The current device's multiprocessor count, asked once per process (one device at a time
 // is enough here: the count only sizes the persistent grid).
 inline int multiprocessor_count() {
-  static const int count = [] {
-    int device = 0, sms = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-    return sms;
-  }();
+  static const int count = seqmix::cuda::multiprocessor_count();
   return count;
 }
 

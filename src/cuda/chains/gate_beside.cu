@@ -289,13 +289,6 @@ cudaStream_t side_stream() {
   return streams[device];
 }
 
-int device_sms() {
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-  return sms;
-}
-
 }  // namespace gate_beside
 
 void gate_side_kernel(const ProjectionChainProblem& p, MutableRows chain_out, size_t code,
@@ -345,7 +338,7 @@ bool projection_chain_with_gate_beside(const ProjectionChainProblem& p, const st
     schedule = {GemmTile::cooperative_256x128_cluster2x1, Raster::along_n, 1};
   // The GEMM's SMs: the rest after the side kernel's, even (clusters of 2); only where that
   // costs no round of tiles against the whole width on every SM (the two-call path's GEMM).
-  const int sms = device_sms(), side = gate_beside_sms(), gemm_sms = (sms - side) / 2 * 2;
+  const int sms = multiprocessor_count(), side = gate_beside_sms(), gemm_sms = (sms - side) / 2 * 2;
   if (gemm_sms < 2 ||
       schedule_rounds(schedule, p.tokens, main, gemm_sms) >
           schedule_rounds(forward_schedule(p.tokens, p.columns, p.d), p.tokens, p.columns, sms))

@@ -260,13 +260,6 @@ NormGate norm_gate(const OutputChainProblem& p) {
 
 bool aligned(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
 
-int sm_count() {
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "output chain: SM count");
-  return sms;
-}
-
 // Whether the 16-byte norm-gate kernels take o, g, the norm weight and u [tokens, heads·dv].
 bool vector_rows(const OutputChainProblem& p, const bf16* u) {
   return p.dv % 8 == 0 && p.dv <= 512 && p.o.stride % 8 == 0 && p.g.stride % 8 == 0 && aligned(p.o.data) &&
@@ -294,7 +287,7 @@ unsigned norm_gate_blocks(const OutputChainProblem& p, Kernel kernel, size_t sha
             "output chain: norm-gate occupancy");
     per_sm = std::max(it->second, 1);
   }
-  return std::min(needed, static_cast<unsigned>(per_sm * sm_count()));
+  return std::min(needed, static_cast<unsigned>(per_sm * multiprocessor_count()));
 }
 
 // One wave for the norm-gate forward too (SEQMIX_CHAINS_NORM_GATE_WAVE_FORWARD=1; under

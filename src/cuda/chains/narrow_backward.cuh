@@ -132,9 +132,7 @@ inline void gradients(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows
   float* dx32 = sums.get();
   float* dw32 = sums.get() + M * K;
   check(cudaMemsetAsync(sums.get(), 0, (M + N) * K * sizeof(float), stream), "narrow projection backward: zero");
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "narrow projection: SM count");
+  const int sms = multiprocessor_count();
   constexpr int64_t kWarpsPerSm = 16;
   const int64_t warps = int64_t(sms) * kWarpsPerSm;
   const int64_t tiles = (M + kTileRows - 1) / kTileRows, row_blocks = (tiles + kWarps - 1) / kWarps;

@@ -227,9 +227,7 @@ inline void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Rows dy
   float* db32 = dbias ? sums.get() + (M + N) * K : nullptr;
   check(cudaMemsetAsync(sums.get(), 0, sums_count * sizeof(float), stream), "narrow fused backward: zero");
   if (M > 0 && N > 0) {
-    int device = 0, sms = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "narrow fused backward: SM count");
+    const int sms = multiprocessor_count();
     const int64_t groups = (N + kGroupColumns - 1) / kGroupColumns;
     const int64_t tiles = (M + narrow::kTileRows - 1) / narrow::kTileRows;
     // One wave at the resident count (2 blocks of 4 warps a SM at ~220-250 registers).

@@ -265,9 +265,7 @@ void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows ou
             void* stream) {
   if (K > kNarrowProjectionMaxK || K < 1) throw Error("seqmix: narrow projection: K outside [1, 32]");
   if (M == 0 || N == 0) return;
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "narrow projection: SM count");
+  const int sms = multiprocessor_count();
   static const int resident = [] {
     int blocks = 0;
     check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, narrow_projection<Out, kMode>, kThreads, 0),

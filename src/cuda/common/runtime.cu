@@ -23,6 +23,13 @@ void check(cudaError_t status, const char* what) {
     throw Error(std::string("seqmix: CUDA error in ") + what + ": " + cudaGetErrorString(status));
 }
 
+int multiprocessor_count() {
+  int device = 0, sms = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute (SM count)");
+  return sms;
+}
+
 }  // namespace seqmix::cuda
 
 #include "cuda/common/device.hpp"

@@ -8,6 +8,8 @@ namespace seqmix::cuda {
 
 int device_count();
 void check(cudaError_t status, const char* what);
+// Streaming multiprocessors of the current device (throws where the query fails).
+int multiprocessor_count();
 inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
 
 }  // namespace seqmix::cuda

@@ -91,17 +91,10 @@ void timed_launch(cudaStream_t stream, const char* kernel, Launch&& launch) {
   launch_ended(stream, kernel);
 }
 
-inline int multiprocessors() {
-  int device = 0, sms = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return sms;
-}
-
 // Segments per sequence: one block per SM at most (a block fills an SM's shared memory),
 // so split only when the unsplit grid leaves at least half the SMs idle.
 inline void plan_segments(GlaParams& p, int64_t value_blocks) {
-  const int64_t blocks = p.num_sequences * p.H * value_blocks, sms = multiprocessors();
+  const int64_t blocks = p.num_sequences * p.H * value_blocks, sms = multiprocessor_count();
   p.segments = 1, p.segment_chunks = 0;
   if (2 * blocks > sms || p.max_chunks < 4) return;
   const int64_t segments = std::min<int64_t>(sms / blocks, p.max_chunks / 2);
@@ -118,7 +111,7 @@ unsigned column_blocks(const GlaParams& p) {
 template <class E>
 void sum_key_blocks(const GlaParams& p, const GlaTokens& out, cudaStream_t stream) {
   const int64_t threads = p.partial_rows * p.H * p.V / 2;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, 8 * multiprocessors()));
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((threads + 255) / 256, 8 * multiprocessor_count()));
   timed_launch(stream, "gla sum key blocks", [&] { sum_key_blocks_kernel<E><<<blocks, 256, 0, stream>>>(p, out); });
 }
 
@@ -211,7 +204,7 @@ struct PiecePlan {
 inline PiecePlan plan_pieces(GlaParams& p, int64_t value_blocks) {
   PiecePlan plan;
   plan.piece_chunks = p.segment_chunks;
-  const int64_t pairs = p.num_sequences * p.H * value_blocks, sms = multiprocessors();
+  const int64_t pairs = p.num_sequences * p.H * value_blocks, sms = multiprocessor_count();
   const int64_t per_segment = std::min<int64_t>(sms / (pairs * (p.segments - 1)), p.segment_chunks);
   if (per_segment < 2) return plan;
   const int64_t piece_chunks = (p.segment_chunks + per_segment - 1) / per_segment;

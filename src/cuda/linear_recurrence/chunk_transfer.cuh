@@ -35,6 +35,8 @@
 // stage of N elements, so that three blocks share an SM (≤ 75 KB each).
 #pragma once
 
+#include <utility>
+
 #include "cuda/linear_recurrence/common.cuh"
 #include "cuda/linear_recurrence/sequential.cuh"
 
@@ -109,6 +111,20 @@ __device__ __forceinline__ unsigned to_tf32(float x) {
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
 }
+
+#if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
+template <class Op, int N, int... I>
+__device__ __forceinline__ void wgmma_ss_accumulators(uint64_t a, uint64_t b, float (&acc)[N], bool accumulate,
+                                                      std::integer_sequence<int, I...>) {
+  Op::fma(a, b, acc[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+// acc (= or +=) A·B with both operands in shared memory (descriptors a and b), one
+// warpgroup: wgmma instruction Op with N accumulators a thread.
+template <class Op, int N>
+__device__ __forceinline__ void wgmma_ss(uint64_t a, uint64_t b, float (&acc)[N], bool accumulate) {
+  wgmma_ss_accumulators<Op>(a, b, acc, accumulate, std::make_integer_sequence<int, N>{});
+}
+#endif
 
 // d += a·b for one m16n8k8 tile (row-major a, column-major b, tf32 operands).
 __device__ __forceinline__ void mma_tf32(float (&d)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {

@@ -72,6 +72,16 @@ __device__ __forceinline__ void copy_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(pending));
 }
 
+// Byte offset of element k (of `element_bytes` bytes) of row `row` in a K-major wgmma
+// operand of `rows` rows kept in 128-byte swizzled atoms: 128 bytes of a row per K part,
+// the rows of a part one after another (8 rows: one 1024-byte atom), the 16-byte unit u of
+// a row at (u XOR row) mod 8 (the hardware's 128-byte swizzle).
+template <int rows, int element_bytes>
+__host__ __device__ constexpr int swizzled_offset(int row, int k) {
+  const int byte = k * element_bytes;
+  return (byte / 128) * (rows * 128) + row * 128 + ((((byte % 128) / 16) ^ (row % 8)) * 16) + byte % 16;
+}
+
 // Where the parallel methods keep their float copies (params.hpp sizes it). Per group:
 // maps [T, n, n] and states [T, n, m] (the offsets of the maps, which become the states
 // in place); `start` [n, m] is the state before step 0.

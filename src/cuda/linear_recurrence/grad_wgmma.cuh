@@ -38,24 +38,15 @@ struct GradLayout {
   static constexpr int kBytes = kParts + 2 * kPartBytes;
   static constexpr int kAlignSlack = 1024;
   static constexpr int kK = kF32 ? 8 : 16;  // k per wgmma
-  // Byte offset of element k (of type E) of row `row` in a K-major operand of 64 rows: 128
-  // bytes of a row per K part, the 16-byte unit u of a row at (u XOR row) mod 8.
+  // Byte offset of element k (of type E) of row `row` in a K-major operand of 64 rows.
   template <class E>
   __device__ static constexpr int at(int row, int k) {
-    const int byte = k * int(sizeof(E));
-    return (byte / 128) * (N * 128) + row * 128 + ((((byte % 128) / 16) ^ (row % 8)) * 16) + byte % 16;
+    return swizzled_offset<N, int(sizeof(E))>(row, k);
   }
   // Where g's element (row, k) lands: f32 straight in the tf32 A operand's layout (the
   // tensor cores read its top 19 bits: the hi part), bf16 in plain rows to be split.
   __device__ static constexpr int g_at(int row, int k) { return kF32 ? at<float>(row, k) : row * K * 4 + k * 4; }
 };
-
-// acc (= or +=) A·B, both K-major in shared memory, one warpgroup, m64n64.
-template <class Op, int... I>
-__device__ __forceinline__ void grad_wgmma(uint64_t a, uint64_t b, float (&acc)[32], bool accumulate,
-                                           std::integer_sequence<int, I...>) {
-  Op::fma(a, b, acc[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
-}
 
 // x − (x with its low 13 mantissa bits cleared): what the tensor cores drop reading x as tf32.
 __device__ __forceinline__ float4 tf32_remainder(float4 x) {
@@ -68,7 +59,6 @@ __global__ void __launch_bounds__(GradLayout<T>::kThreads, GradLayout<T>::kBlock
     grad_wgmma_kernel(const GradParams<T> p, int64_t G) {
   using L = GradLayout<T>;
   constexpr int kHUnit = 16 / int(sizeof(T));  // elements of h a 16-byte copy
-  constexpr auto kAcc = std::make_integer_sequence<int, 32>{};
   extern __shared__ __align__(16) unsigned char grad_smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(grad_smem_raw) + 1023) &
                                                          ~uintptr_t(1023));
@@ -155,18 +145,18 @@ __global__ void __launch_bounds__(GradLayout<T>::kThreads, GradLayout<T>::kBlock
       const int g_at = L::kG + slot * L::kGBytes;
 #pragma unroll
       for (int ks = 0; ks < L::K / L::kK; ++ks) {
-        grad_wgmma<Op>(desc_at(L::kParts + slice(ks)), desc_at(h_at + slice(ks)), acc, ks > 0, kAcc);
-        grad_wgmma<Op>(desc_at(g_at + slice(ks)), desc_at(L::kParts + L::kPartBytes + slice(ks)), acc, true, kAcc);
-        grad_wgmma<Op>(desc_at(g_at + slice(ks)), desc_at(h_at + slice(ks)), acc, true, kAcc);
+        wgmma_ss<Op>(desc_at(L::kParts + slice(ks)), desc_at(h_at + slice(ks)), acc, ks > 0);
+        wgmma_ss<Op>(desc_at(g_at + slice(ks)), desc_at(L::kParts + L::kPartBytes + slice(ks)), acc, true);
+        wgmma_ss<Op>(desc_at(g_at + slice(ks)), desc_at(h_at + slice(ks)), acc, true);
       }
     } else {  // g's lo part first, then hi, one accumulator
       using Op = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::K>;
 #pragma unroll
       for (int ks = 0; ks < L::K / L::kK; ++ks)
-        grad_wgmma<Op>(desc_at(L::kParts + L::kPartBytes + slice(ks)), desc_at(h_at + slice(ks)), acc, ks > 0, kAcc);
+        wgmma_ss<Op>(desc_at(L::kParts + L::kPartBytes + slice(ks)), desc_at(h_at + slice(ks)), acc, ks > 0);
 #pragma unroll
       for (int ks = 0; ks < L::K / L::kK; ++ks)
-        grad_wgmma<Op>(desc_at(L::kParts + slice(ks)), desc_at(h_at + slice(ks)), acc, true, kAcc);
+        wgmma_ss<Op>(desc_at(L::kParts + slice(ks)), desc_at(h_at + slice(ks)), acc, true);
     }
     attn::wgmma_commit();
     attn::wgmma_wait<0>();
@@ -203,10 +193,7 @@ bool launch_gradients_on_tensor_cores(const GradParams<T>& p, int64_t G, void* s
   constexpr int smem = L::kBytes + L::kAlignSlack;
   check(cudaFuncSetAttribute(grad_wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (gradients on tensor cores)");
-  int device = 0, sms = 132;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  const int64_t blocks = std::min<int64_t>(G * p.T_len, int64_t(L::kBlocksPerSM) * sms);
+  const int64_t blocks = std::min<int64_t>(G * p.T_len, int64_t(L::kBlocksPerSM) * multiprocessor_count());
   grad_wgmma_kernel<T><<<static_cast<unsigned>(blocks), L::kThreads, smem, static_cast<cudaStream_t>(stream)>>>(p, G);
   check_launch("linear_recurrence gradients on tensor cores");
   return true;

@@ -241,9 +241,7 @@ void backward(const LinearRecurrenceParams& p) {
     // bf16 matrix states given the forward's h (grad_wgmma.cuh)
   } else if (p.m <= kStreamGradMaxCols && gradient_kernel() == GradientKernel::stream) {
     // About four waves of 8 blocks per SM over all groups, each thread walking ~16 tiles.
-    int device = 0, sms = 132;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+    const int64_t sms = multiprocessor_count();
     const int64_t items = p.T * (p.n / 4) * (p.n / 4);
     const int64_t blocks = std::max<int64_t>(1, std::min((items + kThreads - 1) / kThreads, 4 * 8 * sms / p.G));
     const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(p.G));

@@ -21,10 +21,7 @@ namespace seqmix::cuda::linrec {
 inline int sequential_blocks_per_sm(const SeqParams& p, int64_t blocks) {
   if (p.n > 64 || p.chains[0].sub_chains <= 1) return 1;
   if (const char* value = std::getenv("SEQMIX_LINREC_REWALK_BLOCKS")) return std::strcmp(value, "2") == 0 ? 2 : 1;
-  int device = 0, sms = 132;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
-  return blocks > sms ? 2 : 1;
+  return blocks > multiprocessor_count() ? 2 : 1;
 }
 
 // bf16 walks holding the prefetched b as raw 16 bits until their step (HeldB in

@@ -45,13 +45,10 @@ struct WalkLayout {
   static constexpr int kAlignSlack = 1024;
   static_assert(kStageBytes % 1024 == 0 && kStateBytes % 1024 == 0, "swizzle atoms 1024-byte aligned");
 
-  // Byte offset of element k of row `row` in a K-major operand of `rows` rows: 128 bytes of
-  // a row per K part, the rows of a part one after another (8 rows: one 1024-byte atom),
-  // the 16-byte unit u of a row at (u XOR row) mod 8.
+  // Byte offset of element k of row `row` in a K-major operand of `rows` rows.
   template <int rows>
   __device__ static constexpr int at(int row, int k) {
-    const int byte = k * int(sizeof(T));
-    return (byte / 128) * (rows * 128) + row * 128 + ((((byte % 128) / 16) ^ (row % 8)) * 16) + byte % 16;
+    return swizzled_offset<rows, int(sizeof(T))>(row, k);
   }
   // Start of k-slice ks in a K-major operand of `rows` rows.
   template <int rows>
@@ -59,12 +56,6 @@ struct WalkLayout {
     return at<rows>(0, ks * kK);
   }
 };
-
-template <class Op>
-__device__ __forceinline__ void walk_wgmma(uint64_t a, uint64_t b, float (&acc)[4], bool accumulate) {
-  Op::fma(a, b, acc[0], acc[1], acc[2], acc[3],
-          accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
-}
 
 // f32: the transition of a stage into A_hi and A_lo (each K-major, as the stage), transposed
 // for the reverse chain. 4×4 blocks a thread: four 16-byte rows read, four written per part.
@@ -246,9 +237,9 @@ __device__ __forceinline__ void walk_chain(const SeqParams& p, unsigned char* sm
             const uint64_t bl = attn::smem_descriptor(h_lo + L::template slice<C>(ks), 16);
             const uint64_t ah = attn::smem_descriptor(a_hi + L::template slice<N>(ks), 16);
             const uint64_t al = attn::smem_descriptor(a_lo + L::template slice<N>(ks), 16);
-            walk_wgmma<Op>(al, bh, part[ks], false);
-            walk_wgmma<Op>(ah, bl, part[ks], true);
-            walk_wgmma<Op>(ah, bh, part[ks], true);
+            wgmma_ss<Op>(al, bh, part[ks], false);
+            wgmma_ss<Op>(ah, bl, part[ks], true);
+            wgmma_ss<Op>(ah, bh, part[ks], true);
           }
         } else {
           using OpK = cute::SM90::GMMA::MMA_64x8x16_F32BF16BF16_SS<cute::SM90::GMMA::Major::K,
@@ -262,8 +253,8 @@ __device__ __forceinline__ void walk_chain(const SeqParams& p, unsigned char* sm
 #pragma unroll
             for (int ks = 0; ks < kSlices; ++ks) {
               const uint64_t at = a_slice(ks);
-              walk_wgmma<Op>(at, attn::smem_descriptor(h_lo + L::template slice<C>(ks), 16), part[2 * ks], false);
-              walk_wgmma<Op>(at, attn::smem_descriptor(h_hi + L::template slice<C>(ks), 16), part[2 * ks + 1], false);
+              wgmma_ss<Op>(at, attn::smem_descriptor(h_lo + L::template slice<C>(ks), 16), part[2 * ks], false);
+              wgmma_ss<Op>(at, attn::smem_descriptor(h_hi + L::template slice<C>(ks), 16), part[2 * ks + 1], false);
             }
           };
           if constexpr (transposed)  // Aᵀ: row k of the stage holds the operand's column k (MN-major)
