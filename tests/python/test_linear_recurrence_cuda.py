@@ -102,7 +102,8 @@ def test_grid_run_records_every_method_on_a_small_point(torch, tmp_path):
 @requires_torch
 def test_grid_summary_and_predicted_duration(monkeypatch):
     """The grid report from records alone (no GPU): the fastest method in bold, its ratio
-    to the floor at the run's copy rate, CR ÷ scan with peak memory, auto's backward ratio;
+    to the floor at the run's copy rate, CR ÷ scan with peak memory, auto's backward ratio
+    from events and from graph replays;
     and the whole grid predicted inside one device call (280 s) on an 80 GiB device."""
     from seqmix.bench.gpu import linear_recurrence as bench
 
@@ -111,11 +112,16 @@ def test_grid_summary_and_predicted_duration(monkeypatch):
               "fwd": {"sequential": 2.0, "chunked": 3 * floor_ms, "scan": 24.0, "cyclic_reduction": 4.0,
                       "auto": 3 * floor_ms},
               "reps": {}, "peak_mib": {"scan": 2000.0, "cyclic_reduction": 1000.0},
-              "err": {"scan": 1e-6, "auto": 3e-6}, "bwd": {"auto": 6 * floor_ms}}
-    text = bench.grid_summary([{"run": {"copy_gbps": 3000.0}}, record])
+              "err": {"scan": 1e-6, "auto": 3e-6}, "bwd": {"auto": 6 * floor_ms},
+              "graph": {"fwd": 0.5, "bwd": 1.5, "failure": None}}
+    no_graph = dict(record, point="G16 T4096 n64 m1 bf16", dtype="bf16", graph=None)
+    text = bench.grid_summary([{"run": {"copy_gbps": 3000.0}}, record, no_graph])
     assert f"**{3 * floor_ms:.3f}**" in text and "3.00× (chunked)" in text
-    assert "6.00× (2000 / 1000)" in text and "| 2.00× | 3.0e-06 |" in text
-    assert "within 2× at 0 of 1" in text and "within 2.5× at 1 of 1" in text
+    assert "6.00× (2000 / 1000)" in text and "| 2.00× | 3.00× (0.500 / 1.500) | 3.0e-06 |" in text
+    assert "| 2.00× | – | 3.0e-06 |" in text  # a point whose replays failed has no graph ratio
+    assert "within 2× at 0 of 2" in text and "within 2.5× at 2 of 2 (CUDA events" in text
+    assert "replays (kernels only; the cell gives fwd / bwd ms): 3.00× to 3.00×" in text
+    assert "within 2.5× at 0 of 1." in text
 
     monkeypatch.setattr(bench, "_device_bytes", lambda: 80 * 2**30)
     assert 30 < bench.expected_grid_seconds() < 280

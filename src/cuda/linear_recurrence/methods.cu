@@ -13,6 +13,9 @@
 namespace seqmix::cuda::linrec {
 namespace {
 
+// Cyclic reduction's top level: at most this many elements, walked sequentially.
+constexpr int64_t kCyclicWalkLength = 32;
+
 struct Refs {
   const FloatChain& c;
   int64_t nn() const { return c.n * c.n; }
@@ -119,14 +122,17 @@ void solve_scan(const FloatChain& c, void* stream_ptr) {
 
 // Odd–even elimination in place. Element j of level L lives at position (j+1)·2^L − 1;
 // pairing elements 2i, 2i+1 writes their composition over element 2i+1, which is
-// element i of level L+1. At the top (one element) the state follows from the start;
-// going down, every even element's state follows from the odd state before it, which
-// the level above already wrote at its own position.
+// element i of level L+1. The elimination stops at the first level of at most
+// kCyclicWalkLength elements, whose states the sequential kernel walks from the start in
+// one launch (each of the levels it replaces is a launch of a few tiny products, a
+// launch's latency each: at T = 1024 the walk replaces 11 of 21 launches). Going down,
+// every even element's state follows from the odd state before it, which the level above
+// already wrote at its own position.
 void solve_cyclic_reduction(const FloatChain& c, void* stream_ptr) {
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   const Refs r{c};
   std::vector<int64_t> lengths{c.T};
-  while (lengths.back() > 1) {
+  while (lengths.back() > kCyclicWalkLength) {
     const int64_t L = static_cast<int64_t>(lengths.size()) - 1, len = lengths.back(), span = int64_t(1) << L;
     const int64_t pairs = len / 2;
     const MapRef odd_M = r.maps(2 * span - 1, 2 * span), odd_v = r.states(2 * span - 1, 2 * span);
@@ -135,7 +141,20 @@ void solve_cyclic_reduction(const FloatChain& c, void* stream_ptr) {
                    c.G, stream);
     lengths.push_back(pairs);
   }
-  for (int64_t L = static_cast<int64_t>(lengths.size()) - 1; L >= 0; --L) {
+  {  // the top level's states, in place over its offsets
+    const int64_t top = static_cast<int64_t>(lengths.size()) - 1, span = int64_t(1) << top;
+    SeqParams p;
+    SeqChain& s = p.chains[0];
+    s.A = c.maps + (span - 1) * r.nn(), s.a_step = span * r.nn(), s.a_group = c.T * r.nn();
+    s.b = c.states + (span - 1) * r.nm(), s.b_step = span * r.nm(), s.b_group = c.T * r.nm();
+    s.start = c.start, s.start_group = r.nm();
+    s.out = c.states + (span - 1) * r.nm(), s.out_step = span * r.nm(), s.out_group = c.T * r.nm();
+    s.out_float = true;
+    s.steps = lengths.back();
+    p.n = c.n, p.m = c.m;
+    launch_sequential<float>(p, c.G, stream_ptr);
+  }
+  for (int64_t L = static_cast<int64_t>(lengths.size()) - 2; L >= 0; --L) {
     const int64_t span = int64_t(1) << L, evens = (lengths[L] + 1) / 2;
     const MapRef M = r.maps(span - 1, 2 * span), v = r.states(span - 1, 2 * span);
     // y: the state before element 2i, at position 2i·2^L − 1 (the start for i = 0).
