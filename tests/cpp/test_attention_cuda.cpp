@@ -103,6 +103,13 @@ struct ForwardSchedule {
   ~ForwardSchedule() { cuda::attention_set_forward_schedule(before); }
 };
 
+// Runs the D = 64 forward with `warpgroups` consumer warpgroups (0: by shape) while in scope.
+struct ForwardWarpgroups {
+  int before = cuda::attention_forward_warpgroups();
+  explicit ForwardWarpgroups(int warpgroups) { cuda::attention_set_forward_warpgroups(warpgroups); }
+  ~ForwardWarpgroups() { cuda::attention_set_forward_warpgroups(before); }
+};
+
 using cuda::AttentionBackwardSchedule;
 
 const char* schedule_name(AttentionBackwardSchedule schedule) {
@@ -136,12 +143,8 @@ struct BackwardFormScope {
   ~BackwardFormScope() { cuda::attention_set_backward_key_pairs(pairs_before); }
 };
 
-class AttentionCuda : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule>> {};
-
-TEST_P(AttentionCuda, ForwardMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const GpuAttnCase c = std::get<0>(GetParam());
-  const ForwardSchedule schedule(std::get<1>(GetParam()));
+// The forward of case `c` on the device against the float64 oracle (outputs poisoned first).
+void check_forward_against_oracle(const GpuAttnCase& c) {
   const int64_t width = c.D + c.pad;
   Operand q(rows_shape(c, c.Sq, c.cu_q, c.Hq, width), c.D, c.dtype, false);
   Operand k(rows_shape(c, c.Sk, c.cu_k, c.Hkv, width), c.D, c.dtype, false);
@@ -198,6 +201,52 @@ TEST_P(AttentionCuda, ForwardMatchesOracle) {
       if (static_cast<int64_t>(i % width) >= c.D) ASSERT_TRUE(std::isnan(all[i])) << "write past the head dim";
   }
 }
+
+class AttentionCuda : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule>> {};
+
+TEST_P(AttentionCuda, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardSchedule schedule(std::get<1>(GetParam()));
+  const ForwardWarpgroups warpgroups(2);  // D = 64's three are the test below
+  check_forward_against_oracle(std::get<0>(GetParam()));
+}
+
+// The D = 64 forward with three consumer warpgroups (192 query rows a CTA, turns in a ring)
+// under both schedules that take turns.
+class AttentionCudaThreeWarpgroups
+    : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule>> {};
+
+TEST_P(AttentionCudaThreeWarpgroups, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardSchedule schedule(std::get<1>(GetParam()));
+  const ForwardWarpgroups warpgroups(3);
+  check_forward_against_oracle(std::get<0>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionCudaThreeWarpgroups,
+    ::testing::Combine(
+        ::testing::Values(
+            GpuAttnCase{"Small_bf16_d64_causal", 2, 130, 130, 2, 2, 64, DType::bf16, true, {}, {}},
+            // 400 rows: two tiles of 192 and one of 16; keys in blocks of 128 (four, the last of 16).
+            GpuAttnCase{"Small_bf16_d64_S400", 2, 400, 400, 2, 1, 64, DType::bf16, false, {}, {}},
+            // Bottom-right causal with Sq < Sk: the tile's last rows see more key blocks.
+            GpuAttnCase{"Small_f16_d64_causal_Sq200_Sk500", 1, 200, 500, 4, 2, 64, DType::f16, true, {}, {}},
+            GpuAttnCase{"Small_f16_d64_varlen_i64", 1, 0, 0, 2, 2, 64, DType::f16, false, {0, 63, 64, 300},
+                        {0, 129, 130, 200}, 0, DType::i64},
+            GpuAttnCase{"Small_bf16_d64_large_scale", 2, 70, 90, 2, 1, 64, DType::bf16, false, {}, {}, 0, DType::i32,
+                        0.6},
+            GpuAttnCase{"Small_bf16_d64_S1", 3, 1, 1, 2, 2, 64, DType::bf16, true, {}, {}},
+            GpuAttnCase{"bf16_d64_S777_causal", 1, 777, 900, 4, 4, 64, DType::bf16, true, {}, {}},
+            GpuAttnCase{"bf16_d64_varlen_causal", 1, 0, 0, 4, 2, 64, DType::bf16, true, {0, 1, 190, 600, 601},
+                        {0, 5, 300, 700, 900}},
+            // More tiles than SMs: persistent CTAs walk several tiles.
+            GpuAttnCase{"f16_d64_causal_gqa8_tiles240", 2, 600, 600, 24, 3, 64, DType::f16, true, {}, {}},
+            GpuAttnCase{"bf16_d64_strided_tiles192", 2, 1100, 1100, 16, 4, 64, DType::bf16, false, {}, {}, 64}),
+        ::testing::Values(AttentionForwardSchedule::pingpong, AttentionForwardSchedule::persistent)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
+    });
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCuda,
@@ -517,14 +566,29 @@ std::array<AttentionForwardSchedule, 2> timed_forward_schedules() {
   return pair;
 }
 
-// Forward TFLOP/s of the pingpong and persistent schedules (or the pair named above) side by
-// side (bf16, B·S = 16384, H·D = 2048; D = 128 at S = 2048, 4096 and 16384, D = 64 and 256 at
-// S = 2048 and 16384; causal and not): CUDA events around each launch, L2 flushed before it,
-// the schedules alternating run by run, median of kTimedRuns. FLOPs 4·B·H·S²·D, half for
-// causal. Asserts that both schedules give the same out and lse (the oracle is out of reach
-// at these sizes; the cases above compare each schedule with it).
-TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
-  SKIP_WITHOUT_CUDA_DEVICE();
+// A form of the forward: its schedule and, at D = 64, its consumer warpgroups (0: by shape).
+struct ForwardForm {
+  AttentionForwardSchedule schedule;
+  int warpgroups = 0;
+};
+
+std::string form_name(ForwardForm form) {
+  return std::string(schedule_name(form.schedule)) + (form.warpgroups ? "_wg" + std::to_string(form.warpgroups) : "");
+}
+
+// Runs the forward in `form` while in scope, then puts the process's choices back.
+struct ForwardFormScope {
+  ForwardSchedule schedule;
+  ForwardWarpgroups warpgroups;
+  explicit ForwardFormScope(ForwardForm form) : schedule(form.schedule), warpgroups(form.warpgroups) {}
+};
+
+// Forward TFLOP/s of two forms side by side (bf16, B·S = 16384, H·D = 2048; shapes {D, S},
+// causal and not): CUDA events around each launch, L2 flushed before it, the forms
+// alternating run by run, median of kTimedRuns. FLOPs 4·B·H·S²·D, half for causal. Asserts
+// that both forms give the same out and lse (the oracle is out of reach at these sizes; the
+// cases above compare each form with it).
+void time_forward_forms(const std::array<ForwardForm, 2>& forms, std::initializer_list<std::array<int64_t, 2>> shapes) {
   constexpr int64_t kTokens = 16384, kWidth = 2048;  // B·S and H·D
   const size_t operand_bytes = static_cast<size_t>(kTokens * kWidth) * 2;
   DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes),
@@ -534,15 +598,12 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
   fill_random(v.ptr, operand_bytes, DType::bf16);
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0));
-  const std::array<AttentionForwardSchedule, 2> schedules = timed_forward_schedules();
 
   std::printf("attention forward on %s, bf16 H*D=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
               prop.name, static_cast<long long>(kWidth), static_cast<long long>(kTokens), kTimedRuns);
-  const std::string ratio = std::string(schedule_name(schedules[1])) + "/" + schedule_name(schedules[0]);
-  std::printf("%4s %8s %7s %10s %10s %18s\n", "D", "S", "causal", schedule_name(schedules[0]),
-              schedule_name(schedules[1]), ratio.c_str());
-  const std::array<int64_t, 2> shapes[] = {{128, 2048}, {128, 4096}, {128, 16384}, {64, 2048},
-                                           {64, 16384}, {256, 2048}, {256, 16384}};
+  const std::string ratio = form_name(forms[1]) + "/" + form_name(forms[0]);
+  std::printf("%4s %8s %7s %10s %10s %18s\n", "D", "S", "causal", form_name(forms[0]).c_str(),
+              form_name(forms[1]).c_str(), ratio.c_str());
   for (const auto& [D, S] : shapes) {
     for (bool causal : {false, true}) {
       const int64_t B = kTokens / S, H = kWidth / D;
@@ -557,18 +618,18 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
 
       const std::array<float, 2> ms = alternating_medians_ms(
           [&](int which) {
-            const ForwardSchedule schedule(schedules[which]);
+            const ForwardFormScope form(forms[which]);
             attention_forward(in, outputs, options);
           },
           flush);
       std::printf("%4lld", static_cast<long long>(D));
       print_schedule_row(S, causal, 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0), ms);
 
-      // The same result from both schedules.
+      // The same result from both forms.
       std::vector<uint16_t> got_out[2];
       std::vector<float> got_lse[2];
       for (int which = 0; which < 2; ++which) {
-        const ForwardSchedule schedule(schedules[which]);
+        const ForwardFormScope form(forms[which]);
         cuda_ok(cudaMemset(out.ptr, 0xFF, operand_bytes));  // NaN words
         attention_forward(in, outputs, options);
         got_out[which].resize(operand_bytes / 2);
@@ -584,6 +645,23 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
           << "D " << D << " S " << S;
     }
   }
+}
+
+// The pingpong and persistent schedules (or the pair named above) at D = 128, S = 2048,
+// 4096 and 16384, and D = 64 and 256 at S = 2048 and 16384.
+TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const std::array<AttentionForwardSchedule, 2> schedules = timed_forward_schedules();
+  time_forward_forms({ForwardForm{schedules[0]}, ForwardForm{schedules[1]}},
+                     {{128, 2048}, {128, 4096}, {128, 16384}, {64, 2048}, {64, 16384}, {256, 2048}, {256, 16384}});
+}
+
+// D = 64 with two and three consumer warpgroups, each under the default schedule, over the
+// issue's sequence lengths.
+TEST(AttentionCudaTiming, ForwardWarpgroupsSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_forward_forms({ForwardForm{AttentionForwardSchedule::by_shape, 2}, ForwardForm{AttentionForwardSchedule::by_shape, 3}},
+                     {{64, 512}, {64, 1024}, {64, 2048}, {64, 4096}, {64, 8192}, {64, 16384}});
 }
 
 // Backward TFLOP/s of two forms of the Hopper backward side by side, same method as above

@@ -2,7 +2,8 @@
 //   warpgroup 0  producer: one thread issues TMA copies of the Q tile once and of K and V
 //                tiles into a ring of kStages shared-memory stages (mbarrier pipeline);
 //                it gives its registers to the consumers (setmaxnreg).
-//   warpgroups 1, 2  consumers: 64 query rows each. Per key block: S = Q·Kᵀ by wgmma from
+//   warpgroups 1, 2  consumers (1, 2, 3 and 192 query rows: ForwardConfig's kConsumers,
+//                D = 64 only): 64 query rows each. Per key block: S = Q·Kᵀ by wgmma from
 //                shared memory, online softmax on the fp32 accumulators, P converted to
 //                16-bit in registers and O += P·V by wgmma with A from registers;
 //                S of the next block is issued before the PV product of the current one,
@@ -27,18 +28,28 @@
 
 namespace seqmix::cuda::attn {
 
-template <class T, int D, AttentionForwardSchedule kSchedule>
+// kConsumers: consumer warpgroups, 2, or 3 at D = 64 under the turn-taking schedules
+// (attention_forward_warpgroups): at D = 64 a score costs half the tensor work it costs at
+// D = 128 but the same softmax, and the softmax is latency-bound per warp (NOTES.md), so a
+// third warpgroup gives the schedulers more independent softmax work while the other two
+// take the tensor cores. Its registers: 160 a consumer thread (S 64, P 32, O 32 at D = 64).
+template <class T, int D, AttentionForwardSchedule kSchedule, int kConsumers = 2>
 struct ForwardConfig {
   static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
-  static constexpr int kBlockM = 128;  // query rows per CTA: 64 per consumer warpgroup
+  static constexpr bool kPingpong = kSchedule != AttentionForwardSchedule::standard;
+  static_assert(kConsumers == 2 || (kConsumers == 3 && D == 64 && kPingpong), "three consumers: D = 64, turns");
+  static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA: 64 per consumer warpgroup
   // Keys per pipeline stage. Pingpong at D = 128: 176 (fewer turns, barriers and O
   // rescales per key; S, P and O then take 196 of the consumers' 240 registers).
-  static constexpr bool kPingpong = kSchedule != AttentionForwardSchedule::standard;
   static constexpr int kBlockN = D == 128 && kPingpong ? 176 : D <= 128 ? 128 : 64;
   static constexpr int kStages = 2;
   static constexpr int kChunks = D / 64;  // 128-byte swizzle atoms across the head dim
-  static constexpr int kThreads = 384;
-  static constexpr int kConsumerWarps = 8;
+  static constexpr int kThreads = 128 * (kConsumers + 1);
+  static constexpr int kConsumerWarps = 4 * kConsumers;
+  // setmaxnreg: the producer keeps 24 registers a thread, the consumers share the rest
+  // (64 K registers an SM: 128·24 + 256·240 or 384·160).
+  static constexpr int kProducerRegisters = 24;
+  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
   static constexpr uint32_t kQBytes = kBlockM * D * sizeof(T);
   static constexpr uint32_t kKVBytes = kBlockN * D * sizeof(T);
   // Shared memory, each tile stored as kChunks column chunks of rows × 128 bytes.
@@ -53,7 +64,8 @@ struct ForwardConfig {
 };
 
 // Named barriers of the pingpong turns (0 is __syncthreads): warpgroup w issues after
-// barrier kTurnBarrier + w completes, i.e. after the other warpgroup has issued.
+// barrier kTurnBarrier + w completes, i.e. after the warpgroup before it in the ring has
+// issued.
 inline constexpr int kTurnBarrier = 1;
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
@@ -338,9 +350,10 @@ __device__ __forceinline__ void store_output(const AttentionParams& p, const Seq
 }
 
 
-template <class T, int D, AttentionForwardSchedule kSchedule>
-__global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__ ForwardArgs args) {
-  using Cfg = ForwardConfig<T, D, kSchedule>;
+template <class T, int D, AttentionForwardSchedule kSchedule, int kConsumers>
+__global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kThreads, 1)
+    forward_kernel(const __grid_constant__ ForwardArgs args) {
+  using Cfg = ForwardConfig<T, D, kSchedule, kConsumers>;
   constexpr bool kPingpong = Cfg::kPingpong;
   constexpr bool kPersistent = kSchedule == AttentionForwardSchedule::persistent;
   // The softmax's rows side by side where that measured faster (softmax_step).
@@ -397,7 +410,7 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
   // Producer and consumers walk the same tiles and count the same two things: tiles with
   // work (the Q tile's phase) and key blocks over all tiles (the K/V stages' phases).
   if (warpgroup == 0) {  // producer
-    release_registers<24>();
+    release_registers<Cfg::kProducerRegisters>();
     if (threadIdx.x == 0) {
       prefetch_tensor_map(&args.q_map);
       prefetch_tensor_map(&args.k_map);
@@ -437,7 +450,7 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
   }
 
   // consumers
-  claim_registers<240>();
+  claim_registers<Cfg::kConsumerRegisters>();
   const int wg = warpgroup - 1;
   const int warp = (threadIdx.x % 128) / 32;
   const float scale_log2 = p.scale * 1.4426950408889634f;
@@ -473,16 +486,18 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
       if (last_scores) release(q_empty);
   };
   auto output_done = [&](int stage) { release(kPingpong ? &v_empty[stage] : &k_empty[stage]); };
-  // Pingpong turns around each issue of products: n_blocks + 1 issues per warpgroup and tile.
-  // Warpgroup 1 lets warpgroup 0 go first and does not pass the turn after its last issue,
-  // so each barrier completes exactly n_blocks + 1 times per tile (128 waiting + 128
-  // arriving) and the next tile starts from the same state.
+  // Pingpong turns around each issue of products: n_blocks + 1 issues per warpgroup and tile,
+  // the warpgroups in a ring (0, 1[, 2], 0, ...). The last warpgroup lets warpgroup 0 go
+  // first and does not pass the turn after its last issue, so each barrier completes exactly
+  // n_blocks + 1 times per tile (128 waiting + 128 arriving) and the next tile starts from
+  // the same state.
+  constexpr int kLastConsumer = kConsumers - 1;
   auto take_turn = [&] {
     if constexpr (kPingpong) named_barrier_sync(kTurnBarrier + wg, 256);
   };
   auto pass_turn = [&](bool last_issue) {
     if constexpr (kPingpong)
-      if (wg == 0 || !last_issue) named_barrier_arrive(kTurnBarrier + (1 - wg), 256);
+      if (wg != kLastConsumer || !last_issue) named_barrier_arrive(kTurnBarrier + (wg + 1) % kConsumers, 256);
   };
 
   // Only the parities matter: bits 0-1 count key blocks mod 4 (stage and stage phase of
@@ -524,7 +539,7 @@ __global__ void __launch_bounds__(384, 1) forward_kernel(const __grid_constant__
       uint32_t prob[kBlockN / 16][4];
       float correction[2];
       tma::wait(&k_full[stage_of(0)], phase_of(0));
-      if (kPingpong && wg == 1) named_barrier_arrive(kTurnBarrier, 256);  // warpgroup 0 first
+      if (kPingpong && wg == kLastConsumer) named_barrier_arrive(kTurnBarrier, 256);  // warpgroup 0 first
       take_turn();
       wgmma_fence();
       issue_scores(s, stage_of(0));

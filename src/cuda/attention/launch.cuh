@@ -67,16 +67,16 @@ inline ForwardTiles persistent_tiles(const AttentionParams& p, int64_t m_blocks,
   return tiles;
 }
 
-template <class T, int D, AttentionForwardSchedule kSchedule>
+template <class T, int D, AttentionForwardSchedule kSchedule, int kConsumers = 2>
 void launch_forward_schedule(const AttentionParams& p) {
-  using Cfg = ForwardConfig<T, D, kSchedule>;
+  using Cfg = ForwardConfig<T, D, kSchedule, kConsumers>;
   const int64_t batch = p.cu_seqlens_q ? 1 : p.num_sequences;
   ForwardArgs args;
   args.q_map = tensor_map<T>(p.q, p.rows_q, p.Hq, batch, D, Cfg::kBlockM);
   args.k_map = tensor_map<T>(p.k, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.v_map = tensor_map<T>(p.v, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.p = p;
-  const auto kernel = forward_kernel<T, D, kSchedule>;
+  const auto kernel = forward_kernel<T, D, kSchedule, kConsumers>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention forward)");
   const int64_t m_blocks = (p.max_seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM;
@@ -96,18 +96,37 @@ void launch_forward_schedule(const AttentionParams& p) {
 // same CTAs as pingpong and add its walk's index arithmetic. Non-causal D = 64 and 128 stay
 // pingpong (persistent measured 0.98-1.01x there).
 template <class T, int D>
-AttentionForwardSchedule resolved_schedule(const AttentionParams& p) {
+AttentionForwardSchedule resolved_schedule(const AttentionParams& p, int consumers) {
   const AttentionForwardSchedule schedule = attention_forward_schedule();
   if (schedule != AttentionForwardSchedule::by_shape) return schedule;
-  constexpr int kBlockM = ForwardConfig<T, D, AttentionForwardSchedule::persistent>::kBlockM;
-  const int64_t tiles = (p.max_seqlen_q + kBlockM - 1) / kBlockM * p.Hq * p.num_sequences;
+  const int64_t block_m = 64 * consumers;  // ForwardConfig::kBlockM
+  const int64_t tiles = (p.max_seqlen_q + block_m - 1) / block_m * p.Hq * p.num_sequences;
   const bool walks = tiles > multiprocessor_count();
   return walks && (p.causal || D == 256) ? AttentionForwardSchedule::persistent : AttentionForwardSchedule::pingpong;
 }
 
+// Consumer warpgroups (attention_forward_warpgroups): at D = 64 three measured 1.03-1.15x
+// two without a mask and 1.02-1.11x causal from S = 2048, but 0.89-0.91x causal at S = 512
+// and 1024, where a 192-row tile's diagonal blocks are a larger share (NOTES.md).
+template <int D>
+int forward_consumers(const AttentionParams& p) {
+  if (D != 64) return 2;
+  const int chosen = attention_forward_warpgroups();
+  if (chosen != 0) return chosen;
+  return p.causal && p.max_seqlen_q < 2048 ? 2 : 3;
+}
+
 template <class T, int D>
 void launch_forward(const AttentionParams& p) {
-  switch (resolved_schedule<T, D>(p)) {
+  const int consumers = forward_consumers<D>(p);
+  const AttentionForwardSchedule schedule = resolved_schedule<T, D>(p, consumers);
+  if constexpr (D == 64) {
+    if (consumers == 3 && schedule == AttentionForwardSchedule::pingpong)
+      return launch_forward_schedule<T, D, AttentionForwardSchedule::pingpong, 3>(p);
+    if (consumers == 3 && schedule != AttentionForwardSchedule::standard)
+      return launch_forward_schedule<T, D, AttentionForwardSchedule::persistent, 3>(p);
+  }
+  switch (schedule) {
     case AttentionForwardSchedule::standard:
       return launch_forward_schedule<T, D, AttentionForwardSchedule::standard>(p);
     case AttentionForwardSchedule::pingpong:

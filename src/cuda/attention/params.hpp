@@ -63,6 +63,15 @@ AttentionForwardSchedule attention_forward_schedule();
 // Overrides the schedule for the rest of the process (tests, timing).
 void attention_set_forward_schedule(AttentionForwardSchedule schedule);
 
+// Consumer warpgroups of the D = 64 forward under pingpong and persistent: 2 (128 query
+// rows a CTA), 3 (192 rows, 160 registers a consumer thread, turns taken in a ring), or 0:
+// by shape, 3 except for causal attention over fewer than 2048 queries, where the taller
+// tiles lost on the H100 (NOTES.md). SEQMIX_ATTENTION_FORWARD_WARPGROUPS=2|3, read once on
+// first use (unset or any other value: 0), until set below. Other head dims and the
+// standard schedule always run 2.
+int attention_forward_warpgroups();
+void attention_set_forward_warpgroups(int warpgroups);
+
 // How the Hopper backward kernel (backward_sm90.cuh) orders its work. standard: the two
 // consumer warpgroups meet at one barrier per query block (the dSᵀ exchange) and add dQ
 // with float atomics. pingpong: they take turns on the tensor cores, each issuing the dQ
