@@ -107,9 +107,10 @@ cuda::LinearRecurrenceParams cuda_params(const core::Checker& check, const Linea
 }
 
 float* checked_workspace(const core::Checker& check, const std::optional<Tensor>& workspace,
-                         const cuda::LinearRecurrenceParams& params, bool backward, const Device& device) {
+                         const cuda::LinearRecurrenceParams& params, cuda::RecurrenceDtype dtype, bool backward,
+                         const Device& device) {
   if (!workspace) return nullptr;
-  const int64_t needed = cuda::linear_recurrence_workspace_floats(params.G, params.T, params.n, params.m,
+  const int64_t needed = cuda::linear_recurrence_workspace_floats(params.G, params.T, params.n, params.m, dtype,
                                                                   params.method, params.chunk_size, backward);
   check.view(*workspace, "workspace", 1, "[elements]", device);
   check.dtype_in(*workspace, "workspace", {DType::f32});
@@ -140,8 +141,8 @@ LinearRecurrenceMethod linear_recurrence_cuda_method(int64_t G, int64_t T, int64
 int64_t linear_recurrence_workspace_size(int64_t G, int64_t T, int64_t n, int64_t m, DType dtype, bool backward,
                                          const LinearRecurrenceOptions& options) {
   const auto method = cuda_method(options.method, G, T, n, m, dtype);
-  return std::max<int64_t>(1, cuda::linear_recurrence_workspace_floats(G, T, n, m, method, options.chunk_size,
-                                                                       backward));
+  return std::max<int64_t>(1, cuda::linear_recurrence_workspace_floats(G, T, n, m, recurrence_dtype(dtype), method,
+                                                                       options.chunk_size, backward));
 }
 
 const char* linear_recurrence_method_name(LinearRecurrenceMethod method) {
@@ -178,7 +179,7 @@ void linear_recurrence_forward(const LinearRecurrenceInputs& in, const LinearRec
                                {"final_state", out.final_state}});
     params.h = out.h.data;
     params.final_state = out.final_state ? out.final_state->data : nullptr;
-    params.workspace = checked_workspace(check, out.workspace, params, false, in.A.device);
+    params.workspace = checked_workspace(check, out.workspace, params, recurrence_dtype(in.A.dtype), false, in.A.device);
     const cuda::DeviceGuard guard(in.A.device.index);
     launch_by_dtype(in.A.dtype, [&](auto dtype) { cuda::linear_recurrence_forward<decltype(dtype)::value>(params); });
     return;
@@ -215,7 +216,7 @@ void linear_recurrence_backward(const LinearRecurrenceInputs& in, const Tensor& 
     params.dA = grads.dA.data;
     params.db = grads.db.data;
     params.d_initial_state = grads.d_initial_state ? grads.d_initial_state->data : nullptr;
-    params.workspace = checked_workspace(check, grads.workspace, params, true, in.A.device);
+    params.workspace = checked_workspace(check, grads.workspace, params, recurrence_dtype(in.A.dtype), true, in.A.device);
     const cuda::DeviceGuard guard(in.A.device.index);
     launch_by_dtype(in.A.dtype, [&](auto dtype) { cuda::linear_recurrence_backward<decltype(dtype)::value>(params); });
     return;

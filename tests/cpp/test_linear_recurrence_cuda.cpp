@@ -235,6 +235,39 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"ChunkedSplitF32N32Long", 3, 1500, 32, 8, f32, chunked}),
     case_name);
 
+// The chunked method of bf16 matrix states with whole states a block (chunked_wide.cuh:
+// 8 < m ≤ 64, m a multiple of 8, n ≤ 64) against the oracle: the last chunk short, one
+// chunk, T = 1, padded n (K = 32 and 64), with and without an initial state and a
+// final-state gradient, a given workspace, many groups; the backward recomputing h (both
+// chains side by side) and given the forward's h (the reverse chain alone).
+class LinearRecurrenceCudaChunkedWide : public ::testing::TestWithParam<GpuCase> {};
+
+TEST_P(LinearRecurrenceCudaChunkedWide, ForwardAndBackwardMatchOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  LinearRecurrenceOptions o;
+  o.method = chunked;
+  expect_device_run_matches_oracle(GetParam(), o);
+}
+
+TEST_P(LinearRecurrenceCudaChunkedWide, BackwardGivenStatesMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  LinearRecurrenceOptions o;
+  o.method = chunked;
+  expect_device_run_matches_oracle(GetParam(), o, /*pass_states=*/true);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, LinearRecurrenceCudaChunkedWide,
+    ::testing::Values(GpuCase{"SmallN64Columns64", 2, 100, 64, 64, bf16, chunked},
+                      GpuCase{"SmallN32Columns16NoState", 1, 45, 32, 16, bf16, chunked, false, true},
+                      GpuCase{"SmallN40Columns24NoFinalGradient", 2, 33, 40, 24, bf16, chunked, true, false},
+                      GpuCase{"SmallN8Columns64T1", 2, 1, 8, 64, bf16, chunked},
+                      GpuCase{"SmallN64Columns16OneChunk", 1, 20, 64, 16, bf16, chunked},
+                      GpuCase{"SmallWholeChunksWorkspace", 1, 64, 64, 40, bf16, chunked, true, true, true},
+                      GpuCase{"N64Columns64Long", 3, 1000, 64, 64, bf16, chunked},
+                      GpuCase{"N56Columns40Groups", 16, 300, 56, 40, bf16, chunked, true, false}),
+    case_name);
+
 // The chunked method's chains in one pass for vector states (SEQMIX_LINREC_CHUNKED_FORWARD=
 // fused, fused_chunked.cuh: the forward, and the backward's two chains side by side)
 // against the oracle: chunk lengths that do not divide T, one chunk, a
@@ -654,6 +687,31 @@ TEST(LinearRecurrenceCudaPlan, ChunkedOnTensorCoresKeepsOnlySummaries) {
     EXPECT_LT(w, G * T * n * n / 8) << backward;
     EXPECT_GE(w, backward ? 2 * G * T * n + 2 * G * (T / 64) * n * n : G * (T / 64) * n * n) << backward;
     EXPECT_GT(linear_recurrence_workspace_size(G, T, 128, 1, DType::f32, backward, o), G * T * 128 * 128) << backward;
+  }
+}
+
+// bf16 matrix states of the chunked method keep only chunk summaries where they walk whole
+// states on tensor cores (built with the CUTLASS headers; SEQMIX_LINREC_CHUNKED_WIDE=0 sends
+// them to the float copies); f32 ones keep the float copies.
+TEST(LinearRecurrenceCudaPlan, ChunkedWideKeepsOnlySummaries) {
+  LinearRecurrenceOptions o;
+  o.method = chunked;
+  const int64_t G = 16, T = 4096, n = 64, m = 64, chunks = T / 64;
+  for (bool backward : {false, true}) {
+    const int64_t summaries = G * chunks * (n * n + 2 * n * m) * (backward ? 2 : 1);
+    const int64_t states = backward ? 2 * G * T * n * m : 0;
+    const int64_t w = linear_recurrence_workspace_size(G, T, n, m, DType::bf16, backward, o);
+#if defined(SEQMIX_HAS_CUTLASS)
+    EXPECT_EQ(w, summaries + states) << backward;
+#else
+    EXPECT_GT(w, G * T * n * n) << backward;
+#endif
+    EXPECT_GT(linear_recurrence_workspace_size(G, T, n, m, DType::f32, backward, o), G * T * n * n) << backward;
+    EXPECT_GT(linear_recurrence_workspace_size(G, T, n, 12, DType::bf16, backward, o), G * T * n * n)
+        << backward << ": m not a multiple of 8";
+    setenv("SEQMIX_LINREC_CHUNKED_WIDE", "0", 1);
+    EXPECT_GT(linear_recurrence_workspace_size(G, T, n, m, DType::bf16, backward, o), G * T * n * n) << backward;
+    unsetenv("SEQMIX_LINREC_CHUNKED_WIDE");
   }
 }
 

@@ -48,8 +48,14 @@ inline int64_t chunk_of(const LinearRecurrenceParams& p) {
   return p.chunk_size > 0 ? std::min(p.chunk_size, p.T) : default_chunk_size(p.G, p.T);
 }
 
-inline int64_t workspace_floats(const LinearRecurrenceParams& p, bool backward) {
-  return linear_recurrence_workspace_floats(p.G, p.T, p.n, p.m, p.method, chunk_of(p), backward);
+template <class T>
+constexpr RecurrenceDtype dtype_of() {
+  return sizeof(T) == 2 ? RecurrenceDtype::bf16 : RecurrenceDtype::f32;
+}
+
+template <class T>
+int64_t workspace_floats(const LinearRecurrenceParams& p, bool backward) {
+  return linear_recurrence_workspace_floats(p.G, p.T, p.n, p.m, dtype_of<T>(), p.method, chunk_of(p), backward);
 }
 
 // Which kernel forms dA and db for states of at most kStreamGradMaxCols columns (wider
@@ -123,6 +129,23 @@ inline bool tensor_chunks(const LinearRecurrenceParams& p) {
   return p.method == RecurrenceMethod::chunked && chunked_on_tensor_cores(p.n, p.m);
 }
 
+// bf16 matrix states of the chunked method, whole states a block (chunked_wide.cuh).
+template <class T>
+bool wide_chunks(const LinearRecurrenceParams& p) {
+  return p.method == RecurrenceMethod::chunked && chunked_wide(p.n, p.m, dtype_of<T>());
+}
+
+// The split chunked method's launches on tensor cores for these chains: slices of the
+// state a block (chunked_tensor.cuh, m ≤ 8) or whole states (chunked_wide.cuh).
+template <class T>
+void solve_tensor_chunks(const LinearRecurrenceParams& p, const SeqChain* chains, int count, float* scratch) {
+#if defined(SEQMIX_HAS_CUTLASS)  // as chunked_wide(), which sizes the workspace
+  if constexpr (sizeof(T) == 2)
+    if (wide_chunks<T>(p)) return solve_chunked_wide<T>(chains, count, p.G, p.T, p.n, p.m, chunk_of(p), scratch, p.stream);
+#endif
+  solve_chunked_on_tensor_cores<T>(chains, count, p.G, p.T, p.n, p.m, chunk_of(p), scratch, p.stream);
+}
+
 // The chunked method's chains of a vector state on tensor cores (the forward's, and the
 // backward's two side by side) in three launches (split: summaries, the pass over them,
 // the re-walk) or in one (fused_chunked.cuh): the fused
@@ -155,17 +178,17 @@ template <class T>
 void forward(const LinearRecurrenceParams& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   if (const int64_t fused_chunk = fused_chunk_length(p, false); fused_chunk > 0) {
-    const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
+    const Scratch scratch(p.workspace, workspace_floats<T>(p, false), stream);
     SeqChain c = forward_chain<T>(p, p.h, false);
     c.last = p.final_state, c.last_group = p.n;
     solve_fused_chunked<T>(&c, 1, p.G, p.T, p.n, fused_chunk, scratch.get(), p.stream, false);
     return;
   }
-  if (tensor_chunks(p)) {
-    const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
+  if (tensor_chunks(p) || wide_chunks<T>(p)) {
+    const Scratch scratch(p.workspace, workspace_floats<T>(p, false), stream);
     SeqChain c = forward_chain<T>(p, p.h, false);
     c.last = p.final_state, c.last_group = p.n * p.m;
-    solve_chunked_on_tensor_cores<T>(&c, 1, p.G, p.T, p.n, p.m, chunk_of(p), scratch.get(), p.stream);
+    solve_tensor_chunks<T>(p, &c, 1, scratch.get());
     return;
   }
   if (p.method == RecurrenceMethod::sequential) {
@@ -176,7 +199,7 @@ void forward(const LinearRecurrenceParams& p) {
     launch_sequential<T>(s, p.G, p.stream);
     return;
   }
-  const Scratch scratch(p.workspace, workspace_floats(p, false), stream);
+  const Scratch scratch(p.workspace, workspace_floats<T>(p, false), stream);
   const Workspace w = carve(scratch.get(), p, false);
   prep<T>(p, w, w.forward, false, stream);
   solve(p, w, w.forward);
@@ -190,7 +213,7 @@ void forward(const LinearRecurrenceParams& p) {
 template <class T>
 void backward(const LinearRecurrenceParams& p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
-  const Scratch scratch(p.workspace, workspace_floats(p, true), stream);
+  const Scratch scratch(p.workspace, workspace_floats<T>(p, true), stream);
   Workspace w = carve(scratch.get(), p, true);
   const T* saved_states = nullptr;  // the forward's h when the gradients read it instead of w.forward
   if (p.method == RecurrenceMethod::sequential) {  // no float maps: only the two state arrays
@@ -208,7 +231,7 @@ void backward(const LinearRecurrenceParams& p) {
       s.chains[1] = reverse_chain<T>(p, w.reverse);
     }
     launch_sequential<T>(s, p.G, p.stream);
-  } else if (tensor_chunks(p)) {  // the two state arrays, then both chains' summaries
+  } else if (tensor_chunks(p) || wide_chunks<T>(p)) {  // the two state arrays, then both chains' summaries
     w.forward = scratch.get();
     w.reverse = w.forward + p.G * p.T * p.n * p.m;
     const SeqChain chains[2] = {forward_chain<T>(p, w.forward, true), reverse_chain<T>(p, w.reverse)};
@@ -220,10 +243,10 @@ void backward(const LinearRecurrenceParams& p) {
     } else if (fused_chunk > 0) {
       solve_fused_chunked<T>(chains, 2, p.G, p.T, p.n, fused_chunk, chain_scratch, p.stream, true);
     } else if (p.states) {  // the split path's launches for the reverse chain alone
-      solve_chunked_on_tensor_cores<T>(chains + 1, 1, p.G, p.T, p.n, p.m, chunk_of(p), chain_scratch, p.stream);
+      solve_tensor_chunks<T>(p, chains + 1, 1, chain_scratch);
       saved_states = static_cast<const T*>(p.states);
     } else {
-      solve_chunked_on_tensor_cores<T>(chains, 2, p.G, p.T, p.n, p.m, chunk_of(p), chain_scratch, p.stream);
+      solve_tensor_chunks<T>(p, chains, 2, chain_scratch);
     }
   } else {
     prep<T>(p, w, w.forward, false, stream);

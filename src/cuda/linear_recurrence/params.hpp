@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 namespace seqmix::cuda {
 
@@ -62,6 +64,22 @@ inline constexpr bool chunked_on_tensor_cores(int64_t n, int64_t m) {
   return kChunkedOnTensorCores && n <= 64 && m <= 8;
 }
 
+// The chunked method of bf16 matrix states with 8 < m ≤ 64 (a multiple of 8) and n ≤ 64:
+// whole states a block on tensor cores (chunked_wide.cuh, NOTES.md version 18), with the
+// scratch of the tensor-core path above; built with the CUTLASS headers only.
+// SEQMIX_LINREC_CHUNKED_WIDE=0 sends these shapes to the float-copy path instead (read at
+// every call, so that one process can time both; the workspace size follows it).
+inline bool chunked_wide(int64_t n, int64_t m, RecurrenceDtype dtype) {
+#if defined(SEQMIX_HAS_CUTLASS)
+  if (dtype != RecurrenceDtype::bf16 || n > 64 || m <= 8 || m > 64 || m % 8 != 0) return false;
+  const char* value = std::getenv("SEQMIX_LINREC_CHUNKED_WIDE");
+  return !(value && std::strcmp(value, "0") == 0);
+#else
+  (void)n, (void)m, (void)dtype;
+  return false;
+#endif
+}
+
 // The one-pass chunked forward of a vector state (fused_chunked.cuh, NOTES.md version 7):
 // its chunk length unless the caller gives one (at least kMinFusedChunk when chosen by
 // the environment), and its scratch in 4-byte words: the state after every chunk as
@@ -82,9 +100,8 @@ inline constexpr int64_t fused_chunk_scratch_floats(int64_t G, int64_t T, int64_
 // states in place); the backward also keeps the recomputed forward states. The chunked
 // method on tensor cores keeps only each chunk's summary (transfer matrix, offset) and
 // start state per chain, plus the two state arrays of the backward.
-inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T, int64_t n, int64_t m,
-                                                            RecurrenceMethod method, int64_t chunk_size,
-                                                            bool backward) {
+inline int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T, int64_t n, int64_t m, RecurrenceDtype dtype,
+                                                  RecurrenceMethod method, int64_t chunk_size, bool backward) {
   const int64_t maps = G * T * n * n, states = G * T * n * m, start = G * n * m;
   const int64_t outputs = (backward ? 2 : 1) * states;
   switch (method) {
@@ -93,7 +110,7 @@ inline constexpr int64_t linear_recurrence_workspace_floats(int64_t G, int64_t T
       const int64_t C = chunk_size > 0 ? chunk_size : default_chunk_size(G, T);
       const int64_t chunks = (T + C - 1) / C;
       const int64_t summaries = G * chunks * (n * n + 2 * n * m);  // per chain
-      if (chunked_on_tensor_cores(n, m)) {
+      if (chunked_on_tensor_cores(n, m) || chunked_wide(n, m, dtype)) {
         // m = 1 may take the one-pass chains, whose chunks are C or at least kMinFusedChunk.
         const int64_t fused = m == 1 ? fused_chunk_scratch_floats(G, T, n, C < kMinFusedChunk ? C : kMinFusedChunk) : 0;
         const int64_t per_chain = summaries > fused ? summaries : fused;
