@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "cuda/attention/params.hpp"
 #include "cuda_util.hpp"
@@ -588,7 +590,7 @@ struct ForwardFormScope {
 // alternating run by run, median of kTimedRuns. FLOPs 4·B·H·S²·D, half for causal. Asserts
 // that both forms give the same out and lse (the oracle is out of reach at these sizes; the
 // cases above compare each form with it).
-void time_forward_forms(const std::array<ForwardForm, 2>& forms, std::initializer_list<std::array<int64_t, 2>> shapes) {
+void time_forward_forms(const std::array<ForwardForm, 2>& forms, const std::vector<std::array<int64_t, 2>>& shapes) {
   constexpr int64_t kTokens = 16384, kWidth = 2048;  // B·S and H·D
   const size_t operand_bytes = static_cast<size_t>(kTokens * kWidth) * 2;
   DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes),
@@ -647,13 +649,28 @@ void time_forward_forms(const std::array<ForwardForm, 2>& forms, std::initialize
   }
 }
 
+// The shapes {D, S} SEQMIX_ATTENTION_TIMING_SHAPES="D,S;D,S;..." names, or `fallback`.
+std::vector<std::array<int64_t, 2>> timed_shapes(std::vector<std::array<int64_t, 2>> fallback) {
+  const char* value = std::getenv("SEQMIX_ATTENTION_TIMING_SHAPES");
+  if (!value) return fallback;
+  std::vector<std::array<int64_t, 2>> shapes;
+  std::stringstream list(value);
+  std::string item;
+  while (std::getline(list, item, ';')) {
+    long long D = 0, S = 0;
+    if (std::sscanf(item.c_str(), "%lld,%lld", &D, &S) == 2) shapes.push_back({D, S});
+  }
+  return shapes;
+}
+
 // The pingpong and persistent schedules (or the pair named above) at D = 128, S = 2048,
-// 4096 and 16384, and D = 64 and 256 at S = 2048 and 16384.
+// 4096 and 16384, and D = 64 and 256 at S = 2048 and 16384 (or the shapes named above).
 TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const std::array<AttentionForwardSchedule, 2> schedules = timed_forward_schedules();
   time_forward_forms({ForwardForm{schedules[0]}, ForwardForm{schedules[1]}},
-                     {{128, 2048}, {128, 4096}, {128, 16384}, {64, 2048}, {64, 16384}, {256, 2048}, {256, 16384}});
+                     timed_shapes({{128, 2048}, {128, 4096}, {128, 16384}, {64, 2048}, {64, 16384}, {256, 2048},
+                                   {256, 16384}}));
 }
 
 // D = 64 with two and three consumer warpgroups, each under the default schedule, over the
