@@ -667,13 +667,21 @@ TEST(LinearRecurrenceCudaPlan, AutomaticMethodFollowsTheMeasuredTable) {
   EXPECT_EQ(method(1, 4096, 128, 1), cr);
   EXPECT_EQ(method(1, 8192, 128, 1), chunked);  // long: chunked summaries win
   EXPECT_EQ(method(24, 1024, 40, 1), chunked);  // n 40 pads to 64, G 24 reads as 16
-  // Only the 64-group n = 64 vector-state entry depends on the dtype.
+  // Besides the 64-group n = 64 vector-state entry, the dtype decides for bf16 matrix states
+  // with n ≤ 64 (built with the CUTLASS headers): the chunked method walks them whole.
   for (int64_t G : {1, 16, 64})
     for (int64_t T : {1024, 8192})
       for (int64_t n : {32, 64, 128})
-        for (int64_t m : {1, 64})
-          if (!(G == 64 && n == 64 && m == 1))
+        for (int64_t m : {1, 64}) {
+          const bool wide = n <= 64 && m == 64 && cuda::chunked_wide(n, m, cuda::RecurrenceDtype::bf16);
+          if (wide) EXPECT_EQ(method(G, T, n, m, DType::bf16), chunked) << G << " " << T << " " << n;
+          else if (!(G == 64 && n == 64 && m == 1))
             EXPECT_EQ(method(G, T, n, m, DType::bf16), method(G, T, n, m)) << G << " " << T << " " << n << " " << m;
+        }
+#if defined(SEQMIX_HAS_CUTLASS)
+  EXPECT_EQ(method(16, 4096, 64, 64, DType::bf16), chunked);
+  EXPECT_EQ(method(16, 4096, 64, 12, DType::bf16), seq);  // m not a multiple of 8: the table's
+#endif
 }
 
 // The chunked method on tensor cores keeps only chunk summaries: far less scratch than

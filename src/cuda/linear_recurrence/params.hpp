@@ -164,8 +164,11 @@ inline constexpr MeasuredChoice kMeasuredChoices[] = {
 // in G (0.78 ms at G = 16, 3.0 at 64) against a flat 1.9–2.0 ms sequential walk, a
 // crossover near G = 40; in bf16 (chunked 0.47 and 1.59 ms, sequential 3.2) there is none
 // up to 64 groups.
-inline constexpr RecurrenceMethod choose_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m,
-                                                     RecurrenceDtype dtype) {
+// bf16 matrix states that the chunked method walks whole on tensor cores (chunked_wide)
+// take it at every grid point: 2.4× the sequential walk at G16 T4096 n64 m64, 10× at one
+// group (NOTES.md, version 18).
+inline RecurrenceMethod choose_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m, RecurrenceDtype dtype) {
+  if (chunked_wide(n, m, dtype)) return RecurrenceMethod::chunked;
   const int64_t padded = n <= 32 ? 32 : (n <= 64 ? 64 : 128);
   for (const MeasuredChoice& c : kMeasuredChoices) {
     if (c.n != padded || c.wide != (m > 8)) continue;
