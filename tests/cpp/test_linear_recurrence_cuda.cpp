@@ -13,6 +13,7 @@
 // transfers (the running product in shared memory, or in registers with mma.sync or wgmma
 // products);
 // SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h;
+// SEQMIX_LINREC_TIMING_CHUNKS=64,128 the chunked method with each chunk length;
 // SEQMIX_LINREC_TIMING_WALKS=0,1 every method with the sequential walk of matrix states on
 // the CUDA cores and on tensor cores (walk_wgmma.cuh). With
 // SEQMIX_LINREC_TIMING=1, LinearRecurrenceCudaTiming.SequentialSwitchesSideBySide times the
@@ -704,7 +705,8 @@ TEST(LinearRecurrenceCudaPlan, ChunkedOnTensorCoresKeepsOnlySummaries) {
 TEST(LinearRecurrenceCudaPlan, ChunkedWideKeepsOnlySummaries) {
   LinearRecurrenceOptions o;
   o.method = chunked;
-  const int64_t G = 16, T = 4096, n = 64, m = 64, chunks = T / 64;
+  const int64_t G = 16, T = 4096, n = 64, m = 64, chunks = T / cuda::default_wide_chunk_size(G, T);
+  EXPECT_EQ(chunks, 16);  // one wave of blocks: 16 groups × 16 chunks
   for (bool backward : {false, true}) {
     const int64_t summaries = G * chunks * (n * n + 2 * n * m) * (backward ? 2 : 1);
     const int64_t states = backward ? 2 * G * T * n * m : 0;
@@ -848,6 +850,8 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     auto time_method = [&](Method method, const std::string& label) {
       LinearRecurrenceOptions o;
       o.method = method;
+      if (const char* chunk = std::getenv("SEQMIX_LINREC_TIMING_CHUNK"); chunk && method == chunked)
+        o.chunk_size = std::atoll(chunk);
       const int64_t ws_fwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, false, o);
       const int64_t ws_bwd = linear_recurrence_workspace_size(s.G, s.T, s.n, s.m, s.dtype, true, o);
       const double work = double(s.G) * s.T * s.n * s.n * (s.n + s.m);  // a parallel method's n³ work
@@ -895,6 +899,7 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const char* bf16_blocks = std::getenv("SEQMIX_LINREC_TIMING_FUSED_BLOCKS_BF16");  // "3,4" (bf16 forward)
     const char* fused_transfers = std::getenv("SEQMIX_LINREC_TIMING_FUSED_TRANSFERS");  // "shared,transposed"
     const char* walks = std::getenv("SEQMIX_LINREC_TIMING_WALKS");  // "0,1": the walk on CUDA or tensor cores
+    const char* chunks = std::getenv("SEQMIX_LINREC_TIMING_CHUNKS");  // "64,128": the chunked method's chunk
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);
@@ -912,8 +917,11 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
                                  [&](const std::string& bf16) {
                   for_each_setting("SEQMIX_LINREC_FUSED_TRANSFER", method == chunked ? fused_transfers : nullptr,
                                    [&](const std::string& transfer) {
-                    time_method(method, name + product + rewalk + forward + blocks + bf16 + transfer + gradient +
-                                            (walk.empty() ? "" : "[wgmma=" + walk.substr(1)));
+                    for_each_setting("SEQMIX_LINREC_TIMING_CHUNK", method == chunked ? chunks : nullptr,
+                                     [&](const std::string& chunk) {
+                      time_method(method, name + product + rewalk + forward + blocks + bf16 + transfer + chunk +
+                                              gradient + (walk.empty() ? "" : "[wgmma=" + walk.substr(1)));
+                    });
                   });
                 });
               });

@@ -124,6 +124,17 @@ template <class Op, int N>
 __device__ __forceinline__ void wgmma_ss(uint64_t a, uint64_t b, float (&acc)[N], bool accumulate) {
   wgmma_ss_accumulators<Op>(a, b, acc, accumulate, std::make_integer_sequence<int, N>{});
 }
+
+template <class Op, int N, int... I>
+__device__ __forceinline__ void wgmma_rs_accumulators(const unsigned (&a)[4], uint64_t b, float (&acc)[N],
+                                                      bool accumulate, std::integer_sequence<int, I...>) {
+  Op::fma(a[0], a[1], a[2], a[3], b, acc[I]..., accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
+}
+// The same with A from registers (a, the RS form) and B in shared memory.
+template <class Op, int N>
+__device__ __forceinline__ void wgmma_rs(const unsigned (&a)[4], uint64_t b, float (&acc)[N], bool accumulate) {
+  wgmma_rs_accumulators<Op>(a, b, acc, accumulate, std::make_integer_sequence<int, N>{});
+}
 #endif
 
 // d += a·b for one m16n8k8 tile (row-major a, column-major b, tf32 operands).

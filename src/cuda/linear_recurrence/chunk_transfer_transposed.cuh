@@ -59,19 +59,13 @@ struct TransposedTransfer {
 };
 
 // acc (= or +=) A (registers) · B (the K-major swizzled slice at desc), one warpgroup.
-template <class Op, int... I>
-__device__ __forceinline__ void wgmma_rs(const unsigned (&a)[4], uint64_t desc, float (&acc)[32], bool accumulate,
-                                         std::integer_sequence<int, I...>) {
-  Op::fma(a[0], a[1], a[2], a[3], desc, acc[I]...,
-          accumulate ? cute::SM90::GMMA::ScaleOut::One : cute::SM90::GMMA::ScaleOut::Zero);
-}
 template <class T>
 __device__ __forceinline__ void transfer_wgmma(const unsigned (&a)[4], uint64_t desc, float (&acc)[32],
                                                bool accumulate) {
   using Op = std::conditional_t<sizeof(T) == 4, cute::SM90::GMMA::MMA_64x64x8_F32TF32TF32_RS_TN<>,
                                 cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K,
                                                                               cute::SM90::GMMA::Major::K>>;
-  wgmma_rs<Op>(a, desc, acc, accumulate, std::make_integer_sequence<int, 32>{});
+  wgmma_rs<Op>(a, desc, acc, accumulate);
 }
 
 // x as hi + mid + lo, each a bf16 (round to nearest at each step).

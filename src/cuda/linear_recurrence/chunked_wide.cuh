@@ -7,18 +7,24 @@
 //   2. the state entering every chunk: the sequential kernel over the summaries;
 //   3. every chunk re-walked from its start state, X ← A_s·X + b_s with W = 64 columns,
 //      writing h.
-// A step is one warpgroup's wgmma m64nWk16 products, A_s (K-major, or MN-major for the
-// backward's transposed chain) from its stage, X as the B operand, MN-major (row k of X is
-// a row of W columns, so its bf16 part is the output row layout itself), kept in two bf16
-// parts X = X_hi + X_lo (about 2⁻¹⁷ relative a step, as the walk on tensor cores keeps its
-// state: walk_wgmma.cuh). A_s and b_s come through a ring of stages by cp.async; the bf16
-// states leave from the state's hi part in 16-byte rows once the next step's barrier has
-// published it.
+// A step is one warpgroup's wgmma products on the transposed state,
+//   Xᵀ ← Xᵀ·A_sᵀ   (the backward's reverse chain: Xᵀ·A_s),
+// so the accumulators (rows: X's W columns in W / 64 tiles of 64; columns: the NP = 32 or
+// 64 padded state rows) are, split into two bf16 parts X = X_hi + X_lo (about 2⁻¹⁷ relative
+// a step, as the walk on tensor cores keeps its state: walk_wgmma.cuh), the A operand of
+// the next step's wgmma m64nNPk16 from registers (the RS form: the accumulator and
+// A-operand layouts coincide per 16 columns). A_s is the B operand straight from its stage
+// (K-major as it comes from memory; MN-major for the reverse chain). So no state goes
+// through shared memory and n ≤ 32 has no padded rows in its products. A_s and b_s come
+// through a ring of stages by cp.async; b_s is read transposed by ldmatrix.trans, bf16
+// states leave by stmatrix.trans into a staging tile in the output's row layout, then as
+// 16-byte rows after the next step's barrier.
 #pragma once
 
 #include <algorithm>
 #include <type_traits>
 
+#include "cuda/attention/mma.cuh"
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/chunk_transfer.cuh"
 #include "cuda/linear_recurrence/methods.hpp"
@@ -43,14 +49,11 @@ template <int W>
 struct WideLayout {
   static_assert(W == 64 || W == 128, "the re-walk's state (m ≤ 64) or a summary's [P | v]");
   static constexpr int N = 64, kThreads = 128, kK = 16;
-  static constexpr int kAcc = W / 2;  // accumulators a thread (m64nW)
-  // Three stages at W = 128 (two blocks an SM: 113 KB each), four at W = 64 (97 KB).
-  static constexpr int kStages = W == 128 ? 3 : 4;
-  static constexpr int kTileBytes = N * 64 * 2;  // 64 rows × 64 bf16: A_s, b_s, a 64-column chunk of X
+  static constexpr int kStages = 4;  // two blocks an SM (81 KB each)
+  static constexpr int kTileBytes = N * 64 * 2;  // 64 rows × 64 bf16: A_s, b_s, a staged state
   static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kPartBytes = (W / 64) * kTileBytes;
-  static constexpr int kState = kStages * kStageBytes;  // then [2 buffers][hi, lo]
-  static constexpr int kBytes = kState + 2 * 2 * kPartBytes;
+  static constexpr int kState = kStages * kStageBytes;  // then two staging tiles
+  static constexpr int kBytes = kState + 2 * kTileBytes;
   static constexpr int kAlignSlack = 1024;
   // Byte offset of element (row, col) of a tile of 64 rows in 128-byte swizzled rows: A_s
   // K-major (col = k), b_s and X MN-major (col = the B operand's column; X's 64-column
@@ -58,11 +61,56 @@ struct WideLayout {
   __device__ static constexpr int at(int row, int col) { return swizzled_offset<N, 2>(row, col); }
 };
 
-template <int W, bool kSummary, bool kTransposed, int K>
+// Step s (of `steps`) of chain c's chunk `chunk` in group `group` into its stage: A_s and
+// b_s (zeros past n and m), one commit group; the reverse chain's identity step as the
+// identity written in.
+template <class L>
+__device__ __forceinline__ void issue_wide_stage(const WideChunkParams& p, const SeqChain& c, int64_t chunk,
+                                                 int64_t group, int64_t s, int64_t steps, unsigned char* a_stage) {
+  using T = __nv_bfloat16;
+  constexpr int N = L::N;
+  if (s < steps) {
+    const int n = p.n, m = p.m, tid = threadIdx.x;
+    const bool identity = c.identity_first && chunk == 0 && s == 0;
+    unsigned char* b_stage = a_stage + L::kTileBytes;
+    const T* A_s = static_cast<const T*>(c.A) + group * c.a_group + (chunk * p.chunk + s) * c.a_step;
+    const T* b_s = static_cast<const T*>(c.b) + group * c.b_group + (chunk * p.chunk + s) * c.b_step;
+#pragma unroll
+    for (int k = 0; k < N * 8 / L::kThreads; ++k) {
+      const int idx = tid + L::kThreads * k, row = idx / 8, col = (idx % 8) * 8;
+      if (identity) {
+        union {
+          T elems[8];
+          uint4 bits;
+        } one_row;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) one_row.elems[e] = __float2bfloat16_rn(row == col + e && row < n ? 1.f : 0.f);
+        *reinterpret_cast<uint4*>(a_stage + L::at(row, col)) = one_row.bits;
+      } else {
+        const bool a_ok = row < n && col < n;
+        copy_async<16>(a_stage + L::at(row, col), a_ok ? A_s + row * n + col : A_s, a_ok);
+      }
+      const bool b_ok = row < n && col < m;
+      copy_async<16>(b_stage + L::at(row, col), b_ok ? b_s + row * m + col : b_s, b_ok);
+    }
+  }
+  copy_async_commit();
+}
+
+// stmatrix.trans of four 8×8 tiles of 16-bit pairs (the mma fragment layout), each stored
+// transposed: lane l gives the address of row l % 8 of tile l / 8.
+__device__ __forceinline__ void stmatrix_x4_trans(void* row, const uint32_t (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(
+                   tma::shared_address(row)),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
+template <int W, bool kSummary, bool kTransposed, int NP>
 __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned char* smem) {
   using L = WideLayout<W>;
   using T = __nv_bfloat16;
-  constexpr int D = L::kStages, N = L::N, kSlices = K / L::kK;
+  constexpr int D = L::kStages, kTiles = W / 64, kAcc = NP / 2, kSlices = NP / 16;
   const int k_chain = blockIdx.z;
   const SeqChain& c = p.chains[k_chain];
   const int64_t chunk = blockIdx.x, group = blockIdx.y;
@@ -70,164 +118,142 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
   const bool last_chunk = chunk == p.chunks - 1;
   const int64_t steps = last_chunk ? p.T - chunk * p.chunk : p.chunk;
-  const bool identity_first = c.identity_first && chunk == 0;
-  const T* A = static_cast<const T*>(c.A) + group * c.a_group + chunk * p.chunk * c.a_step;
-  const T* b = static_cast<const T*>(c.b) + group * c.b_group + chunk * p.chunk * c.b_step;
-
   const auto stage = [&](int64_t s) { return smem + static_cast<int>(s % D) * L::kStageBytes; };
-  // Step s's A_s and b_s into its stage (zeros past n and m), one commit group; the reverse
-  // chain's identity step as the identity written in.
-  const auto issue = [&](int64_t s) {
-    if (s < steps) {
-      unsigned char* a_stage = stage(s);
-      unsigned char* b_stage = a_stage + L::kTileBytes;
-      const T* A_s = A + s * c.a_step;
-      const T* b_s = b + s * c.b_step;
-#pragma unroll
-      for (int k = 0; k < N * 8 / L::kThreads; ++k) {
-        const int idx = tid + L::kThreads * k, row = idx / 8, col = (idx % 8) * 8;
-        if (identity_first && s == 0) {
-          union {
-            T elems[8];
-            uint4 bits;
-          } one_row;
-#pragma unroll
-          for (int e = 0; e < 8; ++e) one_row.elems[e] = __float2bfloat16_rn(row == col + e && row < n ? 1.f : 0.f);
-          *reinterpret_cast<uint4*>(a_stage + L::at(row, col)) = one_row.bits;
-        } else {
-          const bool a_ok = row < n && col < n;
-          copy_async<16>(a_stage + L::at(row, col), a_ok ? A_s + row * n + col : A_s, a_ok);
-        }
-        const bool b_ok = row < n && col < m;
-        copy_async<16>(b_stage + L::at(row, col), b_ok ? b_s + row * m + col : b_s, b_ok);
-      }
-    }
-    copy_async_commit();
-  };
+  const auto issue = [&](int64_t s) { issue_wide_stage<L>(p, c, chunk, group, s, steps, stage(s)); };
 #pragma unroll
   for (int d = 0; d < D - 1; ++d) issue(d);
 
-  // This thread's accumulators (m64nW): element i at row rows[(i / 2) % 2], column
-  // 8·(i / 4) + 2·tig + i % 2; pairs (i, i + 1) are adjacent columns of one row.
-  const int rows[2] = {16 * warp + gid, 16 * warp + gid + 8};
-  const auto row_of = [&](int i) { return rows[(i / 2) % 2]; };
-  const auto col_of = [&](int i) { return 8 * (i / 4) + 2 * tig; };
-  float acc[L::kAcc];
-  // The state before step 0: [I | 0] for a summary, the chunk's start for the re-walk.
+  // Accumulator element i of tile t: row r = 64·t + 16·warp + gid (+8 for (i / 2) odd) of Xᵀ
+  // (column r of X), column k = 8·(i / 4) + 2·tig + i % 2 (row k of X).
+  const auto r_of = [&](int t, int i) { return 64 * t + 16 * warp + gid + 8 * ((i / 2) % 2); };
+  const auto k_of = [&](int i) { return 8 * (i / 4) + 2 * tig + i % 2; };
+  // ldmatrix / stmatrix of a 16-column slice ks of this warp's 16 rows: lane l's row of the
+  // transposed tiles (row k of a [k][r] tile, from column r0).
+  const int q = lane / 8, tile_k = 8 * (q / 2) + lane % 8, tile_r = 16 * warp + 8 * (q % 2);
+  float acc[kTiles][kAcc];
   const float* start = kSummary ? nullptr : p.starts[k_chain] + (group * p.chunks + chunk) * n * m;
 #pragma unroll
-  for (int i = 0; i < L::kAcc; ++i) {
-    const int row = row_of(i), col = col_of(i) + i % 2;
-    if constexpr (kSummary) acc[i] = row == col && row < n ? 1.f : 0.f;
-    else acc[i] = row < n && col < m ? start[row * m + col] : 0.f;
-  }
-  // The state into buffer `buffer` as the next product's B operand: hi = bf16(x), lo = the rest.
-  const auto store_state = [&](int buffer) {
-    unsigned char* hi = smem + L::kState + 2 * buffer * L::kPartBytes;
-    unsigned char* lo = hi + L::kPartBytes;
+  for (int t = 0; t < kTiles; ++t)
 #pragma unroll
-    for (int i = 0; i < L::kAcc; i += 2) {
-      const int at = L::at(row_of(i), col_of(i));
-      const __nv_bfloat162 h = __floats2bfloat162_rn(acc[i], acc[i + 1]);
-      const float2 hf = __bfloat1622float2(h);
-      *reinterpret_cast<__nv_bfloat162*>(hi + at) = h;
-      *reinterpret_cast<__nv_bfloat162*>(lo + at) = __floats2bfloat162_rn(acc[i] - hf.x, acc[i + 1] - hf.y);
+    for (int i = 0; i < kAcc; ++i) {
+      const int r = r_of(t, i), k = k_of(i);
+      if constexpr (kSummary) acc[t][i] = r == k && k < n ? 1.f : 0.f;  // [I | 0]
+      else acc[t][i] = k < n && r < m ? start[k * m + r] : 0.f;
     }
+  uint32_t hi[kTiles][kSlices][4], lo[kTiles][kSlices][4];
+  const auto split = [&] {
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int ks = 0; ks < kSlices; ++ks)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float x0 = acc[t][8 * ks + 2 * j], x1 = acc[t][8 * ks + 2 * j + 1];
+          const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
+          const float2 hf = __bfloat1622float2(h);
+          const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
+          hi[t][ks][j] = *reinterpret_cast<const uint32_t*>(&h);
+          lo[t][ks][j] = *reinterpret_cast<const uint32_t*>(&l);
+        }
   };
-  store_state(1);  // read by step 0
+  split();
 
-  // Outputs of the re-walk: bf16 states from the state's hi part (16-byte rows, after the
-  // barrier that publishes it), float states and the last state from the accumulators.
+  constexpr int kU = kSummary ? 1 : 0;  // the tile of Xᵀ that b_s adds to
   const int64_t out_at = group * c.out_group + chunk * p.chunk * c.out_step;
   float* out_f = !kSummary && c.out_float ? static_cast<float*>(c.out) + out_at : nullptr;
   T* out_t = !kSummary && !c.out_float && c.out ? static_cast<T*>(c.out) + out_at : nullptr;
   T* last = !kSummary && c.last && last_chunk ? static_cast<T*>(c.last) + group * c.last_group : nullptr;
-  const auto copy_out = [&](int64_t s) {  // step s's state, from its buffer s % 2
-    const unsigned char* hi = smem + L::kState + 2 * static_cast<int>(s & 1) * L::kPartBytes;
+  unsigned char* staging = smem + L::kState;  // [2][64 k][64 r] bf16, the output's row layout
+  const auto copy_staged = [&](int64_t s, T* dst) {  // step s's staged state to dst [n, m]
+    const unsigned char* from = staging + static_cast<int>(s & 1) * L::kTileBytes;
 #pragma unroll
-    for (int k = 0; k < N * 8 / L::kThreads; ++k) {
-      const int idx = tid + L::kThreads * k, row = idx / 8, col = (idx % 8) * 8;
+    for (int e = 0; e < 64 * 8 / L::kThreads; ++e) {
+      const int idx = tid + L::kThreads * e, row = idx / 8, col = (idx % 8) * 8;
       if (row < n && col < m)
-        *reinterpret_cast<uint4*>(out_t + s * c.out_step + row * m + col) =
-            *reinterpret_cast<const uint4*>(hi + L::at(row, col));
+        *reinterpret_cast<uint4*>(dst + row * m + col) = *reinterpret_cast<const uint4*>(from + L::at(row, col));
     }
   };
 
-  using Op = cute::SM90::GMMA::MMA_64x128x16_F32BF16BF16_SS<
-      kTransposed ? cute::SM90::GMMA::Major::MN : cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
-  using OpNarrow = cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_SS<
-      kTransposed ? cute::SM90::GMMA::Major::MN : cute::SM90::GMMA::Major::K, cute::SM90::GMMA::Major::MN>;
-  using Product = std::conditional_t<W == 128, Op, OpNarrow>;
-  constexpr int kU = kSummary ? 64 : 0;  // the first column b_s adds to
+  using Op = std::conditional_t<
+      NP == 64,
+      cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K,
+                                                    kTransposed ? cute::SM90::GMMA::Major::MN : cute::SM90::GMMA::Major::K>,
+      cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K,
+                                                    kTransposed ? cute::SM90::GMMA::Major::MN : cute::SM90::GMMA::Major::K>>;
 
   for (int64_t s = 0; s < steps; ++s) {
-    // Step s's stage landed for everyone; the previous state is published, its stage free.
     copy_async_wait<D - 2>();
     fence_async_shared();
     __syncthreads();
     issue(s + D - 1);
-    if (out_t && s > 0) copy_out(s - 1);
-    const unsigned char* x_hi = smem + L::kState + 2 * static_cast<int>((s + 1) & 1) * L::kPartBytes;
-    const unsigned char* x_lo = x_hi + L::kPartBytes;
+    if (out_t && s > 0) copy_staged(s - 1, out_t + (s - 1) * c.out_step);
     const unsigned char* a = stage(s);
     attn::wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < kSlices; ++ks) {
-      const uint64_t a_desc = kTransposed ? attn::smem_descriptor(a + ks * L::kK * 128, N * 128)
-                                          : attn::smem_descriptor(a + L::at(0, ks * L::kK), 16);
-      wgmma_ss<Product>(a_desc, attn::smem_descriptor(x_lo + ks * L::kK * 128, N * 128), acc, ks > 0);
-      wgmma_ss<Product>(a_desc, attn::smem_descriptor(x_hi + ks * L::kK * 128, N * 128), acc, true);
-    }
+    for (int t = 0; t < kTiles; ++t)
+#pragma unroll
+      for (int ks = 0; ks < kSlices; ++ks) {
+        const uint64_t b_desc = kTransposed ? attn::smem_descriptor(a + ks * L::kK * 128, 64 * 128)
+                                            : attn::smem_descriptor(a + L::at(0, ks * L::kK), 16);
+        wgmma_rs<Op>(lo[t][ks], b_desc, acc[t], ks > 0);
+        wgmma_rs<Op>(hi[t][ks], b_desc, acc[t], true);
+      }
     attn::wgmma_commit();
     attn::wgmma_wait<0>();
-    attn::fence_registers(acc);
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) attn::fence_registers(acc[t]);
     const unsigned char* b_stage = a + L::kTileBytes;
 #pragma unroll
-    for (int i = 0; i < L::kAcc; i += 2) {
-      if (col_of(i) < kU) continue;  // a summary's P columns take no input
-      const float2 bv = __bfloat1622float2(
-          *reinterpret_cast<const __nv_bfloat162*>(b_stage + L::at(row_of(i), col_of(i) - kU)));
-      acc[i] += bv.x, acc[i + 1] += bv.y;
-    }
-    store_state(static_cast<int>(s & 1));
-    if constexpr (!kSummary) {
-      const bool write_last = last && s == steps - 1;
+    for (int ks = 0; ks < kSlices; ++ks) {
+      uint32_t bv[4];
+      attn::ldmatrix_x4_trans(bv, b_stage + L::at(16 * ks + tile_k, tile_r));
 #pragma unroll
-      for (int i = 0; i < L::kAcc; i += 2) {
-        const int row = row_of(i), col = col_of(i);
-        if (row >= n || col >= m) continue;
-        if (out_f) *reinterpret_cast<float2*>(out_f + s * c.out_step + row * m + col) = make_float2(acc[i], acc[i + 1]);
-        if (write_last) *reinterpret_cast<__nv_bfloat162*>(last + row * m + col) = __floats2bfloat162_rn(acc[i], acc[i + 1]);
+      for (int j = 0; j < 4; ++j) {
+        const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bv[j]));
+        acc[kU][8 * ks + 2 * j] += v.x, acc[kU][8 * ks + 2 * j + 1] += v.y;
+      }
+    }
+    split();
+    if constexpr (!kSummary) {
+      if (out_t || last) {
+        unsigned char* to = staging + static_cast<int>(s & 1) * L::kTileBytes;
+#pragma unroll
+        for (int ks = 0; ks < kSlices; ++ks) stmatrix_x4_trans(to + L::at(16 * ks + tile_k, tile_r), hi[0][ks]);
+      }
+      if (out_f) {
+#pragma unroll
+        for (int i = 0; i < kAcc; ++i) {
+          const int r = r_of(0, i), k = k_of(i);
+          if (k < n && r < m) out_f[s * c.out_step + k * m + r] = acc[0][i];
+        }
       }
     }
   }
   copy_async_wait<0>();
-  if constexpr (kSummary) {  // P and v of the chunk
+  if constexpr (kSummary) {  // P = X's first n columns, v the next m
     float* maps = p.maps[k_chain] + (group * p.chunks + chunk) * n * n;
     float* offsets = p.offsets[k_chain] + (group * p.chunks + chunk) * n * m;
 #pragma unroll
-    for (int i = 0; i < L::kAcc; i += 2) {
-      const int row = row_of(i), col = col_of(i);
-      if (row >= n) continue;
-      if (col < kU) {
-        if (col < n) *reinterpret_cast<float2*>(maps + row * n + col) = make_float2(acc[i], acc[i + 1]);
-      } else if (col - kU < m) {
-        *reinterpret_cast<float2*>(offsets + row * m + col - kU) = make_float2(acc[i], acc[i + 1]);
-      }
+    for (int i = 0; i < kAcc; ++i) {
+      const int r = r_of(0, i), k = k_of(i);
+      if (k < n && r < n) maps[k * n + r] = acc[0][i];
+      if (k < n && r < m) offsets[k * m + r] = acc[1][i];
     }
-  } else if (out_t && steps > 0) {
-    __syncthreads();  // the last step's state published
-    copy_out(steps - 1);
+  } else if (steps > 0 && (out_t || last)) {
+    __syncthreads();  // the last step's staged state published
+    if (out_t) copy_staged(steps - 1, out_t + (steps - 1) * c.out_step);
+    if (last) copy_staged(steps - 1, last);
   }
 }
 
-template <int W, bool kSummary, int K>
+// NP: the padded state size (32 or 64).
+template <int W, bool kSummary, int NP>
 __global__ void __launch_bounds__(128, 2) wide_chunk_kernel(const __grid_constant__ WideChunkParams p) {
   extern __shared__ __align__(16) unsigned char wide_smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(wide_smem_raw) + 1023) &
                                                          ~uintptr_t(1023));
-  if (p.chains[blockIdx.z].transposed) wide_chain<W, kSummary, true, K>(p, smem);
-  else wide_chain<W, kSummary, false, K>(p, smem);
+  if (p.chains[blockIdx.z].transposed) wide_chain<W, kSummary, true, NP>(p, smem);
+  else wide_chain<W, kSummary, false, NP>(p, smem);
 }
 
 template <int W, bool kSummary>

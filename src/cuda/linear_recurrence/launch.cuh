@@ -44,18 +44,22 @@ class Scratch {
   bool owned_ = false;
 };
 
-inline int64_t chunk_of(const LinearRecurrenceParams& p) {
-  return p.chunk_size > 0 ? std::min(p.chunk_size, p.T) : default_chunk_size(p.G, p.T);
-}
-
 template <class T>
 constexpr RecurrenceDtype dtype_of() {
   return sizeof(T) == 2 ? RecurrenceDtype::bf16 : RecurrenceDtype::f32;
 }
 
+// The chunked method's chunk length: the caller's, or the default of its path (the one
+// linear_recurrence_workspace_floats sizes the scratch for).
+template <class T>
+int64_t chunk_of(const LinearRecurrenceParams& p) {
+  if (p.chunk_size > 0) return std::min(p.chunk_size, p.T);
+  return chunked_wide(p.n, p.m, dtype_of<T>()) ? default_wide_chunk_size(p.G, p.T) : default_chunk_size(p.G, p.T);
+}
+
 template <class T>
 int64_t workspace_floats(const LinearRecurrenceParams& p, bool backward) {
-  return linear_recurrence_workspace_floats(p.G, p.T, p.n, p.m, dtype_of<T>(), p.method, chunk_of(p), backward);
+  return linear_recurrence_workspace_floats(p.G, p.T, p.n, p.m, dtype_of<T>(), p.method, chunk_of<T>(p), backward);
 }
 
 // Which kernel forms dA and db for states of at most kStreamGradMaxCols columns (wider
@@ -115,10 +119,11 @@ void prep(const LinearRecurrenceParams& p, const Workspace& w, float* states, bo
   check_launch("linear_recurrence prep");
 }
 
-inline void solve(const LinearRecurrenceParams& p, const Workspace& w, float* states) {
+template <class T>
+void solve(const LinearRecurrenceParams& p, const Workspace& w, float* states) {
   const FloatChain c{w.maps, states, w.start, w.extra, p.G, p.T, p.n, p.m};
   switch (p.method) {
-    case RecurrenceMethod::chunked: return solve_chunked(c, chunk_of(p), p.stream);
+    case RecurrenceMethod::chunked: return solve_chunked(c, chunk_of<T>(p), p.stream);
     case RecurrenceMethod::scan: return solve_scan(c, p.stream);
     case RecurrenceMethod::cyclic_reduction: return solve_cyclic_reduction(c, p.stream);
     case RecurrenceMethod::sequential: break;
@@ -141,9 +146,10 @@ template <class T>
 void solve_tensor_chunks(const LinearRecurrenceParams& p, const SeqChain* chains, int count, float* scratch) {
 #if defined(SEQMIX_HAS_CUTLASS)  // as chunked_wide(), which sizes the workspace
   if constexpr (sizeof(T) == 2)
-    if (wide_chunks<T>(p)) return solve_chunked_wide<T>(chains, count, p.G, p.T, p.n, p.m, chunk_of(p), scratch, p.stream);
+    if (wide_chunks<T>(p))
+      return solve_chunked_wide<T>(chains, count, p.G, p.T, p.n, p.m, chunk_of<T>(p), scratch, p.stream);
 #endif
-  solve_chunked_on_tensor_cores<T>(chains, count, p.G, p.T, p.n, p.m, chunk_of(p), scratch, p.stream);
+  solve_chunked_on_tensor_cores<T>(chains, count, p.G, p.T, p.n, p.m, chunk_of<T>(p), scratch, p.stream);
 }
 
 // The chunked method's chains of a vector state on tensor cores (the forward's, and the
@@ -202,7 +208,7 @@ void forward(const LinearRecurrenceParams& p) {
   const Scratch scratch(p.workspace, workspace_floats<T>(p, false), stream);
   const Workspace w = carve(scratch.get(), p, false);
   prep<T>(p, w, w.forward, false, stream);
-  solve(p, w, w.forward);
+  solve<T>(p, w, w.forward);
   const int64_t total = p.G * p.T * p.n * p.m;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, 4096));
   store_kernel<T><<<blocks, kThreads, 0, stream>>>(w.forward, static_cast<T*>(p.h), static_cast<T*>(p.final_state),
@@ -250,9 +256,9 @@ void backward(const LinearRecurrenceParams& p) {
     }
   } else {
     prep<T>(p, w, w.forward, false, stream);
-    solve(p, w, w.forward);
+    solve<T>(p, w, w.forward);
     prep<T>(p, w, w.reverse, true, stream);
-    solve(p, w, w.reverse);
+    solve<T>(p, w, w.reverse);
   }
   GradParams<T> g;
   g.u = w.reverse, g.h = w.forward, g.h_saved = saved_states;
