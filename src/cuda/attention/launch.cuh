@@ -107,13 +107,16 @@ AttentionForwardSchedule resolved_schedule(const AttentionParams& p, int consume
 
 // Consumer warpgroups (attention_forward_warpgroups): at D = 64 three measured 1.03-1.15x
 // two without a mask and 1.02-1.11x causal from S = 2048, but 0.89-0.91x causal at S = 512
-// and 1024, where a 192-row tile's diagonal blocks are a larger share (NOTES.md).
+// and 1024, where a 192-row tile's diagonal blocks are a larger share, and 0.83-0.89x on
+// grids of fewer tiles than SMs (B2 H8 S256/S512: 32 and 48 CTAs of 192 rows against 32
+// and 64 of 128), whose time is one CTA's (NOTES.md).
 template <int D>
 int forward_consumers(const AttentionParams& p) {
   if (D != 64) return 2;
   const int chosen = attention_forward_warpgroups();
   if (chosen != 0) return chosen;
-  return p.causal && p.max_seqlen_q < 2048 ? 2 : 3;
+  const int64_t tiles = (p.max_seqlen_q + 191) / 192 * p.Hq * p.num_sequences;
+  return (p.causal && p.max_seqlen_q < 2048) || tiles < multiprocessor_count() ? 2 : 3;
 }
 
 template <class T, int D>
