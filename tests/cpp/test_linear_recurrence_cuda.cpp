@@ -266,7 +266,15 @@ INSTANTIATE_TEST_SUITE_P(
                       GpuCase{"SmallN64Columns16OneChunk", 1, 20, 64, 16, bf16, chunked},
                       GpuCase{"SmallWholeChunksWorkspace", 1, 64, 64, 40, bf16, chunked, true, true, true},
                       GpuCase{"N64Columns64Long", 3, 1000, 64, 64, bf16, chunked},
-                      GpuCase{"N56Columns40Groups", 16, 300, 56, 40, bf16, chunked, true, false}),
+                      GpuCase{"N56Columns40Groups", 16, 300, 56, 40, bf16, chunked, true, false},
+                      // f32: three tf32 products, A split (and transposed for the reverse chain) a step
+                      GpuCase{"SmallF32N64Columns64", 2, 100, 64, 64, f32, chunked},
+                      GpuCase{"SmallF32N32Columns16NoState", 1, 45, 32, 16, f32, chunked, false, true},
+                      GpuCase{"SmallF32N40Columns24NoFinalGradient", 2, 33, 40, 24, f32, chunked, true, false},
+                      GpuCase{"SmallF32N8Columns64T1", 2, 1, 8, 64, f32, chunked},
+                      GpuCase{"SmallF32WholeChunksWorkspace", 1, 64, 64, 40, f32, chunked, true, true, true},
+                      GpuCase{"F32N64Columns64Long", 3, 1000, 64, 64, f32, chunked},
+                      GpuCase{"F32N56Columns40Groups", 16, 300, 56, 40, f32, chunked, true, false}),
     case_name);
 
 // The chunked method's chains in one pass for vector states (SEQMIX_LINREC_CHUNKED_FORWARD=
@@ -660,26 +668,29 @@ TEST(LinearRecurrenceCudaPlan, AutomaticMethodFollowsTheMeasuredTable) {
   EXPECT_EQ(method(64, 4096, 64, 1, DType::bf16), chunked);
   EXPECT_EQ(method(64, 4096, 32, 1), chunked);
   EXPECT_EQ(method(1, 100, 64, 1), chunked);  // short: the nearest grid point's
-  // Without tensor cores (n = 128 or m > 8): cyclic reduction at one group, sequential at many.
-  EXPECT_EQ(method(2, 4096, 64, 64), cr);
-  EXPECT_EQ(method(16, 4096, 64, 64), seq);
+  // Without tensor cores (n = 128, or m > 8 where the chunked method cannot walk whole
+  // states): cyclic reduction at one group, sequential at many.
+  const bool wide = cuda::chunked_wide(64, 64, cuda::RecurrenceDtype::f32);
+  EXPECT_EQ(method(2, 4096, 64, 64), wide ? chunked : cr);
+  EXPECT_EQ(method(16, 4096, 64, 64), wide ? chunked : seq);
+  EXPECT_EQ(method(16, 4096, 64, 12), seq);
   EXPECT_EQ(method(16, 4096, 128, 1), seq);
   EXPECT_EQ(method(64, 4096, 128, 1, DType::bf16), seq);
   EXPECT_EQ(method(1, 4096, 128, 1), cr);
   EXPECT_EQ(method(1, 8192, 128, 1), chunked);  // long: chunked summaries win
   EXPECT_EQ(method(24, 1024, 40, 1), chunked);  // n 40 pads to 64, G 24 reads as 16
-  // Besides the 64-group n = 64 vector-state entry, the dtype decides for bf16 matrix states
-  // with n ≤ 64 (built with the CUTLASS headers): the chunked method walks them whole.
+  // Only the 64-group n = 64 vector-state entry depends on the dtype; matrix states with
+  // n ≤ 64 take the chunked method in both (built with the CUTLASS headers: whole states).
   for (int64_t G : {1, 16, 64})
     for (int64_t T : {1024, 8192})
       for (int64_t n : {32, 64, 128})
         for (int64_t m : {1, 64}) {
-          const bool wide = n <= 64 && m == 64 && cuda::chunked_wide(n, m, cuda::RecurrenceDtype::bf16);
-          if (wide) EXPECT_EQ(method(G, T, n, m, DType::bf16), chunked) << G << " " << T << " " << n;
-          else if (!(G == 64 && n == 64 && m == 1))
+          if (!(G == 64 && n == 64 && m == 1))
             EXPECT_EQ(method(G, T, n, m, DType::bf16), method(G, T, n, m)) << G << " " << T << " " << n << " " << m;
+          if (n <= 64 && m == 64 && wide) EXPECT_EQ(method(G, T, n, m), chunked) << G << " " << T << " " << n;
         }
 #if defined(SEQMIX_HAS_CUTLASS)
+  EXPECT_TRUE(wide);
   EXPECT_EQ(method(16, 4096, 64, 64, DType::bf16), chunked);
   EXPECT_EQ(method(16, 4096, 64, 12, DType::bf16), seq);  // m not a multiple of 8: the table's
 #endif
@@ -699,9 +710,9 @@ TEST(LinearRecurrenceCudaPlan, ChunkedOnTensorCoresKeepsOnlySummaries) {
   }
 }
 
-// bf16 matrix states of the chunked method keep only chunk summaries where they walk whole
+// Matrix states of the chunked method keep only chunk summaries where they walk whole
 // states on tensor cores (built with the CUTLASS headers; SEQMIX_LINREC_CHUNKED_WIDE=0 sends
-// them to the float copies); f32 ones keep the float copies.
+// them to the float copies, =bf16 only the f32 ones).
 TEST(LinearRecurrenceCudaPlan, ChunkedWideKeepsOnlySummaries) {
   LinearRecurrenceOptions o;
   o.method = chunked;
@@ -716,9 +727,13 @@ TEST(LinearRecurrenceCudaPlan, ChunkedWideKeepsOnlySummaries) {
 #else
     EXPECT_GT(w, G * T * n * n) << backward;
 #endif
-    EXPECT_GT(linear_recurrence_workspace_size(G, T, n, m, DType::f32, backward, o), G * T * n * n) << backward;
+#if defined(SEQMIX_HAS_CUTLASS)
+    EXPECT_EQ(linear_recurrence_workspace_size(G, T, n, m, DType::f32, backward, o), summaries + states) << backward;
+#endif
     EXPECT_GT(linear_recurrence_workspace_size(G, T, n, 12, DType::bf16, backward, o), G * T * n * n)
         << backward << ": m not a multiple of 8";
+    setenv("SEQMIX_LINREC_CHUNKED_WIDE", "bf16", 1);
+    EXPECT_GT(linear_recurrence_workspace_size(G, T, n, m, DType::f32, backward, o), G * T * n * n) << backward;
     setenv("SEQMIX_LINREC_CHUNKED_WIDE", "0", 1);
     EXPECT_GT(linear_recurrence_workspace_size(G, T, n, m, DType::bf16, backward, o), G * T * n * n) << backward;
     unsetenv("SEQMIX_LINREC_CHUNKED_WIDE");

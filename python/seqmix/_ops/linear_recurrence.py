@@ -51,13 +51,13 @@ def linear_recurrence(A, b, h0=None, method="auto", output_final_state=False, im
             ``"auto"`` (the fastest measured for the shape and device: on the CPU see
             ``bench/cpu_linear_recurrence.md``; on CUDA the table of H100 forward times
             in ``src/cuda/linear_recurrence/params.hpp``: chunked for n ≤ 64, m ≤ 8 up to
-            G ≈ 32 (n = 32: always) and for bf16 with n ≤ 64 and m a multiple of 8 up to
-            64; otherwise cyclic reduction at one group
+            G ≈ 32 (n = 32: always) and for n ≤ 64 with m a multiple of 8 up to 64;
+            otherwise cyclic reduction at one group
             (chunked above T = 4096 for n > 32) and sequential at many groups), ``"sequential"`` (step by step),
             ``"chunked"`` (independent chunks, then a pass over chunk summaries; on
-            CUDA with n ≤ 64 and m ≤ 8, or bf16 with n ≤ 64 and m a multiple of 8 up
-            to 64, its products run on the tensor cores, fp32 as three tf32 products,
-            bf16 states as two bf16 parts, which costs accuracy on long products: relative
+            CUDA with n ≤ 64 and m ≤ 8 or a multiple of 8 up to 64, its products run on
+            the tensor cores, fp32 as three tf32 products, bf16 states as two bf16 parts,
+            which costs accuracy on long products: relative
             errors near 1e-4 (n = 32) to 3e-4 (n = 64) at spectral radius 0.999 over
             2048–4096 steps in fp32, and 7e-4 in bf16, against 2e-6 and 8e-5 for the
             other methods — use ``"sequential"`` where that matters),

@@ -1,4 +1,4 @@
-// The chunked method for bf16 matrix states (8 < m ≤ 64, n ≤ 64) on tensor cores, in
+// The chunked method for matrix states (8 < m ≤ 64, n ≤ 64; bf16 and f32) on tensor cores, in
 // three launches like chunked_tensor.cuh, with each block walking a whole state of W
 // columns instead of a slice of 8 (NOTES.md, version 18):
 //   1. chunk summaries: one block per chunk (but the last) walks
@@ -19,6 +19,12 @@
 // through a ring of stages by cp.async; b_s is read transposed by ldmatrix.trans, bf16
 // states leave by stmatrix.trans into a staging tile in the output's row layout, then as
 // 16-byte rows after the next step's barrier.
+// f32 (NOTES.md, version 19): three tf32 products X_lo·A_hi + X_hi·A_lo + X_hi·A_hi a
+// k-slice (about f32 accuracy). tf32 wgmma takes its B operand K-major only, so every step
+// the threads split A_s's stage into A_hi and A_lo (transposed for the reverse chain), with
+// k permuted within every 8 so that the accumulators serve as the A operand without
+// shuffles (split_permuted); b_s goes straight to registers a step ahead, states leave from
+// the accumulators.
 #pragma once
 
 #include <algorithm>
@@ -45,56 +51,104 @@ struct WideChunkParams {
   int n = 0, m = 0;
 };
 
-template <int W>
+template <class T, int W>
 struct WideLayout {
   static_assert(W == 64 || W == 128, "the re-walk's state (m ≤ 64) or a summary's [P | v]");
-  static constexpr int N = 64, kThreads = 128, kK = 16;
-  static constexpr int kStages = 4;  // two blocks an SM (81 KB each)
-  static constexpr int kTileBytes = N * 64 * 2;  // 64 rows × 64 bf16: A_s, b_s, a staged state
-  static constexpr int kStageBytes = 2 * kTileBytes;
-  static constexpr int kState = kStages * kStageBytes;  // then two staging tiles
-  static constexpr int kBytes = kState + 2 * kTileBytes;
+  static constexpr bool kF32 = sizeof(T) == 4;
+  static constexpr int N = 64, kThreads = 128;
+  static constexpr int kK = kF32 ? 8 : 16;  // k per wgmma
+  // Two blocks an SM: bf16 four stages (81 KB), f32 two (113 KB).
+  static constexpr int kStages = kF32 ? 2 : 4;
+  static constexpr int kUnitElems = 16 / int(sizeof(T));
+  static constexpr int kUnitsPerRow = N / kUnitElems;
+  static constexpr int kTileBytes = N * N * int(sizeof(T));  // 64 × 64 elements
+  static constexpr int kStageBytes = 2 * kTileBytes;         // A_s, b_s
+  // After the stages: f32's A_s split into tf32 hi and lo, then the staging of the outputs
+  // in their row layout (bf16: two tiles, written and read a step apart; f32: one, read and
+  // written on either side of its step's second barrier).
+  static constexpr int kSplit = kStages * kStageBytes;
+  static constexpr int kStaging = kSplit + (kF32 ? 2 * kTileBytes : 0);
+  static constexpr int kStagingTiles = kF32 ? 1 : 2;
+  static constexpr int kBytes = kStaging + kStagingTiles * kTileBytes;
   static constexpr int kAlignSlack = 1024;
-  // Byte offset of element (row, col) of a tile of 64 rows in 128-byte swizzled rows: A_s
-  // K-major (col = k), b_s and X MN-major (col = the B operand's column; X's 64-column
-  // chunks 8 KB apart, the descriptors' leading offset).
-  __device__ static constexpr int at(int row, int col) { return swizzled_offset<N, 2>(row, col); }
+  // Byte offset of element (row, col) of a tile of 64 rows in 128-byte swizzled rows (K-major
+  // operands: col = k; b_s and the staged outputs: [k][r]).
+  __device__ static constexpr int at(int row, int col) { return swizzled_offset<N, int(sizeof(T))>(row, col); }
 };
 
 // Step s (of `steps`) of chain c's chunk `chunk` in group `group` into its stage: A_s and
-// b_s (zeros past n and m), one commit group; the reverse chain's identity step as the
+// b_s, zeros past n and m, one commit group; the reverse chain's identity step as the
 // identity written in.
-template <class L>
+template <class T, class L>
 __device__ __forceinline__ void issue_wide_stage(const WideChunkParams& p, const SeqChain& c, int64_t chunk,
                                                  int64_t group, int64_t s, int64_t steps, unsigned char* a_stage) {
-  using T = __nv_bfloat16;
-  constexpr int N = L::N;
+  constexpr int N = L::N, U = L::kUnitElems;
   if (s < steps) {
     const int n = p.n, m = p.m, tid = threadIdx.x;
     const bool identity = c.identity_first && chunk == 0 && s == 0;
-    unsigned char* b_stage = a_stage + L::kTileBytes;
     const T* A_s = static_cast<const T*>(c.A) + group * c.a_group + (chunk * p.chunk + s) * c.a_step;
     const T* b_s = static_cast<const T*>(c.b) + group * c.b_group + (chunk * p.chunk + s) * c.b_step;
 #pragma unroll
-    for (int k = 0; k < N * 8 / L::kThreads; ++k) {
-      const int idx = tid + L::kThreads * k, row = idx / 8, col = (idx % 8) * 8;
+    for (int k = 0; k < N * L::kUnitsPerRow / L::kThreads; ++k) {
+      const int idx = tid + L::kThreads * k, row = idx / L::kUnitsPerRow, col = (idx % L::kUnitsPerRow) * U;
       if (identity) {
         union {
-          T elems[8];
+          T elems[U];
           uint4 bits;
         } one_row;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) one_row.elems[e] = __float2bfloat16_rn(row == col + e && row < n ? 1.f : 0.f);
+        for (int e = 0; e < U; ++e) one_row.elems[e] = from_float<T>(row == col + e && row < n ? 1.f : 0.f);
         *reinterpret_cast<uint4*>(a_stage + L::at(row, col)) = one_row.bits;
       } else {
         const bool a_ok = row < n && col < n;
         copy_async<16>(a_stage + L::at(row, col), a_ok ? A_s + row * n + col : A_s, a_ok);
       }
       const bool b_ok = row < n && col < m;
-      copy_async<16>(b_stage + L::at(row, col), b_ok ? b_s + row * m + col : b_s, b_ok);
+      copy_async<16>(a_stage + L::kTileBytes + L::at(row, col), b_ok ? b_s + row * m + col : b_s, b_ok);
     }
   }
   copy_async_commit();
+}
+
+// f32: A_s's stage as the tf32 B operand in two parts, hi = tf32(A_s) and lo = A_s − hi,
+// K-major with k permuted within every 8 (position c holds k = 2c for c < 4, 2(c − 4) + 1
+// after), so that the accumulators' column pairs (2·tig, 2·tig + 1) are the A operand's
+// columns (tig, tig + 4) as they stand: B[j][c] = A_s[j][π(c)], or A_s[π(c)][j] for the
+// reverse chain (Aᵀ). Each thread: one 8 × 4 block (8 k, 4 j), read and written as 16-byte rows.
+template <class L, bool kTransposed>
+__device__ __forceinline__ void split_permuted(const unsigned char* stage, unsigned char* hi, unsigned char* lo) {
+  static_assert(L::kF32 && L::N * L::N / 32 == L::kThreads * 1, "one 8 × 4 block a thread");
+  const int tid = threadIdx.x, k0 = (tid % 8) * 8, j0 = (tid / 8) * 4;
+  float x[8][4];  // x[e][a] = the operand element (k0 + e, j0 + a): A_s[j0 + a][k0 + e], or A_s[k0 + e][j0 + a]
+  if constexpr (kTransposed) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const float4 v = *reinterpret_cast<const float4*>(stage + L::at(k0 + e, j0));
+      x[e][0] = v.x, x[e][1] = v.y, x[e][2] = v.z, x[e][3] = v.w;
+    }
+  } else {
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const float4 v0 = *reinterpret_cast<const float4*>(stage + L::at(j0 + a, k0));
+      const float4 v1 = *reinterpret_cast<const float4*>(stage + L::at(j0 + a, k0 + 4));
+      x[0][a] = v0.x, x[1][a] = v0.y, x[2][a] = v0.z, x[3][a] = v0.w;
+      x[4][a] = v1.x, x[5][a] = v1.y, x[6][a] = v1.z, x[7][a] = v1.w;
+    }
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    float h[8], l[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      const float v = x[c < 4 ? 2 * c : 2 * (c - 4) + 1][a];
+      h[c] = __uint_as_float(to_tf32(v)), l[c] = v - h[c];
+    }
+    const int at0 = L::at(j0 + a, k0), at1 = L::at(j0 + a, k0 + 4);
+    *reinterpret_cast<float4*>(hi + at0) = make_float4(h[0], h[1], h[2], h[3]);
+    *reinterpret_cast<float4*>(hi + at1) = make_float4(h[4], h[5], h[6], h[7]);
+    *reinterpret_cast<float4*>(lo + at0) = make_float4(l[0], l[1], l[2], l[3]);
+    *reinterpret_cast<float4*>(lo + at1) = make_float4(l[4], l[5], l[6], l[7]);
+  }
 }
 
 // stmatrix.trans of four 8×8 tiles of 16-bit pairs (the mma fragment layout), each stored
@@ -106,11 +160,24 @@ __device__ __forceinline__ void stmatrix_x4_trans(void* row, const uint32_t (&r)
                : "memory");
 }
 
-template <int W, bool kSummary, bool kTransposed, int NP>
+// The wgmma instruction of a step's products: m64nNPk16 bf16 or m64nNPk8 tf32, A from
+// registers, B K-major (bf16's reverse chain: MN-major; f32's split stages are K-major).
+template <class T, int NP, bool kTransposed>
+struct WideProduct {
+  static constexpr auto kB = kTransposed ? cute::SM90::GMMA::Major::MN : cute::SM90::GMMA::Major::K;
+  using Bf16 = std::conditional_t<NP == 64, cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, kB>,
+                                  cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K, kB>>;
+  using Tf32 = std::conditional_t<NP == 64, cute::SM90::GMMA::MMA_64x64x8_F32TF32TF32_RS_TN<>,
+                                  cute::SM90::GMMA::MMA_64x32x8_F32TF32TF32_RS_TN<>>;
+  using Op = std::conditional_t<sizeof(T) == 4, Tf32, Bf16>;
+};
+
+template <class T, int W, bool kSummary, bool kTransposed, int NP>
 __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned char* smem) {
-  using L = WideLayout<W>;
-  using T = __nv_bfloat16;
-  constexpr int D = L::kStages, kTiles = W / 64, kAcc = NP / 2, kSlices = NP / 16;
+  using L = WideLayout<T, W>;
+  using Op = typename WideProduct<T, NP, kTransposed>::Op;
+  constexpr bool kF32 = L::kF32;
+  constexpr int D = L::kStages, kTiles = W / 64, kAcc = NP / 2, kSlices = NP / L::kK;
   const int k_chain = blockIdx.z;
   const SeqChain& c = p.chains[k_chain];
   const int64_t chunk = blockIdx.x, group = blockIdx.y;
@@ -119,7 +186,7 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
   const bool last_chunk = chunk == p.chunks - 1;
   const int64_t steps = last_chunk ? p.T - chunk * p.chunk : p.chunk;
   const auto stage = [&](int64_t s) { return smem + static_cast<int>(s % D) * L::kStageBytes; };
-  const auto issue = [&](int64_t s) { issue_wide_stage<L>(p, c, chunk, group, s, steps, stage(s)); };
+  const auto issue = [&](int64_t s) { issue_wide_stage<T, L>(p, c, chunk, group, s, steps, stage(s)); };
 #pragma unroll
   for (int d = 0; d < D - 1; ++d) issue(d);
 
@@ -127,8 +194,8 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
   // (column r of X), column k = 8·(i / 4) + 2·tig + i % 2 (row k of X).
   const auto r_of = [&](int t, int i) { return 64 * t + 16 * warp + gid + 8 * ((i / 2) % 2); };
   const auto k_of = [&](int i) { return 8 * (i / 4) + 2 * tig + i % 2; };
-  // ldmatrix / stmatrix of a 16-column slice ks of this warp's 16 rows: lane l's row of the
-  // transposed tiles (row k of a [k][r] tile, from column r0).
+  // bf16's ldmatrix / stmatrix of a 16-column slice ks of this warp's 16 rows: lane l's row
+  // of the transposed tiles (row k of a [k][r] tile, from column r0).
   const int q = lane / 8, tile_k = 8 * (q / 2) + lane % 8, tile_r = 16 * warp + 8 * (q % 2);
   float acc[kTiles][kAcc];
   const float* start = kSummary ? nullptr : p.starts[k_chain] + (group * p.chunks + chunk) * n * m;
@@ -140,85 +207,137 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
       if constexpr (kSummary) acc[t][i] = r == k && k < n ? 1.f : 0.f;  // [I | 0]
       else acc[t][i] = k < n && r < m ? start[k * m + r] : 0.f;
     }
-  uint32_t hi[kTiles][kSlices][4], lo[kTiles][kSlices][4];
-  const auto split = [&] {
+  // The A operand of tile t's next products from its accumulators, hi and lo parts, into
+  // slot `slot`: bf16 pairs (the accumulator layout per 16 columns), kept from one step to
+  // the next for every tile; or tf32 with the columns (2·tig, 2·tig + 1) of every 8 taken as
+  // (tig, tig + 4) (split_permuted permutes B's k to match), formed for one tile at a time
+  // right before its products (registers: three products of two tiles would not fit).
+  constexpr int kSlots = kF32 ? 1 : kTiles;
+  uint32_t hi[kSlots][kSlices][4], lo[kSlots][kSlices][4];
+  const auto split = [&](int t, int slot) {
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t)
+    for (int ks = 0; ks < kSlices; ++ks) {
+      if constexpr (kF32) {
+        constexpr int kOrder[4] = {0, 2, 1, 3};  // a0 (gid, tig), a1 (gid + 8, tig), a2 (gid, tig + 4), a3
 #pragma unroll
-      for (int ks = 0; ks < kSlices; ++ks)
+        for (int j = 0; j < 4; ++j) {
+          const float x = acc[t][4 * ks + kOrder[j]];
+          hi[slot][ks][j] = to_tf32(x);
+          lo[slot][ks][j] = to_tf32(x - __uint_as_float(hi[slot][ks][j]));
+        }
+      } else {
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
           const float x0 = acc[t][8 * ks + 2 * j], x1 = acc[t][8 * ks + 2 * j + 1];
           const __nv_bfloat162 h = __floats2bfloat162_rn(x0, x1);
           const float2 hf = __bfloat1622float2(h);
           const __nv_bfloat162 l = __floats2bfloat162_rn(x0 - hf.x, x1 - hf.y);
-          hi[t][ks][j] = *reinterpret_cast<const uint32_t*>(&h);
-          lo[t][ks][j] = *reinterpret_cast<const uint32_t*>(&l);
+          hi[slot][ks][j] = *reinterpret_cast<const uint32_t*>(&h);
+          lo[slot][ks][j] = *reinterpret_cast<const uint32_t*>(&l);
         }
+      }
+    }
   };
-  split();
+  if constexpr (!kF32)
+#pragma unroll
+    for (int t = 0; t < kTiles; ++t) split(t, t);
 
   constexpr int kU = kSummary ? 1 : 0;  // the tile of Xᵀ that b_s adds to
   const int64_t out_at = group * c.out_group + chunk * p.chunk * c.out_step;
-  float* out_f = !kSummary && c.out_float ? static_cast<float*>(c.out) + out_at : nullptr;
-  T* out_t = !kSummary && !c.out_float && c.out ? static_cast<T*>(c.out) + out_at : nullptr;
+  // Outputs of the re-walk: bf16's float states (the backward's chains) straight from the
+  // accumulators; the states in the input type and the last state through the staging.
+  float* out_f = !kSummary && !kF32 && c.out_float ? static_cast<float*>(c.out) + out_at : nullptr;
+  T* out_t = !kSummary && (kF32 || !c.out_float) && c.out ? static_cast<T*>(c.out) + out_at : nullptr;
   T* last = !kSummary && c.last && last_chunk ? static_cast<T*>(c.last) + group * c.last_group : nullptr;
-  unsigned char* staging = smem + L::kState;  // [2][64 k][64 r] bf16, the output's row layout
+  unsigned char* split_hi = smem + L::kSplit;  // f32: A_s's tf32 parts, the B operands
+  unsigned char* split_lo = split_hi + L::kTileBytes;
+  // [64 k][64 r] tiles in the output's row layout; step s's in tile s % kStagingTiles.
+  const auto staging = [&](int64_t s) {
+    return smem + L::kStaging + static_cast<int>(s % L::kStagingTiles) * L::kTileBytes;
+  };
   const auto copy_staged = [&](int64_t s, T* dst) {  // step s's staged state to dst [n, m]
-    const unsigned char* from = staging + static_cast<int>(s & 1) * L::kTileBytes;
 #pragma unroll
-    for (int e = 0; e < 64 * 8 / L::kThreads; ++e) {
-      const int idx = tid + L::kThreads * e, row = idx / 8, col = (idx % 8) * 8;
+    for (int e = 0; e < 64 * L::kUnitsPerRow / L::kThreads; ++e) {
+      const int idx = tid + L::kThreads * e, row = idx / L::kUnitsPerRow, col = (idx % L::kUnitsPerRow) * L::kUnitElems;
       if (row < n && col < m)
-        *reinterpret_cast<uint4*>(dst + row * m + col) = *reinterpret_cast<const uint4*>(from + L::at(row, col));
+        *reinterpret_cast<uint4*>(dst + row * m + col) = *reinterpret_cast<const uint4*>(staging(s) + L::at(row, col));
     }
   };
 
-  using Op = std::conditional_t<
-      NP == 64,
-      cute::SM90::GMMA::MMA_64x64x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K,
-                                                    kTransposed ? cute::SM90::GMMA::Major::MN : cute::SM90::GMMA::Major::K>,
-      cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_RS<cute::SM90::GMMA::Major::K,
-                                                    kTransposed ? cute::SM90::GMMA::Major::MN : cute::SM90::GMMA::Major::K>>;
-
   for (int64_t s = 0; s < steps; ++s) {
     copy_async_wait<D - 2>();
-    fence_async_shared();
+    if constexpr (!kF32) fence_async_shared();
     __syncthreads();
     issue(s + D - 1);
-    if (out_t && s > 0) copy_staged(s - 1, out_t + (s - 1) * c.out_step);
     const unsigned char* a = stage(s);
-    attn::wgmma_fence();
+    if (out_t && s > 0) copy_staged(s - 1, out_t + (s - 1) * c.out_step);
+    if constexpr (kF32) {  // the split parts are B; published by a second barrier
+      split_permuted<L, kTransposed>(a, split_hi, split_lo);
+      fence_async_shared();
+      __syncthreads();
+    }
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t)
+    for (int t = 0; t < kTiles; ++t) {
+      if constexpr (kF32) {  // one tile's operands live at a time (all of them: the products overwrite
+                             // the accumulators they come from); the small terms first
+        split(t, 0);
+        attn::wgmma_fence();
 #pragma unroll
-      for (int ks = 0; ks < kSlices; ++ks) {
-        const uint64_t b_desc = kTransposed ? attn::smem_descriptor(a + ks * L::kK * 128, 64 * 128)
-                                            : attn::smem_descriptor(a + L::at(0, ks * L::kK), 16);
-        wgmma_rs<Op>(lo[t][ks], b_desc, acc[t], ks > 0);
-        wgmma_rs<Op>(hi[t][ks], b_desc, acc[t], true);
-      }
-    attn::wgmma_commit();
-    attn::wgmma_wait<0>();
+        for (int ks = 0; ks < kSlices; ++ks) {
+          const uint64_t b_hi = attn::smem_descriptor(split_hi + L::at(0, ks * L::kK), 16);
+          const uint64_t b_lo = attn::smem_descriptor(split_lo + L::at(0, ks * L::kK), 16);
+          wgmma_rs<Op>(lo[0][ks], b_hi, acc[t], ks > 0);
+          wgmma_rs<Op>(hi[0][ks], b_lo, acc[t], true);
+          wgmma_rs<Op>(hi[0][ks], b_hi, acc[t], true);
+        }
+        attn::wgmma_commit();
+        attn::wgmma_wait<0>();
+        attn::fence_registers(acc[t]);
+      } else {
+        attn::wgmma_fence();
 #pragma unroll
-    for (int t = 0; t < kTiles; ++t) attn::fence_registers(acc[t]);
-    const unsigned char* b_stage = a + L::kTileBytes;
-#pragma unroll
-    for (int ks = 0; ks < kSlices; ++ks) {
-      uint32_t bv[4];
-      attn::ldmatrix_x4_trans(bv, b_stage + L::at(16 * ks + tile_k, tile_r));
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bv[j]));
-        acc[kU][8 * ks + 2 * j] += v.x, acc[kU][8 * ks + 2 * j + 1] += v.y;
+        for (int ks = 0; ks < kSlices; ++ks) {
+          const uint64_t b_desc = kTransposed ? attn::smem_descriptor(a + ks * L::kK * 128, 64 * 128)
+                                              : attn::smem_descriptor(a + L::at(0, ks * L::kK), 16);
+          wgmma_rs<Op>(lo[t][ks], b_desc, acc[t], ks > 0);
+          wgmma_rs<Op>(hi[t][ks], b_desc, acc[t], true);
+        }
+        attn::wgmma_commit();
       }
     }
-    split();
-    if constexpr (!kSummary) {
-      if (out_t || last) {
-        unsigned char* to = staging + static_cast<int>(s & 1) * L::kTileBytes;
+    if constexpr (!kF32) {
+      attn::wgmma_wait<0>();
 #pragma unroll
-        for (int ks = 0; ks < kSlices; ++ks) stmatrix_x4_trans(to + L::at(16 * ks + tile_k, tile_r), hi[0][ks]);
+      for (int t = 0; t < kTiles; ++t) attn::fence_registers(acc[t]);
+    }
+    const unsigned char* b_stage = a + L::kTileBytes;
+    if constexpr (kF32) {  // b_s[k][r] at the accumulators' elements
+#pragma unroll
+      for (int i = 0; i < kAcc; ++i) acc[kU][i] += *reinterpret_cast<const float*>(b_stage + L::at(k_of(i), r_of(0, i)));
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < kSlices; ++ks) {
+        uint32_t bv[4];
+        attn::ldmatrix_x4_trans(bv, b_stage + L::at(16 * ks + tile_k, tile_r));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          const float2 v = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&bv[j]));
+          acc[kU][8 * ks + 2 * j] += v.x, acc[kU][8 * ks + 2 * j + 1] += v.y;
+        }
+      }
+    }
+    if constexpr (!kF32)
+#pragma unroll
+      for (int t = 0; t < kTiles; ++t) split(t, t);
+    if constexpr (!kSummary) {
+      if (out_t || last) {  // into the staging tile
+        if constexpr (kF32) {
+#pragma unroll
+          for (int i = 0; i < kAcc; ++i) *reinterpret_cast<float*>(staging(s) + L::at(k_of(i), r_of(0, i))) = acc[0][i];
+        } else {
+#pragma unroll
+          for (int ks = 0; ks < kSlices; ++ks) stmatrix_x4_trans(staging(s) + L::at(16 * ks + tile_k, tile_r), hi[0][ks]);
+        }
       }
       if (out_f) {
 #pragma unroll
@@ -247,23 +366,24 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
 }
 
 // NP: the padded state size (32 or 64).
-template <int W, bool kSummary, int NP>
+template <class T, int W, bool kSummary, int NP>
 __global__ void __launch_bounds__(128, 2) wide_chunk_kernel(const __grid_constant__ WideChunkParams p) {
   extern __shared__ __align__(16) unsigned char wide_smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(wide_smem_raw) + 1023) &
                                                          ~uintptr_t(1023));
-  if (p.chains[blockIdx.z].transposed) wide_chain<W, kSummary, true, NP>(p, smem);
-  else wide_chain<W, kSummary, false, NP>(p, smem);
+  if (p.chains[blockIdx.z].transposed) wide_chain<T, W, kSummary, true, NP>(p, smem);
+  else wide_chain<T, W, kSummary, false, NP>(p, smem);
 }
 
-template <int W, bool kSummary>
+template <class T, int W, bool kSummary>
 void launch_wide_chunks(const WideChunkParams& p, int64_t blocks, int64_t G, int count, cudaStream_t stream) {
-  const auto kernel = p.n <= 32 ? wide_chunk_kernel<W, kSummary, 32> : wide_chunk_kernel<W, kSummary, 64>;
-  constexpr int smem = WideLayout<W>::kBytes + WideLayout<W>::kAlignSlack;
+  using L = WideLayout<T, W>;
+  const auto kernel = p.n <= 32 ? wide_chunk_kernel<T, W, kSummary, 32> : wide_chunk_kernel<T, W, kSummary, 64>;
+  constexpr int smem = L::kBytes + L::kAlignSlack;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (wide chunks)");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(G), static_cast<unsigned>(count));
-  kernel<<<grid, WideLayout<W>::kThreads, smem, stream>>>(p);
+  kernel<<<grid, L::kThreads, smem, stream>>>(p);
   check_launch(kSummary ? "linear_recurrence wide chunk summaries" : "linear_recurrence wide chunks");
 }
 
@@ -273,7 +393,6 @@ void launch_wide_chunks(const WideChunkParams& p, int64_t blocks, int64_t G, int
 template <class T>
 void solve_chunked_wide(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t m,
                         int64_t chunk, float* scratch, void* stream_ptr) {
-  static_assert(std::is_same_v<T, __nv_bfloat16>, "bf16 transitions (exact as wgmma's bf16 operands)");
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
   const int64_t L = std::min(chunk, T_len), chunks = (T_len + L - 1) / L, nn = n * n, nm = n * m;
   WideChunkParams w;
@@ -299,11 +418,11 @@ void solve_chunked_wide(const SeqChain* chains, int count, int64_t G, int64_t T_
       start, chunks, static_cast<int>(nm));
   check_launch("linear_recurrence chunk starts");
   if (chunks > 1) {
-    launch_wide_chunks<128, true>(w, chunks - 1, G, count, stream);
+    launch_wide_chunks<T, 128, true>(w, chunks - 1, G, count, stream);
     pass.n = n, pass.m = m;
     launch_sequential<float>(pass, G, stream_ptr);
   }
-  launch_wide_chunks<64, false>(w, chunks, G, count, stream);
+  launch_wide_chunks<T, 64, false>(w, chunks, G, count, stream);
 }
 
 }  // namespace seqmix::cuda::linrec

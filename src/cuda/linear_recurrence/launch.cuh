@@ -134,20 +134,19 @@ inline bool tensor_chunks(const LinearRecurrenceParams& p) {
   return p.method == RecurrenceMethod::chunked && chunked_on_tensor_cores(p.n, p.m);
 }
 
-// bf16 matrix states of the chunked method, whole states a block (chunked_wide.cuh).
+// Matrix states of the chunked method, whole states a block (chunked_wide.cuh).
 template <class T>
 bool wide_chunks(const LinearRecurrenceParams& p) {
   return p.method == RecurrenceMethod::chunked && chunked_wide(p.n, p.m, dtype_of<T>());
 }
 
-// The split chunked method's launches on tensor cores for these chains: slices of the
-// state a block (chunked_tensor.cuh, m ≤ 8) or whole states (chunked_wide.cuh).
+// The split chunked method's launches on tensor cores for these chains: vector states and
+// up to 8 columns (chunked_tensor.cuh) or whole matrix states a block (chunked_wide.cuh).
 template <class T>
 void solve_tensor_chunks(const LinearRecurrenceParams& p, const SeqChain* chains, int count, float* scratch) {
 #if defined(SEQMIX_HAS_CUTLASS)  // as chunked_wide(), which sizes the workspace
-  if constexpr (sizeof(T) == 2)
-    if (wide_chunks<T>(p))
-      return solve_chunked_wide<T>(chains, count, p.G, p.T, p.n, p.m, chunk_of<T>(p), scratch, p.stream);
+  if (wide_chunks<T>(p))
+    return solve_chunked_wide<T>(chains, count, p.G, p.T, p.n, p.m, chunk_of<T>(p), scratch, p.stream);
 #endif
   solve_chunked_on_tensor_cores<T>(chains, count, p.G, p.T, p.n, p.m, chunk_of<T>(p), scratch, p.stream);
 }

@@ -41,9 +41,9 @@ template <class T>
 void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t m,
                                    int64_t chunk, float* scratch, void* stream);
 
-// The chunked method of a bf16 matrix state (8 < m ≤ 64, m a multiple of 8, n ≤ 64) with
-// each block walking all of a chunk's columns (chunked_wide.cuh; built with the CUTLASS
-// headers only): the same three launches and scratch as solve_chunked_on_tensor_cores.
+// The chunked method of a matrix state (8 < m ≤ 64, m a multiple of 8, n ≤ 64) with each
+// block walking all of a chunk's columns (chunked_wide.cuh; built with the CUTLASS headers
+// only): the same three launches and scratch as solve_chunked_on_tensor_cores.
 template <class T>
 void solve_chunked_wide(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t m,
                         int64_t chunk, float* scratch, void* stream);

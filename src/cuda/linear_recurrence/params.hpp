@@ -75,16 +75,18 @@ inline constexpr bool chunked_on_tensor_cores(int64_t n, int64_t m) {
   return kChunkedOnTensorCores && n <= 64 && m <= 8;
 }
 
-// The chunked method of bf16 matrix states with 8 < m ≤ 64 (a multiple of 8) and n ≤ 64:
-// whole states a block on tensor cores (chunked_wide.cuh, NOTES.md version 18), with the
-// scratch of the tensor-core path above; built with the CUTLASS headers only.
-// SEQMIX_LINREC_CHUNKED_WIDE=0 sends these shapes to the float-copy path instead (read at
-// every call, so that one process can time both; the workspace size follows it).
+// The chunked method of matrix states with 8 < m ≤ 64 (a multiple of 8) and n ≤ 64: whole
+// states a block on tensor cores (chunked_wide.cuh, NOTES.md version 18; f32 as three tf32
+// products, version 19), with the scratch of the tensor-core path above; built with the
+// CUTLASS headers only. SEQMIX_LINREC_CHUNKED_WIDE=0 sends these shapes to the float-copy
+// path instead, =bf16 only bf16 ones (read at every call, so that one process can time
+// both; the workspace size follows it).
 inline bool chunked_wide(int64_t n, int64_t m, RecurrenceDtype dtype) {
 #if defined(SEQMIX_HAS_CUTLASS)
-  if (dtype != RecurrenceDtype::bf16 || n > 64 || m <= 8 || m > 64 || m % 8 != 0) return false;
+  if (n > 64 || m <= 8 || m > 64 || m % 8 != 0) return false;
   const char* value = std::getenv("SEQMIX_LINREC_CHUNKED_WIDE");
-  return !(value && std::strcmp(value, "0") == 0);
+  if (value && std::strcmp(value, "0") == 0) return false;
+  return dtype == RecurrenceDtype::bf16 || !(value && std::strcmp(value, "bf16") == 0);
 #else
   (void)n, (void)m, (void)dtype;
   return false;
@@ -177,9 +179,9 @@ inline constexpr MeasuredChoice kMeasuredChoices[] = {
 // in G (0.78 ms at G = 16, 3.0 at 64) against a flat 1.9–2.0 ms sequential walk, a
 // crossover near G = 40; in bf16 (chunked 0.47 and 1.59 ms, sequential 3.2) there is none
 // up to 64 groups.
-// bf16 matrix states that the chunked method walks whole on tensor cores (chunked_wide)
-// take it at every grid point: 2.4× the sequential walk at G16 T4096 n64 m64, 10× at one
-// group (NOTES.md, version 18).
+// Matrix states that the chunked method walks whole on tensor cores (chunked_wide) take it
+// at every grid point: bf16 2.8× the sequential walk at G16 T4096 n64 m64 and 12× at one
+// group, f32 1.6× and 10× (NOTES.md, versions 18 and 19).
 inline RecurrenceMethod choose_cuda_method(int64_t G, int64_t T, int64_t n, int64_t m, RecurrenceDtype dtype) {
   if (chunked_wide(n, m, dtype)) return RecurrenceMethod::chunked;
   const int64_t padded = n <= 32 ? 32 : (n <= 64 ? 64 : 128);
