@@ -23,8 +23,8 @@
 // k-slice (about f32 accuracy). tf32 wgmma takes its B operand K-major only, so every step
 // the threads split A_s's stage into A_hi and A_lo (transposed for the reverse chain), with
 // k permuted within every 8 so that the accumulators serve as the A operand without
-// shuffles (split_permuted); b_s goes straight to registers a step ahead, states leave from
-// the accumulators.
+// shuffles (split_permuted), published by a second barrier; b_s is read from its stage at
+// the accumulators' elements and states leave through one staging tile (two stages).
 #pragma once
 
 #include <algorithm>
