@@ -37,6 +37,7 @@
 
 #include <utility>
 
+#include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/common.cuh"
 #include "cuda/linear_recurrence/sequential.cuh"
 
@@ -387,6 +388,45 @@ __global__ void chunk_start_kernel(const ChunkStartParams p, int64_t chunks, int
   float* starts = second ? p.starts[1] : p.starts[0];
   for (int e = threadIdx.x; e < nm; e += blockDim.x)
     starts[g * chunks * nm + e] = start ? to_float(start[g * nm + e]) : 0.f;
+}
+
+// The split chunked method's scratch for `count` chains, chain k's from scratch +
+// k·G·chunks·(n² + 2nm) floats: maps [G, chunks, n, n] and offsets [G, chunks, n, m] (the
+// chunk summaries), starts [G, chunks, n, m] (the state entering every chunk); and the pass
+// over the summaries, s_{c+1} = P_c·s_c + v_c, as the sequential kernel's chains.
+struct ChunkSummaries {
+  float *maps[2] = {}, *offsets[2] = {}, *starts[2] = {};
+  ChunkStartParams start;
+  SeqParams pass;
+};
+
+inline ChunkSummaries chunk_summaries(const SeqChain* chains, int count, int64_t G, int64_t chunks, int64_t n,
+                                      int64_t m, float* scratch) {
+  const int64_t nn = n * n, nm = n * m;
+  ChunkSummaries c;
+  for (int k = 0; k < count; ++k) {
+    c.maps[k] = scratch + k * G * chunks * (nn + 2 * nm);
+    c.offsets[k] = c.maps[k] + G * chunks * nn;
+    c.starts[k] = c.offsets[k] + G * chunks * nm;
+    c.start.start[k] = chains[k].start, c.start.starts[k] = c.starts[k];
+    SeqChain& q = c.pass.chains[k];
+    q.A = c.maps[k], q.a_step = nn, q.a_group = chunks * nn;
+    q.b = c.offsets[k], q.b_step = nm, q.b_group = chunks * nm;
+    q.start = c.starts[k], q.start_group = chunks * nm;
+    q.out = c.starts[k] + nm, q.out_step = nm, q.out_group = chunks * nm, q.out_float = true;
+    q.steps = chunks - 1;
+  }
+  c.pass.n = n, c.pass.m = m;
+  return c;
+}
+
+// Every chunk's start in starts: the chain's start state (zeros without one) for chunk 0.
+template <class T>
+void launch_chunk_starts(const ChunkSummaries& c, int count, int64_t G, int64_t chunks, int64_t nm,
+                         cudaStream_t stream) {
+  chunk_start_kernel<T><<<dim3(static_cast<unsigned>(G), static_cast<unsigned>(count)), 128, 0, stream>>>(
+      c.start, chunks, static_cast<int>(nm));
+  check_launch("linear_recurrence chunk starts");
 }
 
 }  // namespace seqmix::cuda::linrec

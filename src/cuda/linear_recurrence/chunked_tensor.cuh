@@ -57,30 +57,14 @@ template <class T>
 void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t m,
                                    int64_t chunk, float* scratch, void* stream_ptr) {
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
-  const int64_t L = std::min(chunk, T_len), chunks = (T_len + L - 1) / L, nn = n * n, nm = n * m;
-  float *maps[2] = {}, *offsets[2] = {}, *starts[2] = {};
-  ChunkStartParams start;
-  for (int k = 0; k < count; ++k) {
-    maps[k] = scratch + k * G * chunks * (nn + 2 * nm);  // [G, chunks, n, n]
-    offsets[k] = maps[k] + G * chunks * nn;              // [G, chunks, n, m]
-    starts[k] = offsets[k] + G * chunks * nm;            // [G, chunks, n, m]
-    start.start[k] = chains[k].start, start.starts[k] = starts[k];
-  }
-  chunk_start_kernel<T><<<dim3(static_cast<unsigned>(G), static_cast<unsigned>(count)), 128, 0, stream>>>(
-      start, chunks, static_cast<int>(nm));
-  check_launch("linear_recurrence chunk starts");
+  const int64_t L = std::min(chunk, T_len), chunks = (T_len + L - 1) / L, nm = n * m;
+  const ChunkSummaries summaries = chunk_summaries(chains, count, G, chunks, n, m, scratch);
+  launch_chunk_starts<T>(summaries, count, G, chunks, nm, stream);
   if (chunks > 1) {
     ChunkTransferParams t;
-    SeqParams s;  // s_c for c ≥ 1
     for (int k = 0; k < count; ++k) {
       t.chains[k] = chains[k], t.chains[k].steps = T_len;
-      t.maps[k] = maps[k], t.offsets[k] = offsets[k];
-      SeqChain& q = s.chains[k];
-      q.A = maps[k], q.a_step = nn, q.a_group = chunks * nn;
-      q.b = offsets[k], q.b_step = nm, q.b_group = chunks * nm;
-      q.start = starts[k], q.start_group = chunks * nm;
-      q.out = starts[k] + nm, q.out_step = nm, q.out_group = chunks * nm, q.out_float = true;
-      q.steps = chunks - 1;
+      t.maps[k] = summaries.maps[k], t.offsets[k] = summaries.offsets[k];
     }
     t.chunk = L, t.chunks = chunks;
     t.n = static_cast<int>(n), t.m = static_cast<int>(m);
@@ -90,14 +74,13 @@ void solve_chunked_on_tensor_cores(const SeqChain* chains, int count, int64_t G,
       launch_chunk_transfer<T, 64, true>(t, G, chunks - 1, count, stream);
 #endif
     else launch_chunk_transfer<T, 64, false>(t, G, chunks - 1, count, stream);
-    s.n = n, s.m = m;
-    launch_sequential<float>(s, G, stream_ptr);
+    launch_sequential<float>(summaries.pass, G, stream_ptr);
   }
   SeqParams s;  // every chunk from its start
   for (int k = 0; k < count; ++k) {
     SeqChain& q = s.chains[k];
     q = chains[k];
-    q.start = starts[k], q.start_float = true, q.start_group = chunks * nm, q.sub_start = nm;
+    q.start = summaries.starts[k], q.start_float = true, q.start_group = chunks * nm, q.sub_start = nm;
     q.sub_chains = chunks;
     q.sub_a = L * chains[k].a_step, q.sub_b = L * chains[k].b_step, q.sub_out = L * chains[k].out_step;
     q.steps = L, q.last_steps = T_len - (chunks - 1) * L;

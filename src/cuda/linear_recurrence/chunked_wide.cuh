@@ -92,13 +92,7 @@ __device__ __forceinline__ void issue_wide_stage(const WideChunkParams& p, const
     for (int k = 0; k < N * L::kUnitsPerRow / L::kThreads; ++k) {
       const int idx = tid + L::kThreads * k, row = idx / L::kUnitsPerRow, col = (idx % L::kUnitsPerRow) * U;
       if (identity) {
-        union {
-          T elems[U];
-          uint4 bits;
-        } one_row;
-#pragma unroll
-        for (int e = 0; e < U; ++e) one_row.elems[e] = from_float<T>(row == col + e && row < n ? 1.f : 0.f);
-        *reinterpret_cast<uint4*>(a_stage + L::at(row, col)) = one_row.bits;
+        *reinterpret_cast<uint4*>(a_stage + L::at(row, col)) = identity_unit<T>(row, col, n);
       } else {
         const bool a_ok = row < n && col < n;
         copy_async<16>(a_stage + L::at(row, col), a_ok ? A_s + row * n + col : A_s, a_ok);
@@ -390,40 +384,25 @@ void launch_wide_chunks(const WideChunkParams& p, int64_t blocks, int64_t G, int
   check_launch(kSummary ? "linear_recurrence wide chunk summaries" : "linear_recurrence wide chunks");
 }
 
-// The three launches (and the chunk starts' copy) for one or two chains side by side;
-// chain k's scratch starts at scratch + k·G·chunks·(n² + 2nm) floats, as the chunked
-// method on tensor cores lays it out (maps, offsets, starts).
+// The three launches (and the chunk starts' copy) for one or two chains side by side, in
+// the split chunked method's scratch (chunk_summaries).
 template <class T>
 void solve_chunked_wide(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t m,
                         int64_t chunk, float* scratch, void* stream_ptr) {
   const auto stream = static_cast<cudaStream_t>(stream_ptr);
-  const int64_t L = std::min(chunk, T_len), chunks = (T_len + L - 1) / L, nn = n * n, nm = n * m;
+  const int64_t L = std::min(chunk, T_len), chunks = (T_len + L - 1) / L;
+  const ChunkSummaries summaries = chunk_summaries(chains, count, G, chunks, n, m, scratch);
   WideChunkParams w;
-  ChunkStartParams start;
-  SeqParams pass;  // s_{c+1} = P_c·s_c + v_c for c ≥ 0
   for (int k = 0; k < count; ++k) {
-    float* maps = scratch + k * G * chunks * (nn + 2 * nm);  // [G, chunks, n, n]
-    float* offsets = maps + G * chunks * nn;                 // [G, chunks, n, m]
-    float* starts = offsets + G * chunks * nm;               // [G, chunks, n, m]
     w.chains[k] = chains[k];
-    w.maps[k] = maps, w.offsets[k] = offsets, w.starts[k] = starts;
-    start.start[k] = chains[k].start, start.starts[k] = starts;
-    SeqChain& q = pass.chains[k];
-    q.A = maps, q.a_step = nn, q.a_group = chunks * nn;
-    q.b = offsets, q.b_step = nm, q.b_group = chunks * nm;
-    q.start = starts, q.start_group = chunks * nm;
-    q.out = starts + nm, q.out_step = nm, q.out_group = chunks * nm, q.out_float = true;
-    q.steps = chunks - 1;
+    w.maps[k] = summaries.maps[k], w.offsets[k] = summaries.offsets[k], w.starts[k] = summaries.starts[k];
   }
   w.T = T_len, w.chunk = L, w.chunks = chunks;
   w.n = static_cast<int>(n), w.m = static_cast<int>(m);
-  chunk_start_kernel<T><<<dim3(static_cast<unsigned>(G), static_cast<unsigned>(count)), 128, 0, stream>>>(
-      start, chunks, static_cast<int>(nm));
-  check_launch("linear_recurrence chunk starts");
+  launch_chunk_starts<T>(summaries, count, G, chunks, n * m, stream);
   if (chunks > 1) {
     launch_wide_chunks<T, 128, true>(w, chunks - 1, G, count, stream);
-    pass.n = n, pass.m = m;
-    launch_sequential<float>(pass, G, stream_ptr);
+    launch_sequential<float>(summaries.pass, G, stream_ptr);
   }
   launch_wide_chunks<T, 64, false>(w, chunks, G, count, stream);
 }

@@ -53,6 +53,19 @@ __device__ __forceinline__ float dot_unit(const __nv_bfloat16* unit, const float
   return a0.x * v0.x + a0.y * v0.y + a1.x * v0.z + a1.y * v0.w + a2.x * v1.x + a2.y * v1.y + a3.x * v1.z + a3.y * v1.w;
 }
 
+// The 16-byte unit of row `row` of the n×n identity (zero past n) that starts at column col.
+template <class T>
+__device__ __forceinline__ uint4 identity_unit(int row, int col, int n) {
+  constexpr int U = 16 / int(sizeof(T));
+  union {
+    T elems[U];
+    uint4 bits;
+  } unit;
+#pragma unroll
+  for (int e = 0; e < U; ++e) unit.elems[e] = from_float<T>(row == col + e && row < n ? 1.f : 0.f);
+  return unit.bits;
+}
+
 // Copies `bytes` (4, 8 or 16) from global to shared memory without passing through
 // registers; `valid` false writes zeros and reads nothing.
 template <int bytes>

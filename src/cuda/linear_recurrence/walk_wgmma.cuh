@@ -121,13 +121,7 @@ __device__ __forceinline__ void walk_chain(const SeqParams& p, unsigned char* sm
         const int idx = tid + L::kThreads * k, row = idx / L::kUnitsPerRow, col = (idx % L::kUnitsPerRow) * L::kUnitElems;
         unsigned char* unit = stage(s) + L::template at<N>(row, col);
         if (identity_first && s == 0) {
-          union {
-            T elems[L::kUnitElems];
-            uint4 bits;
-          } one_row;
-#pragma unroll
-          for (int e = 0; e < L::kUnitElems; ++e) one_row.elems[e] = from_float<T>(row == col + e && row < n ? 1.f : 0.f);
-          *reinterpret_cast<uint4*>(unit) = one_row.bits;
+          *reinterpret_cast<uint4*>(unit) = identity_unit<T>(row, col, n);
         } else {
           const bool ok = row < n && col < n;
           copy_async<16>(unit, ok ? A_s + row * n + col : A_s, ok);
