@@ -95,13 +95,17 @@ void launch_forward_schedule(const AttentionParams& p) {
 // only where a CTA has more than one tile to walk; with one wave or less it would launch the
 // same CTAs as pingpong and add its walk's index arithmetic. Non-causal D = 64 and 128 stay
 // pingpong (persistent measured 0.98-1.01x there).
-template <class T, int D>
+// Query tiles of `rows` rows (ForwardConfig::kBlockM: 64 a consumer warpgroup) over all heads
+// and sequences.
+inline int64_t query_tiles(const AttentionParams& p, int64_t rows) {
+  return (p.max_seqlen_q + rows - 1) / rows * p.Hq * p.num_sequences;
+}
+
+template <int D>
 AttentionForwardSchedule resolved_schedule(const AttentionParams& p, int consumers) {
   const AttentionForwardSchedule schedule = attention_forward_schedule();
   if (schedule != AttentionForwardSchedule::by_shape) return schedule;
-  const int64_t block_m = 64 * consumers;  // ForwardConfig::kBlockM
-  const int64_t tiles = (p.max_seqlen_q + block_m - 1) / block_m * p.Hq * p.num_sequences;
-  const bool walks = tiles > multiprocessor_count();
+  const bool walks = query_tiles(p, 64 * consumers) > multiprocessor_count();
   return walks && (p.causal || D == 256) ? AttentionForwardSchedule::persistent : AttentionForwardSchedule::pingpong;
 }
 
@@ -115,14 +119,13 @@ int forward_consumers(const AttentionParams& p) {
   if (D != 64) return 2;
   const int chosen = attention_forward_warpgroups();
   if (chosen != 0) return chosen;
-  const int64_t tiles = (p.max_seqlen_q + 191) / 192 * p.Hq * p.num_sequences;
-  return (p.causal && p.max_seqlen_q < 2048) || tiles < multiprocessor_count() ? 2 : 3;
+  return (p.causal && p.max_seqlen_q < 2048) || query_tiles(p, 192) < multiprocessor_count() ? 2 : 3;
 }
 
 template <class T, int D>
 void launch_forward(const AttentionParams& p) {
   const int consumers = forward_consumers<D>(p);
-  const AttentionForwardSchedule schedule = resolved_schedule<T, D>(p, consumers);
+  const AttentionForwardSchedule schedule = resolved_schedule<D>(p, consumers);
   if constexpr (D == 64) {
     if (consumers == 3 && schedule == AttentionForwardSchedule::pingpong)
       return launch_forward_schedule<T, D, AttentionForwardSchedule::pingpong, 3>(p);
