@@ -31,8 +31,8 @@ struct AttentionOptions : CommonOptions {
   bool causal = false;
   // Backward only. The CPU backward is always deterministic. On CUDA, false (the default)
   // runs the Hopper backward, whose dQ is summed with float atomics (dK, dV repeat bit for
-  // bit, dQ to rounding); true runs the two-kernel backward without atomics, bitwise
-  // reproducible and slower.
+  // bit, dQ to rounding); true makes each query block's dQ adds in a fixed order, so all
+  // three gradients repeat bit for bit, at some cost in speed.
   bool deterministic = false;
 };
 

@@ -257,7 +257,7 @@ cuda::AttentionParams cuda_forward_params(const core::Checker& check, const Atte
 }
 
 // The forward's params plus the gradients' views; the backward kernels take D ∈ {64, 128, 256},
-// the deterministic ones D ∈ {64, 128}.
+// deterministic or not.
 cuda::AttentionBackwardParams cuda_backward_params(const core::Checker& check, const AttentionInputs& in,
                                                    const AttentionOutputs& forward, const Tensor& dout,
                                                    const std::optional<Tensor>& d_lse, const AttentionGrads& grads,
@@ -267,9 +267,6 @@ cuda::AttentionBackwardParams cuda_backward_params(const core::Checker& check, c
   if (!cuda::attention_backward_head_dim_supported(p.D))
     check.fail("q", "a CPU tensor (this op has no CUDA kernel for the attention backward with head dim " + str(p.D) +
                         "; CUDA takes D = Dv in {64, 128, 256})", in.q.device.str());
-  if (options.deterministic && !cuda::attention_deterministic_backward_head_dim_supported(p.D))
-    check.fail("deterministic", "false for head dim " + str(p.D) +
-                                    " on a CUDA device (the deterministic backward takes D in {64, 128})", "true");
   check_cuda_alignment(check, dout, "dout");
   check_cuda_alignment(check, grads.dq, "dq");
   check_cuda_alignment(check, grads.dk, "dk");

@@ -125,25 +125,48 @@ struct BackwardSchedule {
   ~BackwardSchedule() { cuda::attention_set_backward_schedule(before); }
 };
 
-// A form of the Hopper backward: its schedule, and key-block pairs (D = 256 under pingpong).
+using cuda::AttentionDeterministicBackward;
+
+const char* deterministic_name(AttentionDeterministicBackward form) {
+  return form == AttentionDeterministicBackward::ordered ? "ordered" : "two_kernel";
+}
+
+// A form of the backward: the Hopper kernel's schedule and key-block pairs (D = 256 under
+// pingpong), or deterministic in one of its forms.
 struct BackwardForm {
   AttentionBackwardSchedule schedule;
   bool pairs = false;
+  bool deterministic = false;
+  AttentionDeterministicBackward deterministic_form = AttentionDeterministicBackward::ordered;
 };
 
-const char* form_name(BackwardForm form) { return form.pairs ? "pingpong_pairs" : schedule_name(form.schedule); }
+const char* form_name(BackwardForm form) {
+  if (form.deterministic) return deterministic_name(form.deterministic_form);
+  return form.pairs ? "pingpong_pairs" : schedule_name(form.schedule);
+}
 
 void PrintTo(BackwardForm form, std::ostream* os) { *os << form_name(form); }
 
-// Runs the Hopper backward in `form` while in scope, then puts the process's choices back.
+// Runs the backward in `form` while in scope (the caller passes form.deterministic in the
+// options), then puts the process's choices back.
 struct BackwardFormScope {
   BackwardSchedule schedule;
   bool pairs_before = cuda::attention_backward_key_pairs();
+  AttentionDeterministicBackward deterministic_before = cuda::attention_deterministic_backward();
   explicit BackwardFormScope(BackwardForm form) : schedule(form.schedule) {
     cuda::attention_set_backward_key_pairs(form.pairs);
+    cuda::attention_set_deterministic_backward(form.deterministic_form);
   }
-  ~BackwardFormScope() { cuda::attention_set_backward_key_pairs(pairs_before); }
+  ~BackwardFormScope() {
+    cuda::attention_set_backward_key_pairs(pairs_before);
+    cuda::attention_set_deterministic_backward(deterministic_before);
+  }
 };
+
+// The deterministic backward in `form`.
+BackwardForm deterministic_form(AttentionDeterministicBackward form) {
+  return {AttentionBackwardSchedule::pingpong, false, true, form};
+}
 
 // The forward of case `c` on the device against the float64 oracle (outputs poisoned first).
 void check_forward_against_oracle(const GpuAttnCase& c) {
@@ -293,9 +316,9 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Backward: dq, dk, dv of the CUDA kernels against the oracle's backward, from the same
 // inputs, out and lse (the oracle's own, stored in the dtype), with a d_lse; then a second
-// run. deterministic: the kernels without atomics, whose second run must repeat all three
-// gradients bitwise. Otherwise the Hopper kernel: dk and dv (no atomics) repeat bitwise,
-// dq (float atomics in any order) within a small fraction of the tolerance.
+// run. deterministic: the second run must repeat all three gradients bitwise. Otherwise
+// the Hopper kernel: dk and dv (no atomics) repeat bitwise, dq (float atomics in any order)
+// within a small fraction of the tolerance.
 void check_backward(const GpuAttnCase& c, bool deterministic) {
   const int64_t width = c.D + c.pad;
   auto rows = [&](int64_t S, const std::vector<int64_t>& cu, int64_t H) { return rows_shape(c, S, cu, H, width); };
@@ -377,24 +400,45 @@ void check_backward(const GpuAttnCase& c, bool deterministic) {
   }
 }
 
-class AttentionCudaBackward : public ::testing::TestWithParam<GpuAttnCase> {};
+// The deterministic backward in both forms: the Hopper kernel with its dQ adds in order
+// (every head dim), and the two mma.sync kernels (D <= 128; at D = 256 the choice falls back
+// to the ordered kernel, so those cases run it twice).
+class AttentionCudaBackward
+    : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionDeterministicBackward>> {};
 
 TEST_P(AttentionCudaBackward, GradientsMatchOracleAndRepeatBitwise) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  check_backward(GetParam(), true);
+  const BackwardFormScope form(deterministic_form(std::get<1>(GetParam())));
+  check_backward(std::get<0>(GetParam()), true);
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaBackward,
-    ::testing::Values(
-        GpuAttnCase{"Small_bf16_d128_S100", 2, 100, 100, 2, 2, 128, DType::bf16, false, {}, {}},
-        GpuAttnCase{"Small_f16_d64_causal_gqa4_Sq77_Sk200", 1, 77, 200, 8, 2, 64, DType::f16, true, {}, {}},
-        GpuAttnCase{"Small_bf16_d128_causal_Sq150_Sk60", 1, 150, 60, 2, 1, 128, DType::bf16, true, {}, {}},
-        GpuAttnCase{"Small_bf16_d64_varlen_causal_strided", 1, 0, 0, 4, 2, 64, DType::bf16, true,
-                    {0, 1, 130, 300}, {0, 5, 200, 330}, 64},
-        GpuAttnCase{"f16_d128_S500_causal", 1, 500, 500, 2, 2, 128, DType::f16, true, {}, {}},
-        GpuAttnCase{"bf16_d128_S600_gqa8", 1, 600, 700, 8, 1, 128, DType::bf16, false, {}, {}}),
-    [](const auto& info) { return std::string(info.param.name); });
+    ::testing::Combine(
+        ::testing::Values(
+            GpuAttnCase{"Small_bf16_d128_S100", 2, 100, 100, 2, 2, 128, DType::bf16, false, {}, {}},
+            GpuAttnCase{"Small_f16_d64_causal_gqa4_Sq77_Sk200", 1, 77, 200, 8, 2, 64, DType::f16, true, {}, {}},
+            GpuAttnCase{"Small_bf16_d128_causal_Sq150_Sk60", 1, 150, 60, 2, 1, 128, DType::bf16, true, {}, {}},
+            GpuAttnCase{"Small_bf16_d64_varlen_causal_strided", 1, 0, 0, 4, 2, 64, DType::bf16, true,
+                        {0, 1, 130, 300}, {0, 5, 200, 330}, 64},
+            GpuAttnCase{"Small_bf16_d256_causal_gqa4_Sq77_Sk200", 1, 77, 200, 8, 2, 256, DType::bf16, true, {}, {}},
+            GpuAttnCase{"Small_f16_d256_varlen_strided", 1, 0, 0, 4, 2, 256, DType::f16, false, {0, 1, 130, 300},
+                        {0, 5, 200, 330}, 64},
+            GpuAttnCase{"f16_d128_S500_causal", 1, 500, 500, 2, 2, 128, DType::f16, true, {}, {}},
+            GpuAttnCase{"bf16_d128_S600_gqa8", 1, 600, 700, 8, 1, 128, DType::bf16, false, {}, {}},
+            GpuAttnCase{"bf16_d64_S700_causal_gqa4", 2, 700, 700, 4, 1, 64, DType::bf16, true, {}, {}},
+            GpuAttnCase{"bf16_d256_S513_causal", 2, 513, 513, 2, 2, 256, DType::bf16, true, {}, {}},
+            GpuAttnCase{"f16_d256_Sq300_Sk900_gqa2", 1, 300, 900, 4, 2, 256, DType::f16, false, {}, {}},
+            // Rotated walks (no mask): 16 key blocks starting two query blocks apart.
+            GpuAttnCase{"bf16_d64_S2000_gqa2", 1, 2000, 2000, 2, 1, 64, DType::bf16, false, {}, {}},
+            // More key blocks of one head than an H100 has SMs, every one adding to the same
+            // query blocks: the ordered adds must not wait on a CTA that is not resident.
+            GpuAttnCase{"bf16_d256_Sq64_Sk19000_gqa2", 1, 64, 19000, 2, 1, 256, DType::bf16, false, {}, {}},
+            GpuAttnCase{"bf16_d128_causal_Sq100_Sk20000", 1, 100, 20000, 1, 1, 128, DType::bf16, true, {}, {}}),
+        ::testing::Values(AttentionDeterministicBackward::ordered, AttentionDeterministicBackward::two_kernel)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + deterministic_name(std::get<1>(info.param));
+    });
 
 // The Hopper backward (deterministic = false): TMA + wgmma over key blocks of 128, query
 // blocks of 64, the pre/postprocess kernels, under both schedules (dq through float atomics,
@@ -712,21 +756,21 @@ void time_backward_forms(const std::array<BackwardForm, 2>& forms, std::initiali
       options.causal = causal;
       attention_forward(in, forward, options);
 
-      const std::array<float, 2> ms = alternating_medians_ms(
-          [&](int which) {
-            const BackwardFormScope form(forms[which]);
-            attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, options);
-          },
-          flush);
+      auto run = [&](int which) {
+        const BackwardFormScope form(forms[which]);
+        AttentionOptions form_options = options;
+        form_options.deterministic = forms[which].deterministic;
+        attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, form_options);
+      };
+      const std::array<float, 2> ms = alternating_medians_ms(run, flush);
       std::printf("%4lld", static_cast<long long>(D));
       print_schedule_row(S, causal, 2.5 * 4.0 * B * H * S * S * D * (causal ? 0.5 : 1.0), ms);
 
       // The same gradients from both forms.
       std::vector<uint16_t> got[2][3];
       for (int which = 0; which < 2; ++which) {
-        const BackwardFormScope form(forms[which]);
         for (void* ptr : {dq.ptr, dk.ptr, dv.ptr}) cuda_ok(cudaMemset(ptr, 0xFF, operand_bytes));  // NaN words
-        attention_backward(in, forward, rows(dout.ptr), std::nullopt, grads, options);
+        run(which);
         void* ptrs[] = {dq.ptr, dk.ptr, dv.ptr};
         for (int g = 0; g < 3; ++g) {
           got[which][g].resize(operand_bytes / 2);
@@ -757,6 +801,17 @@ TEST(AttentionCudaTiming, BackwardKeyPairsSideBySide) {
       {{256, 512}, {256, 1024}, {256, 2048}, {256, 4096}, {256, 8192}, {256, 16384}});
 }
 
+// The deterministic backward: the Hopper kernel with its dQ adds in order against the same
+// kernel unordered (what determinism costs), then against the two mma.sync kernels (D <= 128).
+TEST(AttentionCudaTiming, DeterministicBackwardSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const BackwardForm ordered = deterministic_form(AttentionDeterministicBackward::ordered);
+  time_backward_forms({BackwardForm{AttentionBackwardSchedule::pingpong}, ordered},
+                      {{64, 2048}, {128, 2048}, {128, 8192}, {256, 2048}, {256, 8192}});
+  time_backward_forms({deterministic_form(AttentionDeterministicBackward::two_kernel), ordered},
+                      {{64, 2048}, {128, 2048}, {128, 8192}});
+}
+
 // Bad input that only the CUDA path rejects.
 TEST(AttentionCudaErrors, RejectsWhatTheKernelsCannotTake) {
   SKIP_WITHOUT_CUDA_DEVICE();
@@ -769,16 +824,6 @@ TEST(AttentionCudaErrors, RejectsWhatTheKernelsCannotTake) {
   EXPECT_SEQMIX_ERROR(fwd(32, 32, DType::bf16), "this op has no CUDA kernel for head dims D = 32, Dv = 32");
   EXPECT_SEQMIX_ERROR(fwd(128, 64, DType::bf16), "this op has no CUDA kernel for head dims D = 128, Dv = 64");
   EXPECT_SEQMIX_ERROR(fwd(64, 64, DType::f32), "this op has no CUDA kernel for dtype f32");
-
-  HostTensor q = uniform({1, 4, 1, 256}, DType::bf16), out = uniform({1, 4, 1, 256}, DType::bf16);
-  HostTensor lse = uniform({1, 1, 4}, DType::f32);
-  DeviceTensor dq_in(q), dk_in(q), dv_in(q), d_out(out), d_lse(lse), d_do(out), g_q(q), g_k(q), g_v(q);
-  AttentionOptions deterministic;
-  deterministic.deterministic = true;
-  EXPECT_SEQMIX_ERROR(attention_backward({dq_in.view, dk_in.view, dv_in.view}, {d_out.view, d_lse.view}, d_do.view,
-                                         std::nullopt, {g_q.view, g_k.view, g_v.view}, deterministic),
-                      "argument 'deterministic': expected false for head dim 256 on a CUDA device (the "
-                      "deterministic backward takes D in {64, 128}), got true");
 }
 
 }  // namespace

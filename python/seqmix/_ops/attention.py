@@ -64,9 +64,9 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
             ``lse = -inf``.
         return_lse: also return the log-sum-exp of each score row.
         deterministic: CUDA backward only (the CPU one is always deterministic): ``True``
-            takes kernels without atomics whose gradients repeat bitwise (``D`` 64 and 128;
-            ``D = 256`` refuses it); ``False`` (faster) adds dq with float atomics or
-            reduce-adds, so its last bits may vary between runs.
+            makes each query block's dq adds in a fixed order, so the gradients repeat
+            bitwise (every head dim); ``False`` (faster) adds dq in whatever order the
+            blocks finish, so its last bits may vary between runs.
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"`` (float32, the
             FlashAttention form: 64-key tiles with an online softmax).
 
@@ -105,9 +105,9 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
         causal: bottom-right aligned per sequence, as in ``flash_attn_func``.
         return_lse: also return the log-sum-exp of each score row.
         deterministic: CUDA backward only (the CPU one is always deterministic): ``True``
-            takes kernels without atomics whose gradients repeat bitwise (``D`` 64 and 128;
-            ``D = 256`` refuses it); ``False`` (faster) adds dq with float atomics or
-            reduce-adds, so its last bits may vary between runs.
+            makes each query block's dq adds in a fixed order, so the gradients repeat
+            bitwise (every head dim); ``False`` (faster) adds dq in whatever order the
+            blocks finish, so its last bits may vary between runs.
         impl: ``"automatic"``, ``"reference"`` (float64 oracle) or ``"fast"``.
 
     Returns:

@@ -1,13 +1,13 @@
 // Explicit instantiation: attention backward, f16, head dim 256. The Hopper kernel of
-// backward_sm90.cuh with the head dim split between the consumer warpgroups; there is no
-// deterministic kernel at this head dim (src/core refuses deterministic = true).
+// backward_sm90.cuh with the head dim split between the consumer warpgroups; for
+// `deterministic` its dQ adds in order.
 #include "cuda/attention/backward_sm90.cuh"
 
 namespace seqmix::cuda {
 
 template <>
 void attention_backward<AttentionDtype::f16, 256>(const AttentionBackwardParams& p) {
-  attn::sm90::launch_backward<__half, 256>(p);
+  attn::launch_attention_backward<__half, 256>(p);
 }
 
 }  // namespace seqmix::cuda

@@ -1,16 +1,13 @@
 // Explicit instantiation: attention backward, f16, head dim 64. The Hopper kernel of
-// backward_sm90.cuh (either schedule; dQ summed in float, out of order) unless the caller
-// asks for determinism.
+// backward_sm90.cuh; for `deterministic` its dQ adds in order, or the kernels of
+// backward.cuh (params.hpp).
 #include "cuda/attention/backward_sm90.cuh"
 
 namespace seqmix::cuda {
 
 template <>
 void attention_backward<AttentionDtype::f16, 64>(const AttentionBackwardParams& p) {
-  if (p.deterministic)
-    attn::launch_backward<__half, 64>(p);
-  else
-    attn::sm90::launch_backward<__half, 64>(p);
+  attn::launch_attention_backward<__half, 64>(p);
 }
 
 }  // namespace seqmix::cuda

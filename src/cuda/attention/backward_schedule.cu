@@ -1,4 +1,5 @@
-// The process-wide choice of the Hopper backward's schedule and key-block pairs (params.hpp).
+// The process-wide choice of the Hopper backward's schedule and key-block pairs, and of the
+// deterministic backward's form (params.hpp).
 #include "cuda/attention/params.hpp"
 #include "cuda/common/environment.hpp"
 
@@ -24,8 +25,19 @@ bool& current_key_pairs() {
   return on;
 }
 
+// ordered is the default: see NOTES.md "The deterministic backward in order".
+AttentionDeterministicBackward& current_deterministic() {
+  static AttentionDeterministicBackward form =
+      choice_from_environment("SEQMIX_ATTENTION_DETERMINISTIC", {{"ordered", AttentionDeterministicBackward::ordered},
+                               {"two_kernel", AttentionDeterministicBackward::two_kernel}},
+                              AttentionDeterministicBackward::ordered);
+  return form;
+}
+
 }  // namespace
 
+AttentionDeterministicBackward attention_deterministic_backward() { return current_deterministic(); }
+void attention_set_deterministic_backward(AttentionDeterministicBackward form) { current_deterministic() = form; }
 AttentionBackwardSchedule attention_backward_schedule() { return current_schedule(); }
 void attention_set_backward_schedule(AttentionBackwardSchedule schedule) { current_schedule() = schedule; }
 bool attention_backward_key_pairs() { return current_key_pairs(); }

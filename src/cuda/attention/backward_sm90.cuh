@@ -104,7 +104,9 @@ struct BackwardSm90Config {
 
 // --- the main kernel -------------------------------------------------------------------
 
-template <class T, int D, AttentionBackwardSchedule kSchedule, bool kPairs>
+// kOrdered: the deterministic backward (ws.locks), a kernel of its own so that the ordering's
+// arithmetic costs the other kernels no registers.
+template <class T, int D, AttentionBackwardSchedule kSchedule, bool kPairs, bool kOrdered>
 __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__ BackwardSm90Args args) {
   using Cfg = BackwardSm90Config<T, D, kSchedule, kPairs>;
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
@@ -112,19 +114,56 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   const AttentionBackwardParams& bp = args.bp;
   const AttentionParams& p = bp.fwd;
 
-  const int n_block = blockIdx.x, kv_head = blockIdx.y;
   const Sequence seq = sequence_of(p, blockIdx.z);
+  const int kv_head = blockIdx.y;
+  // Deterministic (kOrdered): a query block's dQ adds go in a fixed order, from the last
+  // key block that meets it down to key block 0 (the order in which causal walks reach it;
+  // rotated walks below). The key blocks are dealt in reverse, the last first, so that
+  // unrotated a CTA only ever waits on CTAs of lower index, launched before it: no wait on a
+  // CTA that cannot be resident.
+  static_assert(!kOrdered || (Cfg::kReduceDq && !kPairs), "ordered adds: the reduce-adds, no pairs");
+  const int key_blocks = (seq.len_k + kBlockN - 1) / kBlockN;
+  const int n_block = kOrdered ? key_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
   const int n0 = n_block * kBlockN;
-  if (n0 >= seq.len_k) return;
+  if (n_block < 0 || n0 >= seq.len_k) return;
   const int group = static_cast<int>(p.Hq / p.Hkv);
   // Pairs walk the same query blocks (causal: the earlier key block's, one masked block more
   // for the later); the launcher pairs only key blocks inside the sequence, so none returns above.
   const QueryRange range = query_blocks<kBlockM>(seq, kPairs ? (n_block & ~1) * kBlockN : n0, p.causal);
   const int blocks_per_head = max(0, range.end - range.begin);
   const int iterations = group * blocks_per_head;
+  // Rotated walks (deterministic without a mask, ws.rotated): every key block would start at
+  // query block 0, so its adds there would chain through all N key blocks before the last
+  // could go on. Instead key block n starts at query block n·M/N of the M and wraps around:
+  // the key blocks reach each query block one after another, a block or two apart, in the
+  // order of its adds, as causal walks do by themselves.
+  const int first_block =
+      kOrdered && args.ws.rotated ? static_cast<int>(static_cast<int64_t>(n_block) * blocks_per_head / key_blocks) : 0;
   // Query block `it` of this CTA: its query head and first row.
   auto head_of = [&](int it) { return kv_head * group + it / blocks_per_head; };
-  auto row0_of = [&](int it) { return (range.begin + it % blocks_per_head) * kBlockM; };
+  auto row0_of = [&](int it) {
+    if constexpr (!kOrdered) return (range.begin + it % blocks_per_head) * kBlockM;
+    const int block = it % blocks_per_head + first_block;
+    return (range.begin + (block < blocks_per_head ? block : block - blocks_per_head)) * kBlockM;
+  };
+  // Ordered adds: block `it`'s lock, and the adds it must count before warpgroup w's: two a
+  // key block (one a warpgroup, into columns of its own), from the last key block meeting it
+  // down to this one's; rotated: down from the last key block whose walk starts at or before
+  // the block, then on from key block N − 1.
+  auto lock_of = [&](int it) {
+    return args.ws.locks + (static_cast<int64_t>(blockIdx.z) * p.Hq + head_of(it)) * args.ws.lock_blocks +
+           row0_of(it) / kBlockM;
+  };
+  auto adds_before = [&](int it) {
+    if (args.ws.rotated) {
+      const int64_t block = row0_of(it) / kBlockM;
+      const int first = static_cast<int>(((block + 1) * key_blocks - 1) / blocks_per_head);
+      return 2 * ((first - n_block + key_blocks) % key_blocks);
+    }
+    const int last_query = row0_of(it) + kBlockM - 1;  // the block's last row sees the most keys
+    const int last = p.causal ? min(key_blocks - 1, (last_query + seq.len_k - seq.len_q) / kBlockN) : key_blocks - 1;
+    return 2 * (last - n_block);
+  };
 
   extern __shared__ uint8_t smem_raw[];
   // Aligned by pointer arithmetic on smem_raw (not through an integer), so the compiler
@@ -243,6 +282,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
       for (int it = 0; it < iterations; ++it) {
         const int stage = it % kStages;
         tma::wait(&dq_full[2 * stage + w], (it / kStages) & 1);
+        if constexpr (kOrdered) wait_for_adds(lock_of(it), adds_before(it));
         for (int box = 0; box < 4; ++box)
           tensor_reduce_add(args.dq_map, dq_box(stage, w, box), Cfg::kDqCols * w + 32 * box,
                             static_cast<int>(seq.q_start) + row0_of(it), head_of(it), seq.batch);
@@ -250,26 +290,35 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         bulk_wait_read();
         tma::arrive(&stage_empty[stage]);
         if constexpr (kPairs) arrive_in_cta(&stage_empty[stage], rank ^ 1);  // the peer copies into this stage too
+        if constexpr (kOrdered) {
+          bulk_wait_all();
+          count_add(lock_of(it));
+        }
       }
       bulk_wait_all();
     } else if (kTurns && warp_in_group >= 2 && lane == 0) {
       // warp 2 + w, one lane: consumer warpgroup w's dQ share of each block, added into the
       // workspace by two tensor reduce-adds (64 rows × 32 columns each). Rows past the tensor
       // are dropped by the copy engine; rows past a varlen sequence (the next sequence's)
-      // get exact zeros (dSᵀ is zero there).
+      // get exact zeros (dSᵀ is zero there). D = 64 deterministic: each warpgroup its own half.
       const int w = warp_in_group - 2;
-      const int dq_col0 = D == 128 ? 64 * w : 0;
+      const int dq_col0 = D == 128 || kOrdered ? 64 * w : 0;
       const uint8_t* staged = dq_staging + w * 2 * Cfg::kDqBoxBytes;
       prefetch_tensor_map(&args.dq_map);
       for (int it = 0; it < iterations; ++it) {
         const int q_row = static_cast<int>(seq.q_start) + row0_of(it);
         tma::wait(&dq_full[w], it & 1);
+        if constexpr (kOrdered) wait_for_adds(lock_of(it), adds_before(it));
         for (int box = 0; box < 2; ++box)
           tensor_reduce_add(args.dq_map, staged + box * Cfg::kDqBoxBytes, dq_col0 + 32 * box, q_row, head_of(it),
                             seq.batch);
         bulk_commit();
         bulk_wait_read();
         tma::arrive(&dq_empty[w]);
+        if constexpr (kOrdered) {
+          bulk_wait_all();
+          count_add(lock_of(it));
+        }
       }
       bulk_wait_all();
     }
@@ -647,7 +696,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
 
 // --- launcher --------------------------------------------------------------------------
 
-template <class T, int D, AttentionBackwardSchedule kSchedule, bool kPairs = false>
+template <class T, int D, AttentionBackwardSchedule kSchedule, bool kPairs = false, bool kOrdered = false>
 void launch_backward_schedule(const AttentionBackwardParams& bp) {
   using Cfg = BackwardSm90Config<T, D, kSchedule, kPairs>;
   const AttentionParams& p = bp.fwd;
@@ -656,12 +705,25 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   const int64_t rows = batch * p.Hq * p.rows_q;
   if (rows == 0) return;
 
+  // Deterministic (kOrdered, which launch_backward takes for it): dQ's adds ordered by locks.
+  const int64_t locks = kOrdered ? lock_count(p, Cfg::kBlockM) : 0;
+  const int dq_width = kOrdered && D == 64 ? 2 * D : D;
+
   // Stream-ordered scratch: freed on the same stream once the postprocess has read it.
-  void* scratch = allocate_workspace(workspace_floats(p) * sizeof(float), stream);
+  void* scratch = allocate_workspace((workspace_floats(p, dq_width) + locks) * sizeof(float), stream);
   Workspace ws;
   ws.dq = static_cast<float*>(scratch);
-  ws.lse2 = ws.dq + rows * D;
+  ws.dq_width = dq_width;
+  ws.lse2 = ws.dq + rows * dq_width;
   ws.delta = ws.lse2 + rows;
+  if constexpr (kOrdered) {
+    ws.locks = reinterpret_cast<int*>(ws.delta + rows);
+    ws.lock_blocks = static_cast<int>((p.max_seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM);
+    check(cudaMemsetAsync(ws.locks, 0, locks * sizeof(int), stream), "cudaMemsetAsync(attention dQ locks)");
+    // Rotated walks wait on CTAs of either side, so all key blocks of a sequence must be
+    // resident at once: one CTA an SM.
+    ws.rotated = !p.causal && (p.max_seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN <= multiprocessor_count();
+  }
 
   constexpr int kPerBlock = 256 / (D / 8);  // query rows per 256-thread block
   const unsigned row_blocks = static_cast<unsigned>((rows + kPerBlock - 1) / kPerBlock);
@@ -675,8 +737,8 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   args.v_map = tensor_map<T>(p.v, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.bp = bp;
   args.ws = ws;
-  if constexpr (Cfg::kReduceDq) args.dq_map = dq_workspace_map(ws.dq, p, batch);
-  const auto kernel = dkdv_dq_kernel<T, D, kSchedule, kPairs>;
+  if constexpr (Cfg::kReduceDq) args.dq_map = dq_workspace_map(ws.dq, dq_width, p, batch);
+  const auto kernel = dkdv_dq_kernel<T, D, kSchedule, kPairs, kOrdered>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention backward sm90)");
   const dim3 grid(static_cast<unsigned>((p.max_seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN),
@@ -709,8 +771,10 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
 // dQ reduce through the stage without turns (BackwardSm90Config::kTurns).
 // Key-block pairs (attention_backward_key_pairs(), D = 256 only) where every pair has both
 // its key blocks inside every sequence: no varlen, an even number of key blocks.
+// Deterministic: pingpong without pairs, its reduce-adds in order.
 template <class T, int D>
 void launch_backward(const AttentionBackwardParams& bp) {
+  if (bp.deterministic) return launch_backward_schedule<T, D, AttentionBackwardSchedule::pingpong, false, true>(bp);
   const AttentionParams& p = bp.fwd;
   const int64_t key_blocks = (p.max_seqlen_k + 63) / 64;
   const bool pairs = D == 256 && attention_backward_key_pairs() && !p.cu_seqlens_k && key_blocks > 0 &&
@@ -724,3 +788,17 @@ void launch_backward(const AttentionBackwardParams& bp) {
 }
 
 }  // namespace seqmix::cuda::attn::sm90
+
+namespace seqmix::cuda::attn {
+
+// What attention_backward launches: the Hopper kernel, or at D <= 128 for `deterministic`
+// under AttentionDeterministicBackward::two_kernel the kernels of backward.cuh.
+template <class T, int D>
+void launch_attention_backward(const AttentionBackwardParams& bp) {
+  if constexpr (D <= 128)
+    if (bp.deterministic && attention_deterministic_backward() == AttentionDeterministicBackward::two_kernel)
+      return launch_backward<T, D>(bp);
+  sm90::launch_backward<T, D>(bp);
+}
+
+}  // namespace seqmix::cuda::attn

@@ -53,8 +53,19 @@ __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, 2
 
 struct Workspace {
   float* dq;
+  // Floats of a dQ row: D, or 2·D for the deterministic backward at D = 64, whose two consumer
+  // warpgroups (each over its own 64 keys of the block, all 64 columns) add into their own
+  // halves, summed in the postprocess, so that neither waits on the other's adds.
+  int dq_width;
   float* lse2;
   float* delta;
+  // Deterministic backward: per (sequence, query head, query block of 64 rows) the count of
+  // dQ adds done so far [num_sequences][Hq][lock_blocks]; nullptr otherwise.
+  int* locks = nullptr;
+  int lock_blocks = 0;
+  // Deterministic without a mask, where every key block of a sequence can be resident at once:
+  // the walks rotated (backward_sm90.cuh).
+  bool rotated = false;
 };
 
 struct BackwardSm90Args {
@@ -96,8 +107,11 @@ __global__ void __launch_bounds__(256) preprocess_kernel(const AttentionBackward
     const T* d = static_cast<const T*>(bp.dout.data) + batch * bp.dout.stride_batch + row * bp.dout.stride_row +
                  head * bp.dout.stride_head;
     sum = dot_chunk<T>(*reinterpret_cast<const uint4*>(o + 8 * part), *reinterpret_cast<const uint4*>(d + 8 * part));
-    *reinterpret_cast<float4*>(ws.dq + item * D + 8 * part) = make_float4(0.f, 0.f, 0.f, 0.f);
-    *reinterpret_cast<float4*>(ws.dq + item * D + 8 * part + 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int half = 0; half < ws.dq_width; half += D) {
+      float* dq = ws.dq + item * ws.dq_width + half + 8 * part;
+      *reinterpret_cast<float4*>(dq) = make_float4(0.f, 0.f, 0.f, 0.f);
+      *reinterpret_cast<float4*>(dq + 4) = make_float4(0.f, 0.f, 0.f, 0.f);
+    }
   }
 #pragma unroll
   for (int offset = kLanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffff, sum, offset);
@@ -111,7 +125,8 @@ __global__ void __launch_bounds__(256) preprocess_kernel(const AttentionBackward
   }
 }
 
-// dq = scale · accumulators, 8 elements per thread.
+// dq = scale · accumulators (the two halves' sum, first plus second, where there are two),
+// 8 elements per thread.
 template <class T, int D>
 __global__ void __launch_bounds__(256) postprocess_kernel(const AttentionBackwardParams bp, Workspace ws,
                                                           int64_t rows) {
@@ -123,8 +138,14 @@ __global__ void __launch_bounds__(256) postprocess_kernel(const AttentionBackwar
   const int64_t row = item % p.rows_q;
   const int head = static_cast<int>((item / p.rows_q) % p.Hq);
   const int batch = static_cast<int>(item / (p.rows_q * p.Hq));
-  const float4 a = *reinterpret_cast<const float4*>(ws.dq + item * D + 8 * part);
-  const float4 b = *reinterpret_cast<const float4*>(ws.dq + item * D + 8 * part + 4);
+  const float* dq = ws.dq + item * ws.dq_width + 8 * part;
+  float4 a = *reinterpret_cast<const float4*>(dq);
+  float4 b = *reinterpret_cast<const float4*>(dq + 4);
+  if (ws.dq_width == 2 * D) {
+    const float4 a2 = *reinterpret_cast<const float4*>(dq + D), b2 = *reinterpret_cast<const float4*>(dq + D + 4);
+    a = make_float4(a.x + a2.x, a.y + a2.y, a.z + a2.z, a.w + a2.w);
+    b = make_float4(b.x + b2.x, b.y + b2.y, b.z + b2.z, b.w + b2.w);
+  }
   const float s = p.scale;
   uint4 packed;
   packed.x = pack2<T>(a.x * s, a.y * s);
@@ -244,6 +265,23 @@ __device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.w
 // This thread's bulk reduces are done (before the CTA exits).
 __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
+// The deterministic backward's order of dQ adds: a query block's lock counts the adds made to
+// it. The adder waits until `count` adds are done (acquire, then ordered before its own
+// bulk reduce, an async-proxy write) ...
+__device__ __forceinline__ void wait_for_adds(const int* lock, int count) {
+  int done;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(done) : "l"(lock) : "memory");
+  } while (done < count);
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+}
+// ... and, once its reduce has completed (bulk_wait_all), counts it (the async-proxy writes
+// ordered before the release).
+__device__ __forceinline__ void count_add(int* lock) {
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+  asm volatile("red.release.gpu.global.add.s32 [%0], 1;" ::"l"(lock) : "memory");
+}
+
 // --- key-block pairs (clusters of two CTAs) ------------------------------------------------
 
 // This CTA's rank in its cluster.
@@ -293,11 +331,11 @@ __device__ __forceinline__ void load_box_multicast(void* dst, const CUtensorMap&
 // i.e. after the other warpgroup has issued.
 inline constexpr int kBackwardTurnBarrier = 2;
 
-// The dQ accumulators [batch][Hq][rows_q][D] as a 4-d float map (D, rows, heads, batch),
-// added to in boxes of 32 columns (128 bytes, 128-byte swizzle) × 64 rows.
-inline CUtensorMap dq_workspace_map(float* dq, const AttentionParams& p, int64_t batch) {
-  const int64_t row_bytes = p.D * sizeof(float);
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(p.D), static_cast<cuuint64_t>(p.rows_q),
+// The dQ accumulators [batch][Hq][rows_q][width] as a 4-d float map (width, rows, heads,
+// batch), added to in boxes of 32 columns (128 bytes, 128-byte swizzle) × 64 rows.
+inline CUtensorMap dq_workspace_map(float* dq, int width, const AttentionParams& p, int64_t batch) {
+  const int64_t row_bytes = width * sizeof(float);
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(width), static_cast<cuuint64_t>(p.rows_q),
                               static_cast<cuuint64_t>(p.Hq), static_cast<cuuint64_t>(batch)};
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(row_bytes), static_cast<cuuint64_t>(p.rows_q * row_bytes),
                                  static_cast<cuuint64_t>(p.Hq * p.rows_q * row_bytes)};
@@ -349,10 +387,16 @@ inline void* allocate_workspace(size_t bytes, cudaStream_t stream) {
   return ptr;
 }
 
-// Floats of the workspace: dQ accumulators, lse2 and delta for every (batch, head, row).
-inline int64_t workspace_floats(const AttentionParams& p) {
+// Floats of the workspace: dQ accumulators (`dq_width` a row), lse2 and delta for every
+// (batch, head, row).
+inline int64_t workspace_floats(const AttentionParams& p, int dq_width) {
   const int64_t batch = p.cu_seqlens_q ? 1 : p.num_sequences;
-  return batch * p.Hq * p.rows_q * (p.D + 2);
+  return batch * p.Hq * p.rows_q * (dq_width + 2);
+}
+
+// The deterministic backward's locks: one per (sequence, query head, query block of `rows`).
+inline int64_t lock_count(const AttentionParams& p, int rows) {
+  return p.num_sequences * p.Hq * ((p.max_seqlen_q + rows - 1) / rows);
 }
 
 }  // namespace seqmix::cuda::attn::sm90

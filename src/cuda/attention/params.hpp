@@ -39,7 +39,7 @@ struct AttentionBackwardParams {
   // Optional gradient reaching lse (same indexing as lse, its own strides), or nullptr.
   const float* d_lse = nullptr;
   int64_t d_lse_stride_batch = 0, d_lse_stride_head = 0, d_lse_stride_row = 0;
-  // true: the two-kernel backward of backward.cuh (no atomics, bitwise reproducible);
+  // true: bitwise reproducible gradients (attention_deterministic_backward() says how);
   // false: the Hopper backward of backward_sm90.cuh (dQ summed in float, out of order).
   bool deterministic = false;
 };
@@ -102,9 +102,16 @@ inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 |
 
 // Head dims the Hopper backward takes (D = 256: the head dim split between its warpgroups).
 inline constexpr bool attention_backward_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
-// Head dims the deterministic backward (backward.cuh) takes: dK and dV of its 64 keys stay in
-// the registers of 4 warps.
-inline constexpr bool attention_deterministic_backward_head_dim_supported(int64_t D) { return D == 64 || D == 128; }
+// How the deterministic backward (AttentionBackwardParams::deterministic) runs. ordered: the
+// Hopper kernel under pingpong, each query block's dQ reduce-adds made in a fixed order
+// (a CTA waits on the block's count of adds before its own); every head dim. two_kernel:
+// the mma.sync kernels of backward.cuh, no atomics, S and dP computed twice; D in {64, 128}
+// (D = 256 takes `ordered` whatever the choice). SEQMIX_ATTENTION_DETERMINISTIC=ordered|
+// two_kernel, read once on first use (unset or any other value: ordered), until set below.
+enum class AttentionDeterministicBackward { ordered, two_kernel };
+AttentionDeterministicBackward attention_deterministic_backward();
+// Overrides the choice for the rest of the process (tests, timing).
+void attention_set_deterministic_backward(AttentionDeterministicBackward form);
 
 template <AttentionDtype dtype, int D>
 void attention_forward(const AttentionParams& p);
