@@ -15,9 +15,7 @@
 // SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h;
 // SEQMIX_LINREC_TIMING_CHUNKS=64,128 the chunked method with each chunk length;
 // SEQMIX_LINREC_TIMING_WALKS=0,1 every method with the sequential walk of matrix states on
-// the CUDA cores and on tensor cores (walk_wgmma.cuh);
-// SEQMIX_LINREC_TIMING_WIDE_COLUMNS=64,32,64,32 the chunked method of matrix states with its
-// re-walk a whole state a block and 32 columns a block, alternating (each value in turn). With
+// the CUDA cores and on tensor cores (walk_wgmma.cuh). With
 // SEQMIX_LINREC_TIMING=1, LinearRecurrenceCudaTiming.SequentialSwitchesSideBySide times the
 // sequential walk with its switches (b held raw, state read as rows) off and on, alternating.
 // SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the default) picks the chunk-transfer product
@@ -242,30 +240,21 @@ INSTANTIATE_TEST_SUITE_P(
 // 8 < m ≤ 64, m a multiple of 8, n ≤ 64) against the oracle: the last chunk short, one
 // chunk, T = 1, padded n (K = 32 and 64), with and without an initial state and a
 // final-state gradient, a given workspace, many groups; the backward recomputing h (both
-// chains side by side) and given the forward's h (the reverse chain alone). Every case runs
-// with the re-walk at both widths (SEQMIX_LINREC_WIDE_COLUMNS=64: whole states a block; =32:
-// blocks of 32 columns, one or two a chunk, the second partial where 32 < m < 64).
+// chains side by side) and given the forward's h (the reverse chain alone).
 class LinearRecurrenceCudaChunkedWide : public ::testing::TestWithParam<GpuCase> {};
-
-void expect_wide_runs_match_oracle(const GpuCase& c, bool pass_states) {
-  LinearRecurrenceOptions o;
-  o.method = chunked;
-  for (const char* columns : {"64", "32"}) {
-    SCOPED_TRACE(std::string("SEQMIX_LINREC_WIDE_COLUMNS=") + columns);
-    setenv("SEQMIX_LINREC_WIDE_COLUMNS", columns, 1);
-    expect_device_run_matches_oracle(c, o, pass_states);
-  }
-  unsetenv("SEQMIX_LINREC_WIDE_COLUMNS");
-}
 
 TEST_P(LinearRecurrenceCudaChunkedWide, ForwardAndBackwardMatchOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  expect_wide_runs_match_oracle(GetParam(), /*pass_states=*/false);
+  LinearRecurrenceOptions o;
+  o.method = chunked;
+  expect_device_run_matches_oracle(GetParam(), o);
 }
 
 TEST_P(LinearRecurrenceCudaChunkedWide, BackwardGivenStatesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  expect_wide_runs_match_oracle(GetParam(), /*pass_states=*/true);
+  LinearRecurrenceOptions o;
+  o.method = chunked;
+  expect_device_run_matches_oracle(GetParam(), o, /*pass_states=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -928,12 +917,9 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const char* fused_transfers = std::getenv("SEQMIX_LINREC_TIMING_FUSED_TRANSFERS");  // "shared,transposed"
     const char* walks = std::getenv("SEQMIX_LINREC_TIMING_WALKS");  // "0,1": the walk on CUDA or tensor cores
     const char* chunks = std::getenv("SEQMIX_LINREC_TIMING_CHUNKS");  // "64,128": the chunked method's chunk
-    const char* wide_columns = std::getenv("SEQMIX_LINREC_TIMING_WIDE_COLUMNS");  // "64,32": the wide re-walk's
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);
-      for_each_setting("SEQMIX_LINREC_WIDE_COLUMNS", method == chunked ? wide_columns : nullptr,
-                       [&](const std::string& columns) {
       for_each_setting("SEQMIX_LINREC_SEQUENTIAL_WGMMA", walks, [&](const std::string& walk) {
       for_each_setting("SEQMIX_LINREC_GRADIENT", gradients, [&](const std::string& gradient) {
         for_each_setting("SEQMIX_LINREC_REWALK_BLOCKS", method == chunked ? rewalks : nullptr,
@@ -951,8 +937,7 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
                     for_each_setting("SEQMIX_LINREC_TIMING_CHUNK", method == chunked ? chunks : nullptr,
                                      [&](const std::string& chunk) {
                       time_method(method, name + product + rewalk + forward + blocks + bf16 + transfer + chunk +
-                                              gradient + (walk.empty() ? "" : "[wgmma=" + walk.substr(1)) +
-                                              (columns.empty() ? "" : "[cols=" + columns.substr(1)));
+                                              gradient + (walk.empty() ? "" : "[wgmma=" + walk.substr(1)));
                     });
                   });
                 });
@@ -960,7 +945,6 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
             });
           });
         });
-      });
       });
       });
     }

@@ -6,8 +6,7 @@
 //      and writes P (the chunk's transfer matrix) and v (its state from a zero start);
 //   2. the state entering every chunk: the sequential kernel over the summaries;
 //   3. every chunk re-walked from its start state, X ← A_s·X + b_s with W = 64 columns,
-//      writing h (or by blocks of 32 columns, wide_columns_chain below: measured slower,
-//      off by default).
+//      writing h.
 // A step is one warpgroup's wgmma products on the transposed state,
 //   Xᵀ ← Xᵀ·A_sᵀ   (the backward's reverse chain: Xᵀ·A_s),
 // so the accumulators (rows: X's W columns in W / 64 tiles of 64; columns: the NP = 32 or
@@ -32,7 +31,6 @@
 #include <type_traits>
 
 #include "cuda/attention/mma.cuh"
-#include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/chunk_transfer.cuh"
 #include "cuda/linear_recurrence/methods.hpp"
@@ -78,24 +76,16 @@ struct WideLayout {
   __device__ static constexpr int at(int row, int col) { return swizzled_offset<N, int(sizeof(T))>(row, col); }
 };
 
-// x, unknown to the compiler: what is formed from it in a loop stays in the loop (instead
-// of loop-invariant offsets hoisted out of it and held in registers throughout).
-__device__ __forceinline__ int opaque(int x) {
-  asm volatile("" : "+r"(x));
-  return x;
-}
-
 // Step s (of `steps`) of chain c's chunk `chunk` in group `group` into its stage: A_s and
-// (kWithB) b_s, zeros past n and m, one commit group; the reverse chain's identity step as
-// the identity written in. kFirst = false: s > 0 (no identity step), and the thread's
-// offsets formed anew at each call rather than held in registers through a step loop.
-template <class T, class L, bool kWithB = true, bool kFirst = true>
+// b_s, zeros past n and m, one commit group; the reverse chain's identity step as the
+// identity written in.
+template <class T, class L>
 __device__ __forceinline__ void issue_wide_stage(const WideChunkParams& p, const SeqChain& c, int64_t chunk,
                                                  int64_t group, int64_t s, int64_t steps, unsigned char* a_stage) {
   constexpr int N = L::N, U = L::kUnitElems;
   if (s < steps) {
-    const int n = p.n, m = p.m, tid = kFirst ? int(threadIdx.x) : opaque(threadIdx.x);
-    const bool identity = kFirst && c.identity_first && chunk == 0 && s == 0;
+    const int n = p.n, m = p.m, tid = threadIdx.x;
+    const bool identity = c.identity_first && chunk == 0 && s == 0;
     const T* A_s = static_cast<const T*>(c.A) + group * c.a_group + (chunk * p.chunk + s) * c.a_step;
     const T* b_s = static_cast<const T*>(c.b) + group * c.b_group + (chunk * p.chunk + s) * c.b_step;
 #pragma unroll
@@ -107,10 +97,8 @@ __device__ __forceinline__ void issue_wide_stage(const WideChunkParams& p, const
         const bool a_ok = row < n && col < n;
         copy_async<16>(a_stage + L::at(row, col), a_ok ? A_s + row * n + col : A_s, a_ok);
       }
-      if constexpr (kWithB) {
-        const bool b_ok = row < n && col < m;
-        copy_async<16>(a_stage + L::kTileBytes + L::at(row, col), b_ok ? b_s + row * m + col : b_s, b_ok);
-      }
+      const bool b_ok = row < n && col < m;
+      copy_async<16>(a_stage + L::kTileBytes + L::at(row, col), b_ok ? b_s + row * m + col : b_s, b_ok);
     }
   }
   copy_async_commit();
@@ -396,252 +384,6 @@ void launch_wide_chunks(const WideChunkParams& p, int64_t blocks, int64_t G, int
   check_launch(kSummary ? "linear_recurrence wide chunk summaries" : "linear_recurrence wide chunks");
 }
 
-// The re-walk in blocks of C = 32 of the state's columns (NOTES.md, version 20): every column
-// of h evolves by the same A_t, so a chunk's columns split between ⌈m / 32⌉ blocks, each
-// reading the same A_s (the second read from L2). The product is X ← A_s·X (the reverse
-// chain: A_sᵀ·X) with the state rows as wgmma's M = 64 and the block's columns as N = 32:
-// 16 accumulators a thread, where the transposed form above keeps NP / 2 whatever W (its
-// M is the columns, and wgmma's M is 64). The state goes through shared memory as the K-major
-// B operand in two parts (hi, lo), as in the walk on tensor cores (walk_wgmma.cuh); A_s is
-// the A operand straight from its stage (bf16: K-major, MN-major for the reverse chain) or,
-// in f32, read from the stage into registers and split there (tf32 RS: X_hi·A_lo is
-// A_lo·X_hi here; no split pass, no second tile). b_s comes from memory into registers
-// (kPrefetchB steps ahead) and h leaves from the accumulators (pairs of columns), so the
-// shared memory holds only A's stages and the state: 48 KB (f32) or 40 KB (bf16), four
-// blocks an SM. Measured slower than the whole-state re-walk at every shape (NOTES.md,
-// version 20: a longer step, and a chunk's chain of steps as long as before).
-template <class T>
-struct ColumnsLayout {
-  static constexpr bool kF32 = sizeof(T) == 4;
-  static constexpr int N = 64, kCols = 32, kThreads = 128;
-  static constexpr int kK = kF32 ? 8 : 16;  // k per wgmma
-  static constexpr int kStages = kF32 ? 2 : 4;
-  static constexpr int kPrefetchB = kF32 ? 1 : 4;  // steps of b in registers ahead (f32: 16 registers each)
-  static constexpr int kUnitElems = 16 / int(sizeof(T));
-  static constexpr int kUnitsPerRow = N / kUnitElems;
-  static constexpr int kTileBytes = N * N * int(sizeof(T));       // A_s, 64 × 64
-  static constexpr int kStateBytes = kCols * N * int(sizeof(T));  // one part of Xᵀ, 32 × 64
-  static constexpr int kState = kStages * kTileBytes;
-  static constexpr int kBytes = kState + 2 * kStateBytes;
-  static constexpr int kAlignSlack = 1024;
-  static constexpr int kBlocksPerSm = 4;
-  static_assert(kTileBytes % 1024 == 0 && kStateBytes % 1024 == 0, "swizzle atoms 1024-byte aligned");
-  static_assert(kBlocksPerSm * (kBytes + kAlignSlack + 1024) <= 228 * 1024, "four blocks an SM");
-  // A_s's element (row, col) in its stage; Xᵀ's element (column r of X, row k of X).
-  __device__ static constexpr int at(int row, int col) { return swizzled_offset<N, int(sizeof(T))>(row, col); }
-  __device__ static constexpr int state_at(int r, int k) { return swizzled_offset<kCols, int(sizeof(T))>(r, k); }
-};
-
-template <class T, bool kTransposed, int NP>
-__device__ __forceinline__ void wide_columns_chain(const WideChunkParams& p, unsigned char* smem) {
-  using L = ColumnsLayout<T>;
-  constexpr bool kF32 = L::kF32;
-  constexpr int D = L::kStages, C = L::kCols, kSlices = NP / L::kK, kPairs = C / 4;
-  using Pair = std::conditional_t<kF32, float2, __nv_bfloat162>;
-  const int k_chain = blockIdx.z;
-  const SeqChain& c = p.chains[k_chain];
-  const int n = p.n, m = p.m, halves = (m + C - 1) / C;
-  const int64_t chunk = blockIdx.x / halves, group = blockIdx.y;
-  const int col0 = static_cast<int>(blockIdx.x % halves) * C;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane / 4, tig = lane % 4;
-  const bool last_chunk = chunk == p.chunks - 1;
-  const int64_t steps = last_chunk ? p.T - chunk * p.chunk : p.chunk;
-  const auto stage = [&](int64_t s) { return smem + static_cast<int>(s % D) * L::kTileBytes; };
-#pragma unroll
-  for (int d = 0; d < D - 1; ++d) issue_wide_stage<T, L, false>(p, c, chunk, group, d, steps, stage(d));
-
-  // Accumulator pair j (elements 2j, 2j + 1): row k of X, local columns r and r + 1.
-  const auto k_of = [&](int j) { return 16 * warp + gid + 8 * (j % 2); };
-  const auto r_of = [&](int j) { return 8 * (j / 2) + 2 * tig; };
-  // Pair j's place in a step's [n, m] (k_of(j)·m + col0 + r_of(j)), and whether it is inside.
-  const int offset0 = k_of(0) * m + col0 + r_of(0);
-  unsigned inside = 0;
-#pragma unroll
-  for (int j = 0; j < kPairs; ++j) inside |= (k_of(j) < n && col0 + r_of(j) < m ? 1u : 0u) << j;
-  const auto offset = [&](int base, int j) { return base + 8 * m * (j % 2) + 8 * (j / 2); };
-  float acc[2 * kPairs];
-  const float* start = p.starts[k_chain] + (group * p.chunks + chunk) * n * m;
-#pragma unroll
-  for (int j = 0; j < kPairs; ++j) {
-    const bool in = inside >> j & 1u;
-    const float2 v = in ? *reinterpret_cast<const float2*>(start + offset(offset0, j)) : make_float2(0.f, 0.f);
-    acc[2 * j] = v.x, acc[2 * j + 1] = v.y;
-  }
-  unsigned char* x_hi = smem + L::kState;  // Xᵀ [C][64] K-major, the B operand in two parts
-  unsigned char* x_lo = x_hi + L::kStateBytes;
-  // Element i (pair j = i / 2) at Xᵀ's row r_of(j) + i % 2, column k_of(j): from element 0's
-  // place, the next row is 128 bytes on with the swizzle's unit XOR 1, k + 8 the unit XOR
-  // 8·sizeof(T) / 16, and pairs j + 2 are 8 rows (1024 bytes) on with the same swizzle.
-  const int state_at0 = L::state_at(r_of(0), k_of(0));
-  const auto store_state = [&] {
-    const int base = opaque(state_at0);
-#pragma unroll
-    for (int i = 0; i < 2 * kPairs; ++i) {
-      const int e = i % 2, j = i / 2;
-      const int at = (((base + 128 * e) ^ (16 * e)) ^ (8 * int(sizeof(T)) * (j % 2))) + 1024 * (j / 2);
-      if constexpr (kF32) {
-        const float h = __uint_as_float(to_tf32(acc[i]));
-        *reinterpret_cast<float*>(x_hi + at) = h;
-        *reinterpret_cast<float*>(x_lo + at) = acc[i] - h;
-      } else {
-        const __nv_bfloat16 h = __float2bfloat16_rn(acc[i]);
-        *reinterpret_cast<__nv_bfloat16*>(x_hi + at) = h;
-        *reinterpret_cast<__nv_bfloat16*>(x_lo + at) = __float2bfloat16_rn(acc[i] - __bfloat162float(h));
-      }
-    }
-  };
-
-  const int64_t chunk_at = chunk * p.chunk;
-  const T* b = static_cast<const T*>(c.b) + group * c.b_group + chunk_at * c.b_step;
-  constexpr int PB = L::kPrefetchB;
-  Pair held[PB][kPairs];  // b of the next PB steps, step s's in held[s % PB]
-  const auto load_b = [&](int64_t s, Pair(&dst)[kPairs]) {
-    const int base = opaque(offset0);
-#pragma unroll
-    for (int j = 0; j < kPairs; ++j)
-      dst[j] = s < steps && (inside >> j & 1u) ? *reinterpret_cast<const Pair*>(b + s * c.b_step + offset(base, j))
-                                                : Pair{};
-  };
-  const int64_t out_at = group * c.out_group + chunk_at * c.out_step;
-  float* out_f = c.out_float ? static_cast<float*>(c.out) + out_at : nullptr;
-  T* out_t = !c.out_float && c.out ? static_cast<T*>(c.out) + out_at : nullptr;
-  T* last = c.last && last_chunk ? static_cast<T*>(c.last) + group * c.last_group : nullptr;
-  const auto pair_of = [&](int j) {
-    if constexpr (kF32) return make_float2(acc[2 * j], acc[2 * j + 1]);
-    else return __floats2bfloat162_rn(acc[2 * j], acc[2 * j + 1]);
-  };
-
-  // f32: where A operand element q of k-slice ks (row 16·warp + gid + 8·(q % 2), column
-  // 8·ks + tig + 4·(q / 2); the reverse chain's the transposed place) lies in a stage: one
-  // offset and the 128-byte swizzle's XOR of the 16-byte unit (bits 4–6), which the other
-  // terms leave untouched.
-  const int a_base0 = kTransposed ? L::at(tig, 16 * warp + gid) : L::at(16 * warp + gid, tig);
-  const auto a_at = [](int a_base, int ks, int q) {
-    if constexpr (kTransposed) return (a_base + 1024 * ks + 512 * (q / 2)) ^ (16 * (2 * (q % 2) + 4 * (q / 2)));
-    else return (a_base + 1024 * (q % 2) + (L::N * 128) * (ks / 4)) ^ (16 * (2 * (ks % 4) + q / 2));
-  };
-
-  store_state();
-#pragma unroll
-  for (int d = 0; d < PB; ++d) load_b(d, held[d]);
-  for (int64_t s0 = 0; s0 < steps; s0 += PB) {
-#pragma unroll
-  for (int d = 0; d < PB; ++d) {
-    const int64_t s = s0 + d;
-    if (s >= steps) break;
-    copy_async_wait<D - 2>();
-    fence_async_shared();  // the state (and an identity step) written by this thread, read by wgmma
-    __syncthreads();       // step s's stage landed and the state published; step s − 1's stage free
-    issue_wide_stage<T, L, false, false>(p, c, chunk, group, s + D - 1, steps, stage(s + D - 1));
-    const unsigned char* a = stage(s);
-    if constexpr (kF32) {  // A_s (or A_sᵀ) as the tf32 A operand: a0 (gid, tig), a1 (gid + 8, tig), a2 (gid, tig + 4), a3
-      const int a_base = opaque(a_base0);  // offsets formed here, not held across the step
-      using Op = cute::SM90::GMMA::MMA_64x32x8_F32TF32TF32_RS_TN<>;
-      // Four k-slices at a time (32 registers of operands; all eight at NP = 64 would not fit
-      // four blocks an SM): the second four are read once the first four's products are done.
-      constexpr int kGroup = 4;
-      static_assert(kSlices % kGroup == 0);
-#pragma unroll
-      for (int g = 0; g < kSlices / kGroup; ++g) {
-        uint32_t a_hi[kGroup][4], a_lo[kGroup][4];
-#pragma unroll
-        for (int e = 0; e < kGroup; ++e)
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            const float x = *reinterpret_cast<const float*>(a + a_at(a_base, kGroup * g + e, q));
-            a_hi[e][q] = to_tf32(x);
-            a_lo[e][q] = to_tf32(x - __uint_as_float(a_hi[e][q]));
-          }
-        attn::wgmma_fence();
-#pragma unroll
-        for (int e = 0; e < kGroup; ++e) {  // the small terms first
-          const int ks = kGroup * g + e;
-          const uint64_t b_hi = attn::smem_descriptor(x_hi + L::state_at(0, ks * L::kK), 16);
-          const uint64_t b_lo = attn::smem_descriptor(x_lo + L::state_at(0, ks * L::kK), 16);
-          wgmma_rs<Op>(a_lo[e], b_hi, acc, ks > 0);
-          wgmma_rs<Op>(a_hi[e], b_lo, acc, true);
-          wgmma_rs<Op>(a_hi[e], b_hi, acc, true);
-        }
-        if (g + 1 < kSlices / kGroup) {
-          attn::wgmma_commit();
-          attn::wgmma_wait<0>();
-          attn::fence_registers(acc);
-        }
-      }
-    } else {
-      using K = cute::SM90::GMMA::Major;
-      using Op = cute::SM90::GMMA::MMA_64x32x16_F32BF16BF16_SS<kTransposed ? K::MN : K::K, K::K>;
-      attn::wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < kSlices; ++ks) {  // A_sᵀ: row k of the stage is the operand's column k
-        const uint64_t a_desc = kTransposed ? attn::smem_descriptor(a + ks * L::kK * 128, L::N * 128)
-                                            : attn::smem_descriptor(a + L::at(0, ks * L::kK), 16);
-        wgmma_ss<Op>(a_desc, attn::smem_descriptor(x_lo + L::state_at(0, ks * L::kK), 16), acc, ks > 0);
-        wgmma_ss<Op>(a_desc, attn::smem_descriptor(x_hi + L::state_at(0, ks * L::kK), 16), acc, true);
-      }
-    }
-    attn::wgmma_commit();
-    attn::wgmma_wait<0>();
-    attn::fence_registers(acc);
-#pragma unroll
-    for (int j = 0; j < kPairs; ++j) {
-      float2 v;
-      if constexpr (kF32) v = held[d][j];
-      else v = __bfloat1622float2(held[d][j]);
-      acc[2 * j] += v.x, acc[2 * j + 1] += v.y;
-    }
-    load_b(s + PB, held[d]);
-    const bool write_last = last && s == steps - 1;
-    const int base = opaque(offset0);
-#pragma unroll
-    for (int j = 0; j < kPairs; ++j) {
-      if (!(inside >> j & 1u)) continue;
-      const int at = offset(base, j);
-      if (out_f) *reinterpret_cast<float2*>(out_f + s * c.out_step + at) = make_float2(acc[2 * j], acc[2 * j + 1]);
-      if (out_t) *reinterpret_cast<Pair*>(out_t + s * c.out_step + at) = pair_of(j);
-      if (write_last) *reinterpret_cast<Pair*>(last + at) = pair_of(j);
-    }
-    if (s + 1 < steps) {
-      __syncthreads();  // every warp's products have read the state
-      store_state();
-    }
-  }
-  }
-  copy_async_wait<0>();
-}
-
-template <class T, int NP>
-__global__ void __launch_bounds__(128, ColumnsLayout<T>::kBlocksPerSm)
-    wide_columns_kernel(const __grid_constant__ WideChunkParams p) {
-  extern __shared__ __align__(16) unsigned char columns_smem_raw[];
-  unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(columns_smem_raw) + 1023) &
-                                                         ~uintptr_t(1023));
-  if (p.chains[blockIdx.z].transposed) wide_columns_chain<T, true, NP>(p, smem);
-  else wide_columns_chain<T, false, NP>(p, smem);
-}
-
-template <class T>
-void launch_wide_columns(const WideChunkParams& p, int64_t G, int count, cudaStream_t stream) {
-  using L = ColumnsLayout<T>;
-  const auto kernel = p.n <= 32 ? wide_columns_kernel<T, 32> : wide_columns_kernel<T, 64>;
-  constexpr int smem = L::kBytes + L::kAlignSlack;
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-        "cudaFuncSetAttribute (wide chunks by columns)");
-  const int64_t halves = (p.m + L::kCols - 1) / L::kCols;
-  const dim3 grid(static_cast<unsigned>(p.chunks * halves), static_cast<unsigned>(G), static_cast<unsigned>(count));
-  kernel<<<grid, L::kThreads, smem, stream>>>(p);
-  check_launch("linear_recurrence wide chunks by columns");
-}
-
-// The re-walk's columns a block: 64 (whole states, wide_chain) or 32 (wide_columns_chain).
-// Default 64: on the H100 (NOTES.md, version 20) 32 columns read slower at every G16 m64
-// shape, 1.00–1.05× at f32 n64 (T4096 2.50–2.53 against 2.40–2.46 ms), 1.3× at f32 n32 and
-// 1.2–1.8× in bf16. SEQMIX_LINREC_WIDE_COLUMNS=64|32 overrides it, read at every call so
-// that one process can time both.
-inline int wide_rewalk_columns() {
-  return choice_from_environment<int>("SEQMIX_LINREC_WIDE_COLUMNS", {{"64", 64}, {"32", 32}}, 64);
-}
-
 // The three launches (and the chunk starts' copy) for one or two chains side by side, in
 // the split chunked method's scratch (chunk_summaries).
 template <class T>
@@ -662,8 +404,7 @@ void solve_chunked_wide(const SeqChain* chains, int count, int64_t G, int64_t T_
     launch_wide_chunks<T, 128, true>(w, chunks - 1, G, count, stream);
     launch_sequential<float>(summaries.pass, G, stream_ptr);
   }
-  if (wide_rewalk_columns() == 32) launch_wide_columns<T>(w, G, count, stream);
-  else launch_wide_chunks<T, 64, false>(w, chunks, G, count, stream);
+  launch_wide_chunks<T, 64, false>(w, chunks, G, count, stream);
 }
 
 }  // namespace seqmix::cuda::linrec

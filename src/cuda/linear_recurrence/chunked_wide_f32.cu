@@ -1,5 +1,4 @@
-// Explicit instantiation: the chunked method of f32 matrix states, whole states (or 32
-// columns) a block.
+// Explicit instantiation: the chunked method of f32 matrix states, whole states a block.
 #include "cuda/linear_recurrence/chunked_wide.cuh"
 
 #if defined(SEQMIX_LINREC_WGMMA_TRANSFER)
