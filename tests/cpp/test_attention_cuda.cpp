@@ -232,8 +232,30 @@ class AttentionCuda : public ::testing::TestWithParam<std::tuple<GpuAttnCase, At
 TEST_P(AttentionCuda, ForwardMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const ForwardSchedule schedule(std::get<1>(GetParam()));
-  const ForwardWarpgroups warpgroups(2);  // D = 64's three are the test below
+  const ForwardWarpgroups warpgroups(2);  // D = 64's one and three are the tests below
   check_forward_against_oracle(std::get<0>(GetParam()));
+}
+
+// D = 64 cases for the forward's other consumer warpgroup counts.
+std::vector<GpuAttnCase> d64_forward_cases() {
+  return {
+    GpuAttnCase{"Small_bf16_d64_causal", 2, 130, 130, 2, 2, 64, DType::bf16, true, {}, {}},
+    // 400 rows: two tiles of 192 and one of 16; keys in blocks of 128 (four, the last of 16).
+    GpuAttnCase{"Small_bf16_d64_S400", 2, 400, 400, 2, 1, 64, DType::bf16, false, {}, {}},
+    // Bottom-right causal with Sq < Sk: the tile's last rows see more key blocks.
+    GpuAttnCase{"Small_f16_d64_causal_Sq200_Sk500", 1, 200, 500, 4, 2, 64, DType::f16, true, {}, {}},
+    GpuAttnCase{"Small_f16_d64_varlen_i64", 1, 0, 0, 2, 2, 64, DType::f16, false, {0, 63, 64, 300},
+                {0, 129, 130, 200}, 0, DType::i64},
+    GpuAttnCase{"Small_bf16_d64_large_scale", 2, 70, 90, 2, 1, 64, DType::bf16, false, {}, {}, 0, DType::i32,
+                0.6},
+    GpuAttnCase{"Small_bf16_d64_S1", 3, 1, 1, 2, 2, 64, DType::bf16, true, {}, {}},
+    GpuAttnCase{"bf16_d64_S777_causal", 1, 777, 900, 4, 4, 64, DType::bf16, true, {}, {}},
+    GpuAttnCase{"bf16_d64_varlen_causal", 1, 0, 0, 4, 2, 64, DType::bf16, true, {0, 1, 190, 600, 601},
+                {0, 5, 300, 700, 900}},
+    // More tiles than SMs: persistent CTAs walk several tiles (more than one wave at one
+      // warpgroup).
+    GpuAttnCase{"f16_d64_causal_gqa8_tiles240", 2, 600, 600, 24, 3, 64, DType::f16, true, {}, {}},
+    GpuAttnCase{"bf16_d64_strided_tiles192", 2, 1100, 1100, 16, 4, 64, DType::bf16, false, {}, {}, 64}};
 }
 
 // The D = 64 forward with three consumer warpgroups (192 query rows a CTA, turns in a ring)
@@ -250,28 +272,25 @@ TEST_P(AttentionCudaThreeWarpgroups, ForwardMatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaThreeWarpgroups,
-    ::testing::Combine(
-        ::testing::Values(
-            GpuAttnCase{"Small_bf16_d64_causal", 2, 130, 130, 2, 2, 64, DType::bf16, true, {}, {}},
-            // 400 rows: two tiles of 192 and one of 16; keys in blocks of 128 (four, the last of 16).
-            GpuAttnCase{"Small_bf16_d64_S400", 2, 400, 400, 2, 1, 64, DType::bf16, false, {}, {}},
-            // Bottom-right causal with Sq < Sk: the tile's last rows see more key blocks.
-            GpuAttnCase{"Small_f16_d64_causal_Sq200_Sk500", 1, 200, 500, 4, 2, 64, DType::f16, true, {}, {}},
-            GpuAttnCase{"Small_f16_d64_varlen_i64", 1, 0, 0, 2, 2, 64, DType::f16, false, {0, 63, 64, 300},
-                        {0, 129, 130, 200}, 0, DType::i64},
-            GpuAttnCase{"Small_bf16_d64_large_scale", 2, 70, 90, 2, 1, 64, DType::bf16, false, {}, {}, 0, DType::i32,
-                        0.6},
-            GpuAttnCase{"Small_bf16_d64_S1", 3, 1, 1, 2, 2, 64, DType::bf16, true, {}, {}},
-            GpuAttnCase{"bf16_d64_S777_causal", 1, 777, 900, 4, 4, 64, DType::bf16, true, {}, {}},
-            GpuAttnCase{"bf16_d64_varlen_causal", 1, 0, 0, 4, 2, 64, DType::bf16, true, {0, 1, 190, 600, 601},
-                        {0, 5, 300, 700, 900}},
-            // More tiles than SMs: persistent CTAs walk several tiles.
-            GpuAttnCase{"f16_d64_causal_gqa8_tiles240", 2, 600, 600, 24, 3, 64, DType::f16, true, {}, {}},
-            GpuAttnCase{"bf16_d64_strided_tiles192", 2, 1100, 1100, 16, 4, 64, DType::bf16, false, {}, {}, 64}),
-        ::testing::Values(AttentionForwardSchedule::pingpong, AttentionForwardSchedule::persistent)),
+    ::testing::Combine(::testing::ValuesIn(d64_forward_cases()),
+                       ::testing::Values(AttentionForwardSchedule::pingpong, AttentionForwardSchedule::persistent)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
     });
+
+// The D = 64 forward with one consumer warpgroup (64 query rows a CTA, no turns; pingpong
+// only).
+class AttentionCudaOneWarpgroup : public ::testing::TestWithParam<GpuAttnCase> {};
+
+TEST_P(AttentionCudaOneWarpgroup, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardSchedule schedule(AttentionForwardSchedule::pingpong);
+  const ForwardWarpgroups warpgroups(1);
+  check_forward_against_oracle(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, AttentionCudaOneWarpgroup, ::testing::ValuesIn(d64_forward_cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCuda,
@@ -629,13 +648,14 @@ struct ForwardFormScope {
   explicit ForwardFormScope(ForwardForm form) : schedule(form.schedule), warpgroups(form.warpgroups) {}
 };
 
-// Forward TFLOP/s of two forms side by side (bf16, B·S = 16384, H·D = 2048; shapes {D, S},
-// causal and not): CUDA events around each launch, L2 flushed before it, the forms
-// alternating run by run, median of kTimedRuns. FLOPs 4·B·H·S²·D, half for causal. Asserts
-// that both forms give the same out and lse (the oracle is out of reach at these sizes; the
-// cases above compare each form with it).
-void time_forward_forms(const std::array<ForwardForm, 2>& forms, const std::vector<std::array<int64_t, 2>>& shapes) {
-  constexpr int64_t kTokens = 16384, kWidth = 2048;  // B·S and H·D
+// Forward TFLOP/s of two forms side by side (bf16, B·S = 16384, H·D = 2048, or B = `batch`
+// and H = `heads` where given; shapes {D, S}, causal and not): CUDA events around each
+// launch, L2 flushed before it, the forms alternating run by run, median of kTimedRuns.
+// FLOPs 4·B·H·S²·D, half for causal. Asserts that both forms give the same out and lse (the
+// oracle is out of reach at these sizes; the cases above compare each form with it).
+void time_forward_forms(const std::array<ForwardForm, 2>& forms, const std::vector<std::array<int64_t, 2>>& shapes,
+                        int64_t batch = 0, int64_t heads = 0) {
+  constexpr int64_t kTokens = 16384, kWidth = 2048;  // B·S and H·D (at most, with batch and heads)
   const size_t operand_bytes = static_cast<size_t>(kTokens * kWidth) * 2;
   DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes),
       lse(static_cast<size_t>(kTokens * kWidth / 64) * sizeof(float)), flush(kFlushBytes);
@@ -645,14 +665,18 @@ void time_forward_forms(const std::array<ForwardForm, 2>& forms, const std::vect
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0));
 
-  std::printf("attention forward on %s, bf16 H*D=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
-              prop.name, static_cast<long long>(kWidth), static_cast<long long>(kTokens), kTimedRuns);
+  if (batch)
+    std::printf("attention forward on %s, bf16 B=%lld H=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
+                prop.name, static_cast<long long>(batch), static_cast<long long>(heads), kTimedRuns);
+  else
+    std::printf("attention forward on %s, bf16 H*D=%lld B*S=%lld: TFLOP/s, median of %d (CUDA events, L2 flushed)\n",
+                prop.name, static_cast<long long>(kWidth), static_cast<long long>(kTokens), kTimedRuns);
   const std::string ratio = form_name(forms[1]) + "/" + form_name(forms[0]);
   std::printf("%4s %8s %7s %10s %10s %18s\n", "D", "S", "causal", form_name(forms[0]).c_str(),
               form_name(forms[1]).c_str(), ratio.c_str());
   for (const auto& [D, S] : shapes) {
     for (bool causal : {false, true}) {
-      const int64_t B = kTokens / S, H = kWidth / D;
+      const int64_t B = batch ? batch : kTokens / S, H = heads ? heads : kWidth / D;
       const Device gpu = Device::cuda(0);
       const AttentionInputs in{Tensor::contiguous(q.ptr, DType::bf16, {B, S, H, D}, gpu),
                                Tensor::contiguous(k.ptr, DType::bf16, {B, S, H, D}, gpu),
@@ -678,9 +702,9 @@ void time_forward_forms(const std::array<ForwardForm, 2>& forms, const std::vect
         const ForwardFormScope form(forms[which]);
         cuda_ok(cudaMemset(out.ptr, 0xFF, operand_bytes));  // NaN words
         attention_forward(in, outputs, options);
-        got_out[which].resize(operand_bytes / 2);
-        got_lse[which].resize(static_cast<size_t>(kTokens * H));
-        cuda_ok(cudaMemcpy(got_out[which].data(), out.ptr, operand_bytes, cudaMemcpyDeviceToHost));
+        got_out[which].resize(static_cast<size_t>(B * S * H * D));
+        got_lse[which].resize(static_cast<size_t>(B * S * H));
+        cuda_ok(cudaMemcpy(got_out[which].data(), out.ptr, got_out[which].size() * 2, cudaMemcpyDeviceToHost));
         cuda_ok(cudaMemcpy(got_lse[which].data(), lse.ptr, got_lse[which].size() * sizeof(float),
                            cudaMemcpyDeviceToHost));
       }
@@ -718,11 +742,13 @@ TEST(AttentionCudaTiming, ForwardSchedulesSideBySide) {
 }
 
 // D = 64 with two and three consumer warpgroups, each under the default schedule, over the
-// issue's sequence lengths.
+// issue's sequence lengths; then one and two at the small configurations' B = 2, H = 8.
 TEST(AttentionCudaTiming, ForwardWarpgroupsSideBySide) {
   SKIP_WITHOUT_CUDA_DEVICE();
   time_forward_forms({ForwardForm{AttentionForwardSchedule::by_shape, 2}, ForwardForm{AttentionForwardSchedule::by_shape, 3}},
                      {{64, 512}, {64, 1024}, {64, 2048}, {64, 4096}, {64, 8192}, {64, 16384}});
+  time_forward_forms({ForwardForm{AttentionForwardSchedule::by_shape, 2}, ForwardForm{AttentionForwardSchedule::by_shape, 1}},
+                     {{64, 128}, {64, 256}, {64, 512}, {64, 1024}}, 2, 8);
 }
 
 // Backward TFLOP/s of two forms of the Hopper backward side by side, same method as above

@@ -2,8 +2,8 @@
 //   warpgroup 0  producer: one thread issues TMA copies of the Q tile once and of K and V
 //                tiles into a ring of kStages shared-memory stages (mbarrier pipeline);
 //                it gives its registers to the consumers (setmaxnreg).
-//   warpgroups 1, 2  consumers (1, 2, 3 and 192 query rows: ForwardConfig's kConsumers,
-//                D = 64 only): 64 query rows each. Per key block: S = Q·Kᵀ by wgmma from
+//   warpgroups 1, 2  consumers (ForwardConfig's kConsumers at D = 64: 1 and 64 query rows,
+//                or 1, 2, 3 and 192): 64 query rows each. Per key block: S = Q·Kᵀ by wgmma from
 //                shared memory, online softmax on the fp32 accumulators, P converted to
 //                16-bit in registers and O += P·V by wgmma with A from registers;
 //                S of the next block is issued before the PV product of the current one,
@@ -28,16 +28,20 @@
 
 namespace seqmix::cuda::attn {
 
-// kConsumers: consumer warpgroups, 2, or 3 at D = 64 under the turn-taking schedules
-// (attention_forward_warpgroups): at D = 64 a score costs half the tensor work it costs at
-// D = 128 but the same softmax, and the softmax is latency-bound per warp (NOTES.md), so a
-// third warpgroup gives the schedulers more independent softmax work while the other two
-// take the tensor cores. Its registers: 160 a consumer thread (S 64, P 32, O 32 at D = 64).
+// kConsumers: consumer warpgroups, 2, or at D = 64 under the turn-taking schedules
+// (attention_forward_warpgroups) 3 or 1. At D = 64 a score costs half the tensor work it
+// costs at D = 128 but the same softmax, and the softmax is latency-bound per warp (NOTES.md),
+// so a third warpgroup gives the schedulers more independent softmax work while the other
+// two take the tensor cores. Its registers: 160 a consumer thread (S 64, P 32, O 32 at
+// D = 64). One (no turns): tiles of 64 rows, twice the CTAs, for grids of fewer tiles than
+// SMs, whose time is one CTA's.
 template <class T, int D, AttentionForwardSchedule kSchedule, int kConsumers = 2>
 struct ForwardConfig {
   static_assert(D == 64 || D == 128 || D == 256, "head dims 64, 128, 256");
   static constexpr bool kPingpong = kSchedule != AttentionForwardSchedule::standard;
-  static_assert(kConsumers == 2 || (kConsumers == 3 && D == 64 && kPingpong), "three consumers: D = 64, turns");
+  static_assert(kConsumers == 2 || (kConsumers != 2 && D == 64 && kPingpong), "one or three consumers: D = 64, pingpong");
+  // Turns between the consumer warpgroups (none with one).
+  static constexpr bool kTurns = kPingpong && kConsumers > 1;
   static constexpr int kBlockM = 64 * kConsumers;  // query rows per CTA: 64 per consumer warpgroup
   // Keys per pipeline stage. Pingpong at D = 128: 176 (fewer turns, barriers and O
   // rescales per key; S, P and O then take 196 of the consumers' 240 registers).
@@ -49,7 +53,7 @@ struct ForwardConfig {
   // setmaxnreg: the producer keeps 24 registers a thread, the consumers share the rest
   // (64 K registers an SM: 128·24 + 256·240 or 384·160).
   static constexpr int kProducerRegisters = 24;
-  static constexpr int kConsumerRegisters = kConsumers == 2 ? 240 : 160;
+  static constexpr int kConsumerRegisters = kConsumers == 3 ? 160 : 240;
   static constexpr uint32_t kQBytes = kBlockM * D * sizeof(T);
   static constexpr uint32_t kKVBytes = kBlockN * D * sizeof(T);
   // Shared memory, each tile stored as kChunks column chunks of rows × 128 bytes.
@@ -493,10 +497,10 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
   // the same state.
   constexpr int kLastConsumer = kConsumers - 1;
   auto take_turn = [&] {
-    if constexpr (kPingpong) named_barrier_sync(kTurnBarrier + wg, 256);
+    if constexpr (Cfg::kTurns) named_barrier_sync(kTurnBarrier + wg, 256);
   };
   auto pass_turn = [&](bool last_issue) {
-    if constexpr (kPingpong)
+    if constexpr (Cfg::kTurns)
       if (wg != kLastConsumer || !last_issue) named_barrier_arrive(kTurnBarrier + (wg + 1) % kConsumers, 256);
   };
 
@@ -539,7 +543,7 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
       uint32_t prob[kBlockN / 16][4];
       float correction[2];
       tma::wait(&k_full[stage_of(0)], phase_of(0));
-      if (kPingpong && wg == kLastConsumer) named_barrier_arrive(kTurnBarrier, 256);  // warpgroup 0 first
+      if (Cfg::kTurns && wg == kLastConsumer) named_barrier_arrive(kTurnBarrier, 256);  // warpgroup 0 first
       take_turn();
       wgmma_fence();
       issue_scores(s, stage_of(0));

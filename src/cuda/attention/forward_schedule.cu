@@ -22,7 +22,8 @@ AttentionForwardSchedule& current_schedule() {
 }
 
 int& current_warpgroups() {
-  static int warpgroups = choice_from_environment("SEQMIX_ATTENTION_FORWARD_WARPGROUPS", {{"2", 2}, {"3", 3}}, 0);
+  static int warpgroups =
+      choice_from_environment("SEQMIX_ATTENTION_FORWARD_WARPGROUPS", {{"1", 1}, {"2", 2}, {"3", 3}}, 0);
   return warpgroups;
 }
 
@@ -32,7 +33,7 @@ AttentionForwardSchedule attention_forward_schedule() { return current_schedule(
 void attention_set_forward_schedule(AttentionForwardSchedule schedule) { current_schedule() = schedule; }
 int attention_forward_warpgroups() { return current_warpgroups(); }
 void attention_set_forward_warpgroups(int warpgroups) {
-  current_warpgroups() = warpgroups == 2 || warpgroups == 3 ? warpgroups : 0;
+  current_warpgroups() = warpgroups >= 1 && warpgroups <= 3 ? warpgroups : 0;
 }
 
 }  // namespace seqmix::cuda

@@ -113,12 +113,14 @@ AttentionForwardSchedule resolved_schedule(const AttentionParams& p, int consume
 // two without a mask and 1.02-1.11x causal from S = 2048, but 0.89-0.91x causal at S = 512
 // and 1024, where a 192-row tile's diagonal blocks are a larger share, and 0.83-0.89x on
 // grids of fewer tiles than SMs (B2 H8 S256/S512: 32 and 48 CTAs of 192 rows against 32
-// and 64 of 128), whose time is one CTA's (NOTES.md).
+// and 64 of 128), whose time is one CTA's. There one warpgroup (tiles of 64 rows, twice the
+// CTAs, each without turns) where those tiles still fit one wave (NOTES.md).
 template <int D>
 int forward_consumers(const AttentionParams& p) {
   if (D != 64) return 2;
   const int chosen = attention_forward_warpgroups();
   if (chosen != 0) return chosen;
+  if (query_tiles(p, 64) <= multiprocessor_count()) return 1;
   return (p.causal && p.max_seqlen_q < 2048) || query_tiles(p, 192) < multiprocessor_count() ? 2 : 3;
 }
 
@@ -126,7 +128,9 @@ template <class T, int D>
 void launch_forward(const AttentionParams& p) {
   const int consumers = forward_consumers<D>(p);
   const AttentionForwardSchedule schedule = resolved_schedule<D>(p, consumers);
-  if constexpr (D == 64) {
+  if constexpr (D == 64) {  // one warpgroup: pingpong only (other schedules take two)
+    if (consumers == 1 && schedule == AttentionForwardSchedule::pingpong)
+      return launch_forward_schedule<T, D, AttentionForwardSchedule::pingpong, 1>(p);
     if (consumers == 3 && schedule == AttentionForwardSchedule::pingpong)
       return launch_forward_schedule<T, D, AttentionForwardSchedule::pingpong, 3>(p);
     if (consumers == 3 && schedule != AttentionForwardSchedule::standard)

@@ -63,12 +63,14 @@ AttentionForwardSchedule attention_forward_schedule();
 // Overrides the schedule for the rest of the process (tests, timing).
 void attention_set_forward_schedule(AttentionForwardSchedule schedule);
 
-// Consumer warpgroups of the D = 64 forward under pingpong and persistent: 2 (128 query
-// rows a CTA), 3 (192 rows, 160 registers a consumer thread, turns taken in a ring), or 0:
-// by shape, 3 except for causal attention over fewer than 2048 queries and for grids of
-// fewer 192-row tiles than SMs, where the taller tiles lost on the H100 (NOTES.md). SEQMIX_ATTENTION_FORWARD_WARPGROUPS=2|3, read once on
-// first use (unset or any other value: 0), until set below. Other head dims and the
-// standard schedule always run 2.
+// Consumer warpgroups of the D = 64 forward under pingpong and persistent: 1 (64 query rows
+// a CTA, no turns; pingpong only, persistent takes 2), 2 (128 rows), 3 (192 rows, 160
+// registers a consumer thread, turns taken in a ring), or 0: by shape, 1 where its 64-row
+// tiles fit one wave of the SMs, else 3 except for causal attention over fewer than 2048
+// queries and for grids of fewer 192-row tiles than SMs, where the taller tiles lost on the
+// H100 (NOTES.md). SEQMIX_ATTENTION_FORWARD_WARPGROUPS=1|2|3, read once on first use (unset
+// or any other value: 0), until set below. Other head dims and the standard schedule
+// always run 2.
 int attention_forward_warpgroups();
 void attention_set_forward_warpgroups(int warpgroups);
 
