@@ -122,6 +122,37 @@ def test_backward_matches_float64_autograd(torch, D, causal):
     assert all(bool((x == y).all()) for x, y in zip(*runs)), "the deterministic backward must repeat bitwise"
 
 
+@pytest.mark.parametrize("D", [64, 256])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_varlen_backward_matches_float64_autograd(torch, D, causal, deterministic):
+    """Variable lengths (one query, one key, rows that see no key under the causal mask),
+    GQA 2, through flash_attn_varlen_func's autograd on CUDA."""
+    import seqmix
+
+    cu_q = torch.tensor([0, 1, 200, 260, 700], dtype=torch.int32, device="cuda")
+    cu_k = torch.tensor([0, 40, 41, 300, 512], dtype=torch.int32, device="cuda")
+    gen = torch.Generator(device="cuda").manual_seed(D + 2 * causal + deterministic)
+    q = torch.randn(700, 4, D, generator=gen, device="cuda").bfloat16().requires_grad_()
+    k, v = (torch.randn(512, 2, D, generator=gen, device="cuda").bfloat16().requires_grad_() for _ in range(2))
+    dout = torch.randn(700, 4, D, generator=gen, device="cuda").bfloat16()
+
+    def run():
+        out = seqmix.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 440, 259, causal=causal, deterministic=deterministic)
+        return torch.autograd.grad(out, (q, k, v), dout)
+
+    grads = run()
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    bounds = [(int(cu_q[n]), int(cu_q[n + 1]), int(cu_k[n]), int(cu_k[n + 1])) for n in range(4)]
+    want = torch.cat([reference(torch, q64[q0:q1], k64[k0:k1], v64[k0:k1], causal, D ** -0.5)[0]
+                      for q0, q1, k0, k1 in bounds])
+    want_grads = torch.autograd.grad(want, (q64, k64, v64), dout.double())
+    for name, got, ref in zip("qkv", grads, want_grads):
+        assert rel_err(got, ref) < 2 * TOLERANCE["bfloat16"], name
+    if deterministic:
+        assert all(bool((x == y).all()) for x, y in zip(grads, run())), "the deterministic backward must repeat bitwise"
+
+
 def test_cuda_deterministic_backward_repeats_with_many_key_blocks(torch):
     """More key blocks of one head than the GPU has SMs (D = 256: 64 keys a block), every one
     adding to the same query block: the ordered dq adds must finish and repeat bitwise, and

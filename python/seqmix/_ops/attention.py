@@ -54,7 +54,7 @@ def flash_attn_func(q, k, v, softmax_scale=None, causal=False, return_lse=False,
         q: ``[B, Sq, Hq, D]`` queries; bf16, fp16, fp32 or fp64 (q, k, v share one dtype).
             CUDA tensors (Hopper): bf16 or fp16, ``D == Dv`` in {64, 128, 256}, 16-byte
             aligned with strides that are multiples of 8 elements; the CUDA backward takes
-            every one of these ``D`` (``deterministic=True`` only ``D`` in {64, 128}).
+            every one of these ``D``, deterministic or not.
         k: ``[B, Sk, Hkv, D]`` keys. ``Hq % Hkv == 0``: query head ``h`` reads kv head
             ``h // (Hq // Hkv)`` (GQA; MQA when ``Hkv == 1``).
         v: ``[B, Sk, Hkv, Dv]`` values (``Dv`` may differ from ``D``).

@@ -75,7 +75,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                            causal=False, return_lse=False, deterministic=False, impl="automatic"):
     """torch version of :func:`seqmix.flash_attn_varlen_func` (same arguments; cu_seqlens
     on the CPU for CPU inputs, on q's device for CUDA inputs), differentiable in q, k and v
-    (on the CPU; the CUDA backward is not available yet)."""
+    (on the CPU and on CUDA)."""
     out, lse = _op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
                    ops.default_scale(q, softmax_scale), causal, deterministic, impl)
     return (out, lse) if return_lse else out
