@@ -15,10 +15,7 @@
 // SEQMIX_LINREC_TIMING_STATES=1 adds the backward given the forward's h;
 // SEQMIX_LINREC_TIMING_CHUNKS=64,128 the chunked method with each chunk length;
 // SEQMIX_LINREC_TIMING_WALKS=0,1 every method with the sequential walk of matrix states on
-// the CUDA cores and on tensor cores (walk_wgmma.cuh);
-// SEQMIX_LINREC_TIMING_WIDE_LAUNCHES=separate,programmatic,programmatic,separate the chunked
-// method of matrix states with each order of its launches (SEQMIX_LINREC_WIDE_LAUNCHES), each
-// value in turn. With
+// the CUDA cores and on tensor cores (walk_wgmma.cuh). With
 // SEQMIX_LINREC_TIMING=1, LinearRecurrenceCudaTiming.SequentialSwitchesSideBySide times the
 // sequential walk with its switches (b held raw, state read as rows) off and on, alternating.
 // SEQMIX_LINREC_CHUNK_TRANSFER=mma (or wgmma, the default) picks the chunk-transfer product
@@ -243,34 +240,21 @@ INSTANTIATE_TEST_SUITE_P(
 // 8 < m ≤ 64, m a multiple of 8, n ≤ 64) against the oracle: the last chunk short, one
 // chunk, T = 1, padded n (K = 32 and 64), with and without an initial state and a
 // final-state gradient, a given workspace, many groups; the backward recomputing h (both
-// chains side by side) and given the forward's h (the reverse chain alone). Every case runs
-// with each order of the launches (SEQMIX_LINREC_WIDE_LAUNCHES: separate, the chunk starts
-// folded into the summaries and the re-walk, and those with programmatic dependent launches),
-// or only with the one the environment names when it names one.
+// chains side by side) and given the forward's h (the reverse chain alone).
 class LinearRecurrenceCudaChunkedWide : public ::testing::TestWithParam<GpuCase> {};
-
-constexpr const char* kWideLaunches[] = {"separate", "folded", "programmatic"};
-
-void expect_wide_runs_match_oracle(const GpuCase& c, bool pass_states) {
-  LinearRecurrenceOptions o;
-  o.method = chunked;
-  if (std::getenv("SEQMIX_LINREC_WIDE_LAUNCHES")) return expect_device_run_matches_oracle(c, o, pass_states);
-  for (const char* launches : kWideLaunches) {
-    SCOPED_TRACE(std::string("SEQMIX_LINREC_WIDE_LAUNCHES=") + launches);
-    setenv("SEQMIX_LINREC_WIDE_LAUNCHES", launches, 1);
-    expect_device_run_matches_oracle(c, o, pass_states);
-  }
-  unsetenv("SEQMIX_LINREC_WIDE_LAUNCHES");
-}
 
 TEST_P(LinearRecurrenceCudaChunkedWide, ForwardAndBackwardMatchOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  expect_wide_runs_match_oracle(GetParam(), /*pass_states=*/false);
+  LinearRecurrenceOptions o;
+  o.method = chunked;
+  expect_device_run_matches_oracle(GetParam(), o);
 }
 
 TEST_P(LinearRecurrenceCudaChunkedWide, BackwardGivenStatesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  expect_wide_runs_match_oracle(GetParam(), /*pass_states=*/true);
+  LinearRecurrenceOptions o;
+  o.method = chunked;
+  expect_device_run_matches_oracle(GetParam(), o, /*pass_states=*/true);
 }
 
 INSTANTIATE_TEST_SUITE_P(
@@ -331,28 +315,22 @@ void run_wide_on_stream(const GpuCase& c, const GpuData& d, bool graph, Results&
   h.values(r.h), final_state.values(r.final_state), dA.values(r.dA), db.values(r.db), dh0.values(r.dh0);
 }
 
-// The wide chunked method captured into a CUDA graph (programmatic launches become the
-// graph's programmatic edges) gives bitwise the results of the same calls issued directly.
+// The wide chunked method's forward and backward captured into a CUDA graph (as the benches
+// replay them) give bitwise the results of the same calls issued directly.
 TEST(LinearRecurrenceCudaChunkedWideGraph, SmallReplayMatchesDirectRun) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const char* given = std::getenv("SEQMIX_LINREC_WIDE_LAUNCHES");
-  const std::string before = given ? given : "";
-  for (const GpuCase& c : {GpuCase{"bf16", 2, 100, 64, 64, bf16, chunked}, GpuCase{"f32", 2, 70, 24, 56, f32, chunked}})
-    for (const char* launches : kWideLaunches) {
-      SCOPED_TRACE(std::string(c.name) + " SEQMIX_LINREC_WIDE_LAUNCHES=" + launches);
-      setenv("SEQMIX_LINREC_WIDE_LAUNCHES", launches, 1);
-      const GpuData d(c);
-      Results direct(c), replayed(c);
-      run_wide_on_stream(c, d, false, direct);
-      run_wide_on_stream(c, d, true, replayed);
-      EXPECT_EQ(direct.h.storage, replayed.h.storage) << "h";
-      EXPECT_EQ(direct.final_state.storage, replayed.final_state.storage) << "final_state";
-      EXPECT_EQ(direct.dA.storage, replayed.dA.storage) << "dA";
-      EXPECT_EQ(direct.db.storage, replayed.db.storage) << "db";
-      EXPECT_EQ(direct.dh0.storage, replayed.dh0.storage) << "d_initial_state";
-    }
-  if (given) setenv("SEQMIX_LINREC_WIDE_LAUNCHES", before.c_str(), 1);
-  else unsetenv("SEQMIX_LINREC_WIDE_LAUNCHES");
+  for (const GpuCase& c : {GpuCase{"bf16", 2, 100, 64, 64, bf16, chunked}, GpuCase{"f32", 2, 70, 24, 56, f32, chunked}}) {
+    SCOPED_TRACE(c.name);
+    const GpuData d(c);
+    Results direct(c), replayed(c);
+    run_wide_on_stream(c, d, false, direct);
+    run_wide_on_stream(c, d, true, replayed);
+    EXPECT_EQ(direct.h.storage, replayed.h.storage) << "h";
+    EXPECT_EQ(direct.final_state.storage, replayed.final_state.storage) << "final_state";
+    EXPECT_EQ(direct.dA.storage, replayed.dA.storage) << "dA";
+    EXPECT_EQ(direct.db.storage, replayed.db.storage) << "db";
+    EXPECT_EQ(direct.dh0.storage, replayed.dh0.storage) << "d_initial_state";
+  }
 }
 
 // The chunked method's chains in one pass for vector states (SEQMIX_LINREC_CHUNKED_FORWARD=
@@ -993,12 +971,9 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
     const char* fused_transfers = std::getenv("SEQMIX_LINREC_TIMING_FUSED_TRANSFERS");  // "shared,transposed"
     const char* walks = std::getenv("SEQMIX_LINREC_TIMING_WALKS");  // "0,1": the walk on CUDA or tensor cores
     const char* chunks = std::getenv("SEQMIX_LINREC_TIMING_CHUNKS");  // "64,128": the chunked method's chunk
-    const char* wide_launches = std::getenv("SEQMIX_LINREC_TIMING_WIDE_LAUNCHES");  // "separate,programmatic"
     for (Method method : {seq, chunked, cr, scan}) {
       if (only_methods && !std::strstr(only_methods, linear_recurrence_method_name(method))) continue;
       const std::string name = linear_recurrence_method_name(method);
-      for_each_setting("SEQMIX_LINREC_WIDE_LAUNCHES", method == chunked ? wide_launches : nullptr,
-                       [&](const std::string& launches) {
       for_each_setting("SEQMIX_LINREC_SEQUENTIAL_WGMMA", walks, [&](const std::string& walk) {
       for_each_setting("SEQMIX_LINREC_GRADIENT", gradients, [&](const std::string& gradient) {
         for_each_setting("SEQMIX_LINREC_REWALK_BLOCKS", method == chunked ? rewalks : nullptr,
@@ -1016,7 +991,7 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
                     for_each_setting("SEQMIX_LINREC_TIMING_CHUNK", method == chunked ? chunks : nullptr,
                                      [&](const std::string& chunk) {
                       time_method(method, name + product + rewalk + forward + blocks + bf16 + transfer + chunk +
-                                              gradient + (walk.empty() ? "" : "[wgmma=" + walk.substr(1)) + launches);
+                                              gradient + (walk.empty() ? "" : "[wgmma=" + walk.substr(1)));
                     });
                   });
                 });
@@ -1024,7 +999,6 @@ TEST(LinearRecurrenceCudaTiming, MethodsOnTheGrid) {
             });
           });
         });
-      });
       });
       });
     }

@@ -31,7 +31,6 @@
 #include <type_traits>
 
 #include "cuda/attention/mma.cuh"
-#include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/chunk_transfer.cuh"
 #include "cuda/linear_recurrence/methods.hpp"
@@ -42,10 +41,10 @@ namespace seqmix::cuda::linrec {
 
 // One launch's chains (the forward's, or the backward's two side by side), chunks of
 // `chunk` steps. Summaries: maps [G, chunks, n, n] and offsets [G, chunks, n, m] (float);
-// the re-walk starts every chunk from starts [G, chunks, n, m] (float). With fold_starts
-// the summaries' blocks of chunk 0 write its start there (the chain's start, for the pass
-// over the summaries) and the re-walk's read chunk 0's start from the chain itself, so no
-// launch of its own copies them (launch_chunk_starts).
+// the re-walk starts every chunk but the first from starts [G, chunks, n, m] (float), which
+// the pass over the summaries fills. Chunk 0's start is the chain's: the summaries' blocks
+// of chunk 0 copy it into starts for the pass, and the re-walk's read it from the chain, so
+// no launch of its own copies it (NOTES.md, version 21).
 struct WideChunkParams {
   SeqChain chains[2];
   float* maps[2] = {nullptr, nullptr};
@@ -53,7 +52,6 @@ struct WideChunkParams {
   float* starts[2] = {nullptr, nullptr};
   int64_t T = 0, chunk = 0, chunks = 0;
   int n = 0, m = 0;
-  bool fold_starts = false;
 };
 
 template <class T, int W>
@@ -186,21 +184,16 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
   const int64_t steps = last_chunk ? p.T - chunk * p.chunk : p.chunk;
   const auto stage = [&](int64_t s) { return smem + static_cast<int>(s % D) * L::kStageBytes; };
   const auto issue = [&](int64_t s) { issue_wide_stage<T, L>(p, c, chunk, group, s, steps, stage(s)); };
-  if constexpr (kSummary) allow_next_grid();  // the pass's blocks may take free seats now
 #pragma unroll
   for (int d = 0; d < D - 1; ++d) issue(d);
-  // A programmatic re-walk's first stages (inputs only) are in flight; its start states are
-  // the pass's (a no-op when launched normally).
-  if constexpr (!kSummary) wait_for_previous_grid();
   // Element e of the chain's start state [n, m] (zeros without one).
   const auto chain_start = [&](int e) {
     if (!c.start) return 0.f;
     const int64_t at = group * c.start_group + e;
     return c.start_float ? static_cast<const float*>(c.start)[at] : to_float(static_cast<const T*>(c.start)[at]);
   };
-  const bool start_from_chain = p.fold_starts && chunk == 0;
   if constexpr (kSummary)
-    if (start_from_chain)
+    if (chunk == 0)
       for (int e = tid; e < n * m; e += L::kThreads) p.starts[k_chain][group * p.chunks * n * m + e] = chain_start(e);
 
   // Accumulator element i of tile t: row r = 64·t + 16·warp + gid (+8 for (i / 2) odd) of Xᵀ
@@ -218,7 +211,7 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
     for (int i = 0; i < kAcc; ++i) {
       const int r = r_of(t, i), k = k_of(i);
       if constexpr (kSummary) acc[t][i] = r == k && k < n ? 1.f : 0.f;  // [I | 0]
-      else acc[t][i] = k < n && r < m ? (start_from_chain ? chain_start(k * m + r) : start[k * m + r]) : 0.f;
+      else acc[t][i] = k < n && r < m ? (chunk == 0 ? chain_start(k * m + r) : start[k * m + r]) : 0.f;
     }
   // The A operand of tile t's next products from its accumulators, hi and lo parts, into
   // slot `slot`: bf16 pairs (the accumulator layout per 16 columns), kept from one step to
@@ -392,39 +385,19 @@ __global__ void __launch_bounds__(128, 2) wide_chunk_kernel(const __grid_constan
 }
 
 template <class T, int W, bool kSummary>
-void launch_wide_chunks(const WideChunkParams& p, int64_t blocks, int64_t G, int count, cudaStream_t stream,
-                        bool programmatic) {
+void launch_wide_chunks(const WideChunkParams& p, int64_t blocks, int64_t G, int count, cudaStream_t stream) {
   using L = WideLayout<T, W>;
   const auto kernel = p.n <= 32 ? wide_chunk_kernel<T, W, kSummary, 32> : wide_chunk_kernel<T, W, kSummary, 64>;
   constexpr int smem = L::kBytes + L::kAlignSlack;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (wide chunks)");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(G), static_cast<unsigned>(count));
-  launch_kernel(kernel, grid, dim3(L::kThreads), smem, stream, programmatic,
-                kSummary ? "linear_recurrence wide chunk summaries" : "linear_recurrence wide chunks", p);
+  kernel<<<grid, L::kThreads, smem, stream>>>(p);
+  check_launch(kSummary ? "linear_recurrence wide chunk summaries" : "linear_recurrence wide chunks");
 }
 
-// How the launches follow one another (NOTES.md, version 21): `separate`, the chunk starts'
-// copy a launch of its own and every launch waiting for the one before to complete;
-// `folded`, that copy folded into the summaries and the re-walk (fold_starts); `programmatic`,
-// folded, and the pass over the summaries and the re-walk launched as programmatic
-// dependents (launch_kernel), their blocks seated while the kernel before finishes and
-// waiting on the device (the re-walk with its first stages in flight).
-// SEQMIX_LINREC_WIDE_LAUNCHES=separate|folded|programmatic, read at every call so that one
-// process can time each.
-enum class WideLaunches { separate, folded, programmatic };
-inline constexpr WideLaunches kDefaultWideLaunches = WideLaunches::separate;
-
-inline WideLaunches wide_launches() {
-  return choice_from_environment("SEQMIX_LINREC_WIDE_LAUNCHES",
-                                 {{"separate", WideLaunches::separate},
-                                  {"folded", WideLaunches::folded},
-                                  {"programmatic", WideLaunches::programmatic}},
-                                 kDefaultWideLaunches);
-}
-
-// The three launches (and the chunk starts' copy) for one or two chains side by side, in
-// the split chunked method's scratch (chunk_summaries).
+// The three launches for one or two chains side by side, in the split chunked method's
+// scratch (chunk_summaries).
 template <class T>
 void solve_chunked_wide(const SeqChain* chains, int count, int64_t G, int64_t T_len, int64_t n, int64_t m,
                         int64_t chunk, float* scratch, void* stream_ptr) {
@@ -438,17 +411,11 @@ void solve_chunked_wide(const SeqChain* chains, int count, int64_t G, int64_t T_
   }
   w.T = T_len, w.chunk = L, w.chunks = chunks;
   w.n = static_cast<int>(n), w.m = static_cast<int>(m);
-  const WideLaunches launches = wide_launches();
-  const bool programmatic = launches == WideLaunches::programmatic && chunks > 1;
-  w.fold_starts = launches != WideLaunches::separate;
-  if (!w.fold_starts) launch_chunk_starts<T>(summaries, count, G, chunks, n * m, stream);
   if (chunks > 1) {
-    launch_wide_chunks<T, 128, true>(w, chunks - 1, G, count, stream, false);  // waits for what came before
-    SeqParams pass = summaries.pass;
-    pass.programmatic = programmatic;
-    launch_sequential<float>(pass, G, stream_ptr);
+    launch_wide_chunks<T, 128, true>(w, chunks - 1, G, count, stream);
+    launch_sequential<float>(summaries.pass, G, stream_ptr);
   }
-  launch_wide_chunks<T, 64, false>(w, chunks, G, count, stream, programmatic);
+  launch_wide_chunks<T, 64, false>(w, chunks, G, count, stream);
 }
 
 }  // namespace seqmix::cuda::linrec

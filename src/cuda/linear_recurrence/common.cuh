@@ -6,10 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <utility>
 
-#include "cuda/chains/dependent_launch.cuh"
-#include "cuda/common/runtime.cuh"
 #include "cuda/linear_recurrence/params.hpp"
 
 namespace seqmix::cuda::linrec {
@@ -96,26 +93,6 @@ template <int rows, int element_bytes>
 __host__ __device__ constexpr int swizzled_offset(int row, int k) {
   const int byte = k * element_bytes;
   return (byte / 128) * (rows * 128) + row * 128 + ((((byte % 128) / 16) ^ (row % 8)) * 16) + byte % 16;
-}
-
-// kernel<<<grid, block, shared, stream>>>(args...), or with `programmatic` as a programmatic
-// dependent of the stream's previous kernel (the attribute cudaLaunchAttributeProgrammatic-
-// StreamSerialization): its blocks may start once every block of that kernel has called
-// allow_next_grid() or exited, so the kernel must call wait_for_previous_grid()
-// (dependent_launch.cuh: griddepcontrol.wait, after which that kernel has completed and its
-// writes are visible) in every block before it reads anything that kernel wrote, and before
-// it ends, so that its own completion still implies that kernel's. Stream capture records
-// such a launch as a programmatic edge of the graph.
-template <class... Params, class... Args>
-void launch_kernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t shared, cudaStream_t stream,
-                   bool programmatic, const char* what, Args&&... args) {
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = grid, config.blockDim = block, config.dynamicSmemBytes = shared, config.stream = stream;
-  config.attrs = &attribute, config.numAttrs = programmatic ? 1 : 0;
-  check(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...), what);
 }
 
 // Where the parallel methods keep their float copies (params.hpp sizes it). Per group:

@@ -48,10 +48,6 @@ struct SeqParams {
   SeqChain chains[2];  // blockIdx.y picks one: the backward runs both chains in one launch
   int64_t n = 0, m = 0;
   int col_blocks = 1;  // blocks per group along the state columns
-  // Launched as a programmatic dependent of the stream's previous kernel (launch_kernel in
-  // common.cuh; the wide chunked method's pass over its summaries): the kernels wait for it
-  // on the device before their first read, and let the next kernel's blocks start early.
-  bool programmatic = false;
 };
 
 // kBlocks blocks share an SM: the ring of stages gets 192 KB / kBlocks. One block (the
@@ -161,8 +157,6 @@ __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const Seq
   float* hbuf = reinterpret_cast<float*>(smem_raw + D * Cfg::kStageBytes);          // [2][kStateFloats]
   constexpr int H = Cfg::kStateFloats;
 
-  wait_for_previous_grid();  // no-op unless p.programmatic: everything below may read its writes
-  allow_next_grid();
   const SeqChain c = p.chains[blockIdx.y];  // a copy: registers, not indexed parameter loads
   const int64_t chain_index = blockIdx.x / p.col_blocks;
   const int64_t group = chain_index / c.sub_chains, sub = chain_index % c.sub_chains;

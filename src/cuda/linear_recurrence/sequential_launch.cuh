@@ -46,8 +46,8 @@ void launch_sequential_config(const SeqParams& p, int64_t G, cudaStream_t stream
         "cudaFuncSetAttribute (sequential)");
   const unsigned chains = p.chains[1].steps > 0 ? 2u : 1u;
   const dim3 grid(static_cast<unsigned>(G * p.col_blocks), chains);
-  launch_kernel(kernel, grid, dim3(kThreads), Cfg::smem_bytes(), stream, p.programmatic, "linear_recurrence sequential",
-                p);
+  kernel<<<grid, kThreads, Cfg::smem_bytes(), stream>>>(p);
+  check_launch("linear_recurrence sequential");
 }
 
 template <class T, int MC, bool kHeldRaw, bool kRowReads = false>

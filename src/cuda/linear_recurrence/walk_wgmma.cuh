@@ -292,8 +292,6 @@ __global__ void __launch_bounds__(128, WalkLayout<T>::kF32 ? 1 : 2) walk_wgmma_k
   extern __shared__ __align__(16) unsigned char walk_smem_raw[];
   unsigned char* smem = reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(walk_smem_raw) + 1023) &
                                                          ~uintptr_t(1023));
-  wait_for_previous_grid();  // no-op unless p.programmatic (SeqParams)
-  allow_next_grid();
   if (p.chains[blockIdx.y].transposed) walk_chain<T, true, K>(p, smem);
   else walk_chain<T, false, K>(p, smem);
 }
@@ -327,8 +325,8 @@ bool launch_walk_on_tensor_cores(const SeqParams& params, int64_t G, void* strea
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
         "cudaFuncSetAttribute (walk on tensor cores)");
   const dim3 grid(static_cast<unsigned>(G * p.col_blocks), p.chains[1].steps > 0 ? 2u : 1u);
-  launch_kernel(kernel, grid, dim3(L::kThreads), smem, static_cast<cudaStream_t>(stream), p.programmatic,
-                "linear_recurrence walk on tensor cores", p);
+  kernel<<<grid, L::kThreads, smem, static_cast<cudaStream_t>(stream)>>>(p);
+  check_launch("linear_recurrence walk on tensor cores");
   return true;
 #else  // built without the CUTLASS headers: the CUDA cores' walk
   (void)params, (void)G, (void)stream;
