@@ -187,11 +187,7 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
 #pragma unroll
   for (int d = 0; d < D - 1; ++d) issue(d);
   // Element e of the chain's start state [n, m] (zeros without one).
-  const auto chain_start = [&](int e) {
-    if (!c.start) return 0.f;
-    const int64_t at = group * c.start_group + e;
-    return c.start_float ? static_cast<const float*>(c.start)[at] : to_float(static_cast<const T*>(c.start)[at]);
-  };
+  const auto chain_start = [&](int e) { return c.start ? start_element<T>(c, group * c.start_group + e) : 0.f; };
   if constexpr (kSummary)
     if (chunk == 0)
       for (int e = tid; e < n * m; e += L::kThreads) p.starts[k_chain][group * p.chunks * n * m + e] = chain_start(e);

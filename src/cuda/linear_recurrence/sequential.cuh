@@ -44,6 +44,13 @@ struct SeqChain {
   int64_t last_steps = 0;
 };
 
+// Element `at` of a chain's start state, in its input type T or float (start_float); the
+// caller checks that there is one (c.start).
+template <class T>
+__device__ __forceinline__ float start_element(const SeqChain& c, int64_t at) {
+  return c.start_float ? static_cast<const float*>(c.start)[at] : to_float(static_cast<const T*>(c.start)[at]);
+}
+
 struct SeqParams {
   SeqChain chains[2];  // blockIdx.y picks one: the backward runs both chains in one launch
   int64_t n = 0, m = 0;
@@ -174,7 +181,7 @@ __global__ void __launch_bounds__(kThreads, kBlocks) sequential_kernel(const Seq
     float x = 0.f;
     if (c.start && row < n && col0 + col < m) {
       const int64_t at = group * c.start_group + sub * c.sub_start + row * m + col0 + col;
-      x = c.start_float ? static_cast<const float*>(c.start)[at] : to_float(static_cast<const T*>(c.start)[at]);
+      x = start_element<T>(c, at);
     }
     hbuf[H + state_index<MC, V, kRowReads>(row, col)] = x;
   }

@@ -149,7 +149,7 @@ __device__ __forceinline__ void walk_chain(const SeqParams& p, unsigned char* sm
     acc[i] = 0.f;
     if (c.start && ok[i]) {
       const int64_t at = group * c.start_group + sub * c.sub_start + off[i];
-      acc[i] = c.start_float ? static_cast<const float*>(c.start)[at] : to_float(static_cast<const T*>(c.start)[at]);
+      acc[i] = start_element<T>(c, at);
     }
   }
   // The state as the next step's B operand (parts hi and lo) into buffer `buffer`.
