@@ -706,7 +706,9 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   if (rows == 0) return;
 
   // Deterministic (kOrdered, which launch_backward takes for it): dQ's adds ordered by locks.
-  const int64_t locks = kOrdered ? lock_count(p, Cfg::kBlockM) : 0;
+  // One lock per (sequence, query head, query block).
+  const int lock_blocks = static_cast<int>((p.max_seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM);
+  const int64_t locks = kOrdered ? p.num_sequences * p.Hq * lock_blocks : 0;
   const int dq_width = kOrdered && D == 64 ? 2 * D : D;
 
   // Stream-ordered scratch: freed on the same stream once the postprocess has read it.
@@ -718,7 +720,7 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   ws.delta = ws.lse2 + rows;
   if constexpr (kOrdered) {
     ws.locks = reinterpret_cast<int*>(ws.delta + rows);
-    ws.lock_blocks = static_cast<int>((p.max_seqlen_q + Cfg::kBlockM - 1) / Cfg::kBlockM);
+    ws.lock_blocks = lock_blocks;
     check(cudaMemsetAsync(ws.locks, 0, locks * sizeof(int), stream), "cudaMemsetAsync(attention dQ locks)");
     // Rotated walks wait on CTAs of either side, so all key blocks of a sequence must be
     // resident at once: one CTA an SM.

@@ -394,9 +394,4 @@ inline int64_t workspace_floats(const AttentionParams& p, int dq_width) {
   return batch * p.Hq * p.rows_q * (dq_width + 2);
 }
 
-// The deterministic backward's locks: one per (sequence, query head, query block of `rows`).
-inline int64_t lock_count(const AttentionParams& p, int rows) {
-  return p.num_sequences * p.Hq * ((p.max_seqlen_q + rows - 1) / rows);
-}
-
 }  // namespace seqmix::cuda::attn::sm90
