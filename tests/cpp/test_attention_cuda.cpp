@@ -112,6 +112,13 @@ struct ForwardWarpgroups {
   ~ForwardWarpgroups() { cuda::attention_set_forward_warpgroups(before); }
 };
 
+// Runs the D = 128 forward with its first key block narrow (or not) while in scope.
+struct ForwardNarrowFirst {
+  bool before = cuda::attention_forward_narrow_first();
+  explicit ForwardNarrowFirst(bool on) { cuda::attention_set_forward_narrow_first(on); }
+  ~ForwardNarrowFirst() { cuda::attention_set_forward_narrow_first(before); }
+};
+
 using cuda::AttentionBackwardSchedule;
 
 const char* schedule_name(AttentionBackwardSchedule schedule) {
@@ -331,6 +338,41 @@ INSTANTIATE_TEST_SUITE_P(
                                          AttentionForwardSchedule::persistent)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
+    });
+
+// The D = 128 forward under the turn-taking schedules with the tile's first key block at
+// the narrow widths (64 or 112 keys of 176) and at full width: first blocks of exactly 64 and
+// 112 keys, of fewer (masked within the narrow width), causal tiles whose diagonal block is
+// narrow, Sq != Sk, and varlen sequences whose first blocks take every width.
+class AttentionCudaNarrowFirst
+    : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule, bool>> {};
+
+TEST_P(AttentionCudaNarrowFirst, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardSchedule schedule(std::get<1>(GetParam()));
+  const ForwardNarrowFirst narrow(std::get<2>(GetParam()));
+  check_forward_against_oracle(std::get<0>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionCudaNarrowFirst,
+    ::testing::Combine(
+        ::testing::Values(
+            // 240 = 176 + 64 and 288 = 176 + 112 keys: first blocks of exactly 64 and 112.
+            GpuAttnCase{"Small_bf16_d128_first64", 2, 240, 240, 2, 2, 128, DType::bf16, false, {}, {}},
+            GpuAttnCase{"Small_f16_d128_first112", 1, 100, 288, 4, 2, 128, DType::f16, false, {}, {}},
+            // 226 keys: a first block of 50 (masked within 64); causal tile 1 ends at 226.
+            GpuAttnCase{"Small_bf16_d128_first50_causal", 2, 226, 226, 2, 1, 128, DType::bf16, true, {}, {}},
+            // Bottom-right causal, Sq < Sk: tile ends at 538 and 600 keys (first blocks of 10
+            // and 72).
+            GpuAttnCase{"Small_f16_d128_causal_Sq190_Sk600", 1, 190, 600, 2, 2, 128, DType::f16, true, {}, {}},
+            GpuAttnCase{"bf16_d128_varlen_narrow_causal", 1, 0, 0, 4, 2, 128, DType::bf16, true,
+                        {0, 1, 60, 300, 700, 1000}, {0, 33, 200, 460, 1000, 1290}}),
+        ::testing::Values(AttentionForwardSchedule::pingpong, AttentionForwardSchedule::persistent),
+        ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param)) +
+             (std::get<2>(info.param) ? "_narrow" : "_full");
     });
 
 // Backward: dq, dk, dv of the CUDA kernels against the oracle's backward, from the same
@@ -631,21 +673,26 @@ std::array<AttentionForwardSchedule, 2> timed_forward_schedules() {
   return pair;
 }
 
-// A form of the forward: its schedule and, at D = 64, its consumer warpgroups (0: by shape).
+// A form of the forward: its schedule, at D = 64 its consumer warpgroups (0: by shape), at
+// D = 128 whether the first key block runs narrow.
 struct ForwardForm {
   AttentionForwardSchedule schedule;
   int warpgroups = 0;
+  bool narrow_first = true;
 };
 
 std::string form_name(ForwardForm form) {
-  return std::string(schedule_name(form.schedule)) + (form.warpgroups ? "_wg" + std::to_string(form.warpgroups) : "");
+  return std::string(schedule_name(form.schedule)) + (form.warpgroups ? "_wg" + std::to_string(form.warpgroups) : "") +
+         (form.narrow_first ? "" : "_full");
 }
 
 // Runs the forward in `form` while in scope, then puts the process's choices back.
 struct ForwardFormScope {
   ForwardSchedule schedule;
   ForwardWarpgroups warpgroups;
-  explicit ForwardFormScope(ForwardForm form) : schedule(form.schedule), warpgroups(form.warpgroups) {}
+  ForwardNarrowFirst narrow_first;
+  explicit ForwardFormScope(ForwardForm form)
+      : schedule(form.schedule), warpgroups(form.warpgroups), narrow_first(form.narrow_first) {}
 };
 
 // Forward TFLOP/s of two forms side by side (bf16, B·S = 16384, H·D = 2048, or B = `batch`
@@ -749,6 +796,15 @@ TEST(AttentionCudaTiming, ForwardWarpgroupsSideBySide) {
                      {{64, 512}, {64, 1024}, {64, 2048}, {64, 4096}, {64, 8192}, {64, 16384}});
   time_forward_forms({ForwardForm{AttentionForwardSchedule::by_shape, 2}, ForwardForm{AttentionForwardSchedule::by_shape, 1}},
                      {{64, 128}, {64, 256}, {64, 512}, {64, 1024}}, 2, 8);
+}
+
+// D = 128 under the default schedule with the first key block at full width, then narrow,
+// over the sequence lengths from 1024.
+TEST(AttentionCudaTiming, ForwardNarrowFirstSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_forward_forms({ForwardForm{AttentionForwardSchedule::by_shape, 0, false},
+                      ForwardForm{AttentionForwardSchedule::by_shape, 0, true}},
+                     timed_shapes({{128, 1024}, {128, 2048}, {128, 4096}, {128, 8192}, {128, 16384}}));
 }
 
 // Backward TFLOP/s of two forms of the Hopper backward side by side, same method as above

@@ -23,6 +23,8 @@
 
 #include <cuda.h>
 
+#include <type_traits>
+
 #include "cuda/attention/params.hpp"
 #include "cuda/attention/sm90.cuh"
 
@@ -46,6 +48,13 @@ struct ForwardConfig {
   // Keys per pipeline stage. Pingpong at D = 128: 176 (fewer turns, barriers and O
   // rescales per key; S, P and O then take 196 of the consumers' 240 registers).
   static constexpr int kBlockN = D == 128 && kPingpong ? 176 : D <= 128 ? 128 : 64;
+  // A tile's first key block (the last by key: the sequence's end or the causal bound) is
+  // ragged; with blocks of 176 its QKᵀ product and softmax run at a narrower width where its
+  // keys fit (first_block_width), so its masked columns are not exponentiated. Widths 64
+  // and 112 under pingpong; 64 only when persistent, where a 112-wide variant serialized the
+  // kernel's wgmma pipeline for want of registers (ptxas C7511).
+  static constexpr int kNarrowWidths =
+      kBlockN != 176 ? 0 : kSchedule == AttentionForwardSchedule::persistent ? 1 : 2;
   static constexpr int kStages = 2;
   static constexpr int kChunks = D / 64;  // 128-byte swizzle atoms across the head dim
   static constexpr int kThreads = 128 * (kConsumers + 1);
@@ -140,6 +149,7 @@ struct ForwardArgs {
   CUtensorMap q_map, k_map, v_map;  // 4-d: (D, rows, heads, batch), box (64, rows of a tile, 1, 1)
   AttentionParams p;
   ForwardTiles tiles;  // persistent schedule only
+  bool narrow_first = false;  // ForwardConfig::kNarrowWidths taken (attention_forward_narrow_first)
 };
 
 // One sequence's place in the tensors.
@@ -163,13 +173,29 @@ __device__ __forceinline__ Sequence sequence_of(const AttentionParams& p, int n)
   return {q0, k0, static_cast<int>(q1 - q0), static_cast<int>(k1 - k0), 0};
 }
 
-// Key blocks a query tile needs: up to the sequence end, or the causal diagonal (query i
-// sees key j iff j <= i + len_k - len_q).
-template <int kBlockM, int kBlockN>
-__device__ __forceinline__ int key_blocks(const Sequence& s, int m_block, bool causal) {
+// The keys a query tile sees end here: at the sequence end, or at the causal diagonal
+// (query i sees key j iff j <= i + len_k - len_q).
+template <int kBlockM>
+__device__ __forceinline__ int key_end(const Sequence& s, int m_block, bool causal) {
   int end = s.len_k;
   if (causal) end = min(end, (m_block + 1) * kBlockM + s.len_k - s.len_q);
-  return end <= 0 ? 0 : (end + kBlockN - 1) / kBlockN;
+  return max(end, 0);
+}
+
+// Key blocks a query tile needs.
+template <int kBlockM, int kBlockN>
+__device__ __forceinline__ int key_blocks(const Sequence& s, int m_block, bool causal) {
+  return (key_end<kBlockM>(s, m_block, causal) + kBlockN - 1) / kBlockN;
+}
+
+// The width a tile's first key block runs at, given the keys it holds: when `narrow`, the
+// narrowest of the first kNarrowWidths of 64 and 112 (ForwardConfig::kNarrowWidths) they fit,
+// else kBlockN.
+template <int kNarrowWidths, int kBlockN>
+__device__ __forceinline__ int first_block_width(int keys, bool narrow) {
+  if (kNarrowWidths == 0 || !narrow) return kBlockN;
+  if (keys <= 64) return 64;
+  return kNarrowWidths > 1 && keys <= 112 ? 112 : kBlockN;
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {
@@ -465,13 +491,16 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
   };
   // S_j = Q·K_jᵀ is issued before O += P_{j-1}·V_{j-1}, so the softmax of block j runs
   // while the tensor cores still work on the previous block's PV product.
-  auto issue_scores = [&](float(&s)[kBlockN / 2], int stage) {
+  // s holds W / 2 scores a thread for the first W keys of the stage (W = kBlockN but for a
+  // narrow first block).
+  auto issue_scores = [&](auto& s, int stage) {
+    constexpr int W = 2 * static_cast<int>(sizeof(s) / sizeof(float));
     const uint8_t* k_tile = k_tiles + stage * Cfg::kKVBytes;
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk) {
       const int chunk = kk / 4, offset = (kk % 4) * 32;
-      gmma_ss<T, kBlockN>(smem_descriptor(q_rows + chunk * kBlockM * 128 + offset, 16),
-                          smem_descriptor(k_tile + chunk * kBlockN * 128 + offset, 16), s, kk > 0);
+      gmma_ss<T, W>(smem_descriptor(q_rows + chunk * kBlockM * 128 + offset, 16),
+                    smem_descriptor(k_tile + chunk * kBlockN * 128 + offset, 16), s, kk > 0);
     }
     wgmma_commit();
   };
@@ -513,15 +542,21 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
     const int m_block = tile.m_block;
     const Sequence seq = sequence_of(p, tile.sequence);
     if (m_block * kBlockM >= seq.len_q) continue;
-    const int n_blocks = key_blocks<kBlockM, kBlockN>(seq, m_block, p.causal);
+    const int end = key_end<kBlockM>(seq, m_block, p.causal);
+    const int n_blocks = (end + kBlockN - 1) / kBlockN;
+    const int first_width =
+        first_block_width<Cfg::kNarrowWidths, kBlockN>(end - (n_blocks - 1) * kBlockN, args.narrow_first);
     const int row0 = m_block * kBlockM + wg * 64 + warp * 16 + lane / 4;  // and row0 + 8
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     RowState st;
-    auto softmax = [&](float(&s)[kBlockN / 2], int n, float(&correction)[2]) {
+    // s: the scores of the block's first W keys (W < kBlockN: a narrow first block, whose
+    // softmax is always the masked one, one instance a width).
+    auto softmax = [&](auto& s, int n, float(&correction)[2]) {
+      constexpr int W = 2 * static_cast<int>(sizeof(s) / sizeof(float));
       const int key0 = n * kBlockN;
-      const bool mask = key0 + kBlockN > seq.len_k ||
+      const bool mask = W < kBlockN || key0 + kBlockN > seq.len_k ||
                         (p.causal && key0 + kBlockN - 1 > m_block * kBlockM + seq.len_k - seq.len_q);
       // Formed here, for masked blocks only, rather than held through the main loop: at
       // D = 128 the persistent schedule's two registers more would spill.
@@ -529,9 +564,9 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
       for (int r = 0; r < 2; ++r)
         limit[r] = p.causal ? min(seq.len_k, row0 + 8 * r + seq.len_k - seq.len_q + 1) : seq.len_k;
       if (mask)
-        softmax_step<true, kRowsTogether, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
-      else
-        softmax_step<false, kRowsTogether, kBlockN>(s, st, correction, scale_log2, key0, limit, lane);
+        softmax_step<true, kRowsTogether, W>(s, st, correction, scale_log2, key0, limit, lane);
+      else if constexpr (W == kBlockN)
+        softmax_step<false, kRowsTogether, W>(s, st, correction, scale_log2, key0, limit, lane);
     };
     // Stage and phase of this tile's key block `it`, counted over all of the CTA's tiles.
     auto stage_of = [&](int it) { return static_cast<int>((counters + it) % kStages); };
@@ -544,15 +579,41 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
       float correction[2];
       tma::wait(&k_full[stage_of(0)], phase_of(0));
       if (Cfg::kTurns && wg == kLastConsumer) named_barrier_arrive(kTurnBarrier, 256);  // warpgroup 0 first
-      take_turn();
-      wgmma_fence();
-      issue_scores(s, stage_of(0));
-      pass_turn(false);
-      wgmma_wait<0>();
-      fence_registers(s);
-      scores_done(stage_of(0), n_blocks == 1);
-      softmax(s, n_blocks - 1, correction);  // o is still zero: no rescale
-      probabilities_to_operand<T, kBlockN>(s, prob);
+      // The first block at width W: its scores in the first W / 2 registers of s, its
+      // probabilities in the first W / 16 slices of prob.
+      auto first_block = [&](auto width) {
+        constexpr int W = decltype(width)::value;
+        float(&scores)[W / 2] = reinterpret_cast<float(&)[W / 2]>(s);
+        take_turn();
+        wgmma_fence();
+        issue_scores(scores, stage_of(0));
+        pass_turn(false);
+        wgmma_wait<0>();
+        fence_registers(scores);
+        scores_done(stage_of(0), n_blocks == 1);
+        softmax(scores, n_blocks - 1, correction);  // o is still zero: no rescale
+        probabilities_to_operand<T, W>(scores, reinterpret_cast<uint32_t(&)[W / 16][4]>(prob));
+        // The PV product takes every slice (a narrower one serialized the wgmma pipeline):
+        // the keys past W weigh zero.
+#pragma unroll
+        for (int kk = W / 16; kk < kBlockN / 16; ++kk)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) prob[kk][j] = 0u;
+      };
+      if constexpr (Cfg::kNarrowWidths > 0) {
+        if (first_width == 64)
+          first_block(std::integral_constant<int, 64>{});
+        else if constexpr (Cfg::kNarrowWidths > 1) {
+          if (first_width == 112)
+            first_block(std::integral_constant<int, 112>{});
+          else
+            first_block(std::integral_constant<int, kBlockN>{});
+        } else {
+          first_block(std::integral_constant<int, kBlockN>{});
+        }
+      } else {
+        first_block(std::integral_constant<int, kBlockN>{});
+      }
       for (int it = 1; it < n_blocks; ++it) {
         const int stage = stage_of(it), previous = stage_of(it - 1);
         tma::wait(&k_full[stage], phase_of(it));

@@ -27,6 +27,11 @@ int& current_warpgroups() {
   return warpgroups;
 }
 
+bool& current_narrow_first() {
+  static bool on = flag_from_environment("SEQMIX_ATTENTION_FORWARD_NARROW", true);
+  return on;
+}
+
 }  // namespace
 
 AttentionForwardSchedule attention_forward_schedule() { return current_schedule(); }
@@ -35,5 +40,8 @@ int attention_forward_warpgroups() { return current_warpgroups(); }
 void attention_set_forward_warpgroups(int warpgroups) {
   current_warpgroups() = warpgroups >= 1 && warpgroups <= 3 ? warpgroups : 0;
 }
+
+bool attention_forward_narrow_first() { return current_narrow_first(); }
+void attention_set_forward_narrow_first(bool on) { current_narrow_first() = on; }
 
 }  // namespace seqmix::cuda

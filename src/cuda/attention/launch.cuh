@@ -76,6 +76,7 @@ void launch_forward_schedule(const AttentionParams& p) {
   args.k_map = tensor_map<T>(p.k, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.v_map = tensor_map<T>(p.v, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.p = p;
+  args.narrow_first = attention_forward_narrow_first();
   const auto kernel = forward_kernel<T, D, kSchedule, kConsumers>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention forward)");

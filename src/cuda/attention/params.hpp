@@ -74,6 +74,13 @@ void attention_set_forward_schedule(AttentionForwardSchedule schedule);
 int attention_forward_warpgroups();
 void attention_set_forward_warpgroups(int warpgroups);
 
+// Whether the D = 128 forward under pingpong and persistent runs a tile's first key block
+// (the ragged one) at a narrower width where its keys fit (64 or 112 instead of 176).
+// SEQMIX_ATTENTION_FORWARD_NARROW=0|1, read once on first use (unset or any other value: on),
+// until set below.
+bool attention_forward_narrow_first();
+void attention_set_forward_narrow_first(bool on);
+
 // How the Hopper backward kernel (backward_sm90.cuh) orders its work. standard: the two
 // consumer warpgroups meet at one barrier per query block (the dSᵀ exchange) and add dQ
 // with float atomics. pingpong: they take turns on the tensor cores, each issuing the dQ

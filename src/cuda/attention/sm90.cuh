@@ -10,7 +10,7 @@
 #include <utility>
 
 #include <cute/arch/mma_sm90_gmma.hpp>
-#include <cute/arch/mma_sm90_gmma_ext.hpp>  // N = 176 (not a power of two)
+#include <cute/arch/mma_sm90_gmma_ext.hpp>  // N = 112 and 176 (not powers of two)
 
 #include "cuda/common/tma.cuh"
 
@@ -84,10 +84,12 @@ struct Gmma;
                                                                      cute::SM90::GMMA::Major::MN>;         \
   };
 SEQMIX_ATTN_GMMA(__nv_bfloat16, BF16, 64)
+SEQMIX_ATTN_GMMA(__nv_bfloat16, BF16, 112)
 SEQMIX_ATTN_GMMA(__nv_bfloat16, BF16, 128)
 SEQMIX_ATTN_GMMA(__nv_bfloat16, BF16, 176)
 SEQMIX_ATTN_GMMA(__nv_bfloat16, BF16, 256)
 SEQMIX_ATTN_GMMA(__half, F16, 64)
+SEQMIX_ATTN_GMMA(__half, F16, 112)
 SEQMIX_ATTN_GMMA(__half, F16, 128)
 SEQMIX_ATTN_GMMA(__half, F16, 176)
 SEQMIX_ATTN_GMMA(__half, F16, 256)
