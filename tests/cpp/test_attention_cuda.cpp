@@ -119,6 +119,13 @@ struct ForwardNarrowFirst {
   ~ForwardNarrowFirst() { cuda::attention_set_forward_narrow_first(before); }
 };
 
+// Runs the forward with its lazy rescale on (or off) while in scope.
+struct ForwardLazyRescale {
+  bool before = cuda::attention_forward_lazy_rescale();
+  explicit ForwardLazyRescale(bool on) { cuda::attention_set_forward_lazy_rescale(on); }
+  ~ForwardLazyRescale() { cuda::attention_set_forward_lazy_rescale(before); }
+};
+
 using cuda::AttentionBackwardSchedule;
 
 const char* schedule_name(AttentionBackwardSchedule schedule) {
@@ -373,6 +380,35 @@ INSTANTIATE_TEST_SUITE_P(
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param)) +
              (std::get<2>(info.param) ? "_narrow" : "_full");
+    });
+
+// The forward with a row's maximum kept until a block's exceeds it by more than 2^8 (lazy)
+// and moved whenever it grows, under the default schedules. Scales large enough that the
+// scores spread over tens of powers of two, so rows do move their maxima past the threshold
+// (and skip the rescale below it), of either sign.
+class AttentionCudaLazyRescale : public ::testing::TestWithParam<std::tuple<GpuAttnCase, bool>> {};
+
+TEST_P(AttentionCudaLazyRescale, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardLazyRescale lazy(std::get<1>(GetParam()));
+  check_forward_against_oracle(std::get<0>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionCudaLazyRescale,
+    ::testing::Combine(
+        ::testing::Values(
+            GpuAttnCase{"Small_bf16_d128_S400_scale05", 2, 400, 400, 2, 2, 128, DType::bf16, false, {}, {}, 0,
+                        DType::i32, 0.5},
+            GpuAttnCase{"Small_f16_d256_causal_scale03", 1, 300, 300, 2, 1, 256, DType::f16, true, {}, {}, 0,
+                        DType::i32, 0.3},
+            GpuAttnCase{"Small_bf16_d64_S700_scale_negative", 1, 700, 700, 2, 2, 64, DType::bf16, false, {}, {}, 0,
+                        DType::i32, -0.7},
+            GpuAttnCase{"bf16_d128_varlen_causal_scale04", 1, 0, 0, 4, 2, 128, DType::bf16, true,
+                        {0, 1, 300, 1000}, {0, 90, 500, 1300}, 0, DType::i32, 0.4}),
+        ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) ? "_lazy" : "_every_block");
     });
 
 // Backward: dq, dk, dv of the CUDA kernels against the oracle's backward, from the same
@@ -679,11 +715,12 @@ struct ForwardForm {
   AttentionForwardSchedule schedule;
   int warpgroups = 0;
   bool narrow_first = true;
+  bool lazy_rescale = true;
 };
 
 std::string form_name(ForwardForm form) {
   return std::string(schedule_name(form.schedule)) + (form.warpgroups ? "_wg" + std::to_string(form.warpgroups) : "") +
-         (form.narrow_first ? "" : "_full");
+         (form.narrow_first ? "" : "_full") + (form.lazy_rescale ? "" : "_rescale");
 }
 
 // Runs the forward in `form` while in scope, then puts the process's choices back.
@@ -691,8 +728,12 @@ struct ForwardFormScope {
   ForwardSchedule schedule;
   ForwardWarpgroups warpgroups;
   ForwardNarrowFirst narrow_first;
+  ForwardLazyRescale lazy_rescale;
   explicit ForwardFormScope(ForwardForm form)
-      : schedule(form.schedule), warpgroups(form.warpgroups), narrow_first(form.narrow_first) {}
+      : schedule(form.schedule),
+        warpgroups(form.warpgroups),
+        narrow_first(form.narrow_first),
+        lazy_rescale(form.lazy_rescale) {}
 };
 
 // Forward TFLOP/s of two forms side by side (bf16, B·S = 16384, H·D = 2048, or B = `batch`
@@ -805,6 +846,15 @@ TEST(AttentionCudaTiming, ForwardNarrowFirstSideBySide) {
   time_forward_forms({ForwardForm{AttentionForwardSchedule::by_shape, 0, false},
                       ForwardForm{AttentionForwardSchedule::by_shape, 0, true}},
                      timed_shapes({{128, 1024}, {128, 2048}, {128, 4096}, {128, 8192}, {128, 16384}}));
+}
+
+// The default forms with the output rescaled every block, then lazily, at every head dim.
+TEST(AttentionCudaTiming, ForwardLazyRescaleSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_forward_forms({ForwardForm{AttentionForwardSchedule::by_shape, 0, true, false},
+                      ForwardForm{AttentionForwardSchedule::by_shape, 0, true, true}},
+                     timed_shapes({{128, 2048}, {128, 4096}, {128, 16384}, {64, 2048}, {64, 16384}, {256, 2048},
+                                   {256, 16384}}));
 }
 
 // Backward TFLOP/s of two forms of the Hopper backward side by side, same method as above

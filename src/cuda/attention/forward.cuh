@@ -150,7 +150,13 @@ struct ForwardArgs {
   AttentionParams p;
   ForwardTiles tiles;  // persistent schedule only
   bool narrow_first = false;  // ForwardConfig::kNarrowWidths taken (attention_forward_narrow_first)
+  bool lazy_rescale = false;  // kLazyRescaleLog2 as the threshold, else 0 (attention_forward_lazy_rescale)
 };
+
+// How far (log2 domain) a block's maximum may exceed a row's running maximum before the row
+// moves to it and its output is rescaled: exponents stay below 2^8, exact enough in the
+// 16-bit P and the float sums, and most blocks after a tile's first skip the rescale.
+inline constexpr float kLazyRescaleLog2 = 8.f;
 
 // One sequence's place in the tensors.
 struct Sequence {
@@ -238,12 +244,28 @@ __device__ __forceinline__ float quad_max(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
 }
 
+// The maximum a row's exponents are taken against after a block whose largest scaled score
+// is `block_max` (log2 domain): the running maximum `row_max` is kept unless the block's
+// exceeds it by more than `threshold` (its exponents then stay below 2^threshold), else it
+// moves to the block's and `correction` (what the row's sum and output are multiplied by)
+// is the exponent of the move; exactly 1 when kept. A threshold of 0 moves it whenever it
+// grows. Returns the base of the block's exponents (0 for a row with nothing visible yet).
+__device__ __forceinline__ float advance_row_max(float& row_max, float block_max, float threshold,
+                                                 float& correction) {
+  const bool moves = block_max > row_max + threshold;
+  const float base_max = moves ? block_max : row_max;
+  const float base = base_max == -INFINITY ? 0.f : base_max;
+  correction = moves ? fast_exp2(row_max - base) : 1.f;
+  row_max = base_max;
+  return base;
+}
+
 // The exponents of a thread's two rows of s, one row after the other: the row maximum (of
 // the scaled scores, in the log2 domain), the correction of the row's running state, the
 // exponents and their sum.
 template <int kBlockN>
 __device__ __forceinline__ void softmax_row_by_row(float (&s)[kBlockN / 2], RowState& st, float (&correction)[2],
-                                                   float scale_log2, bool positive) {
+                                                   float scale_log2, float threshold, bool positive) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float block_max;  // of the scaled scores, in the log2 domain
@@ -251,10 +273,7 @@ __device__ __forceinline__ void softmax_row_by_row(float (&s)[kBlockN / 2], RowS
       block_max = quad_max(row_extreme<false, kBlockN>(s, r)) * scale_log2;
     else
       block_max = -quad_max(-row_extreme<true, kBlockN>(s, r)) * scale_log2;
-    const float new_max = fmaxf(st.max[r], block_max);
-    const float base = new_max == -INFINITY ? 0.f : new_max;  // a row with nothing visible yet
-    correction[r] = fast_exp2(st.max[r] - base);
-    st.max[r] = new_max;
+    const float base = advance_row_max(st.max[r], block_max, threshold, correction[r]);
     float sum = st.sum[r] * correction[r];
 #pragma unroll
     for (int c = 0; c < kBlockN / 8; ++c) {
@@ -272,7 +291,8 @@ __device__ __forceinline__ void softmax_row_by_row(float (&s)[kBlockN / 2], RowS
 // after the other). The sums go into two partial sums per row: four addition chains.
 template <int kBlockN>
 __device__ __forceinline__ void softmax_rows_together(float (&s)[kBlockN / 2], RowState& st,
-                                                      float (&correction)[2], float scale_log2, bool positive) {
+                                                      float (&correction)[2], float scale_log2, float threshold,
+                                                      bool positive) {
   float block_max[2];  // of the raw scores (their negated minimum when the scale is negative)
 #pragma unroll
   for (int r = 0; r < 2; ++r)
@@ -283,12 +303,9 @@ __device__ __forceinline__ void softmax_rows_together(float (&s)[kBlockN / 2], R
     for (int r = 0; r < 2; ++r) block_max[r] = fmaxf(block_max[r], __shfl_xor_sync(0xffffffff, block_max[r], step));
   float base[2];
 #pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float new_max = fmaxf(st.max[r], (positive ? block_max[r] : -block_max[r]) * scale_log2);
-    base[r] = new_max == -INFINITY ? 0.f : new_max;  // a row with nothing visible yet
-    correction[r] = fast_exp2(st.max[r] - base[r]);
-    st.max[r] = new_max;
-  }
+  for (int r = 0; r < 2; ++r)
+    base[r] = advance_row_max(st.max[r], (positive ? block_max[r] : -block_max[r]) * scale_log2, threshold,
+                              correction[r]);
   float sum[2][2] = {{0.f, 0.f}, {0.f, 0.f}};
 #pragma unroll
   for (int c = 0; c < kBlockN / 8; ++c)
@@ -316,7 +333,8 @@ __device__ __forceinline__ void softmax_rows_together(float (&s)[kBlockN / 2], R
 // the same time and the side-by-side order measured 3-4 % slower; D = 64, 0 to -1 %).
 template <bool kMask, bool kRowsTogether, int kBlockN>
 __device__ __forceinline__ void softmax_step(float (&s)[kBlockN / 2], RowState& st, float (&correction)[2],
-                                             float scale_log2, int key0, const int (&limit)[2], int lane) {
+                                             float scale_log2, float threshold, int key0, const int (&limit)[2],
+                                             int lane) {
   const bool positive = scale_log2 > 0.f;
   if constexpr (kMask) {
     const float hidden = positive ? -INFINITY : INFINITY;  // becomes -inf once scaled
@@ -327,9 +345,9 @@ __device__ __forceinline__ void softmax_step(float (&s)[kBlockN / 2], RowState& 
     }
   }
   if constexpr (kRowsTogether)
-    softmax_rows_together<kBlockN>(s, st, correction, scale_log2, positive);
+    softmax_rows_together<kBlockN>(s, st, correction, scale_log2, threshold, positive);
   else
-    softmax_row_by_row<kBlockN>(s, st, correction, scale_log2, positive);
+    softmax_row_by_row<kBlockN>(s, st, correction, scale_log2, threshold, positive);
 }
 
 template <int D>
@@ -484,6 +502,7 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
   const int wg = warpgroup - 1;
   const int warp = (threadIdx.x % 128) / 32;
   const float scale_log2 = p.scale * 1.4426950408889634f;
+  const float threshold = args.lazy_rescale ? kLazyRescaleLog2 : 0.f;
   const uint8_t* q_rows = q_tile + wg * 64 * 128;
   auto release = [&](uint64_t* empty) {
     __syncwarp();
@@ -564,9 +583,9 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
       for (int r = 0; r < 2; ++r)
         limit[r] = p.causal ? min(seq.len_k, row0 + 8 * r + seq.len_k - seq.len_q + 1) : seq.len_k;
       if (mask)
-        softmax_step<true, kRowsTogether, W>(s, st, correction, scale_log2, key0, limit, lane);
+        softmax_step<true, kRowsTogether, W>(s, st, correction, scale_log2, threshold, key0, limit, lane);
       else if constexpr (W == kBlockN)
-        softmax_step<false, kRowsTogether, W>(s, st, correction, scale_log2, key0, limit, lane);
+        softmax_step<false, kRowsTogether, W>(s, st, correction, scale_log2, threshold, key0, limit, lane);
     };
     // Stage and phase of this tile's key block `it`, counted over all of the CTA's tiles.
     auto stage_of = [&](int it) { return static_cast<int>((counters + it) % kStages); };
@@ -632,7 +651,9 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
         fence_registers(o);
         fence_registers(prob);
         output_done(previous);
-        rescale_output<D>(o, correction);
+        // Skipped by a whole warp when none of its rows moved its maximum (lazy rescale).
+        if (!args.lazy_rescale || __any_sync(0xffffffff, correction[0] != 1.f || correction[1] != 1.f))
+          rescale_output<D>(o, correction);
         probabilities_to_operand<T, kBlockN>(s, prob);
       }
       const int last = stage_of(n_blocks - 1);

@@ -32,6 +32,11 @@ bool& current_narrow_first() {
   return on;
 }
 
+bool& current_lazy_rescale() {
+  static bool on = flag_from_environment("SEQMIX_ATTENTION_FORWARD_LAZY_RESCALE", true);
+  return on;
+}
+
 }  // namespace
 
 AttentionForwardSchedule attention_forward_schedule() { return current_schedule(); }
@@ -43,5 +48,7 @@ void attention_set_forward_warpgroups(int warpgroups) {
 
 bool attention_forward_narrow_first() { return current_narrow_first(); }
 void attention_set_forward_narrow_first(bool on) { current_narrow_first() = on; }
+bool attention_forward_lazy_rescale() { return current_lazy_rescale(); }
+void attention_set_forward_lazy_rescale(bool on) { current_lazy_rescale() = on; }
 
 }  // namespace seqmix::cuda

@@ -77,6 +77,7 @@ void launch_forward_schedule(const AttentionParams& p) {
   args.v_map = tensor_map<T>(p.v, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
   args.p = p;
   args.narrow_first = attention_forward_narrow_first();
+  args.lazy_rescale = attention_forward_lazy_rescale();
   const auto kernel = forward_kernel<T, D, kSchedule, kConsumers>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention forward)");

@@ -81,6 +81,13 @@ void attention_set_forward_warpgroups(int warpgroups);
 bool attention_forward_narrow_first();
 void attention_set_forward_narrow_first(bool on);
 
+// Whether the forward keeps a row's running maximum until a block's exceeds it by more than
+// 2^8 (forward.cuh kLazyRescaleLog2), skipping the output's rescale meanwhile, or moves it
+// (and rescales) whenever it grows. SEQMIX_ATTENTION_FORWARD_LAZY_RESCALE=0|1, read once on
+// first use (unset or any other value: on), until set below.
+bool attention_forward_lazy_rescale();
+void attention_set_forward_lazy_rescale(bool on);
+
 // How the Hopper backward kernel (backward_sm90.cuh) orders its work. standard: the two
 // consumer warpgroups meet at one barrier per query block (the dSᵀ exchange) and add dQ
 // with float atomics. pingpong: they take turns on the tensor cores, each issuing the dQ
