@@ -340,6 +340,13 @@ INSTANTIATE_TEST_SUITE_P(
         // More tiles than an H100 has SMs, so persistent CTAs walk several tiles of 1 or 2
         // key blocks (stage phases carried from tile to tile, the Q tile reloaded).
         GpuAttnCase{"Small_bf16_d128_causal_gqa4_tiles144", 2, 260, 260, 24, 6, 128, DType::bf16, true, {}, {}},
+        // Persistent CTAs whose walks mix tiles of no key (rows before the bottom-right
+        // diagonal: O = 0, lse = -inf) with tiles of one and two key blocks, each tile's last
+        // PV product issued beside the next tile's first QKᵀ product.
+        GpuAttnCase{"Small_bf16_d128_causal_Sq300_Sk100_tiles216", 2, 300, 100, 36, 12, 128, DType::bf16, true, {},
+                    {}},
+        // 320 tiles of four key blocks (the first narrow): two or three a CTA.
+        GpuAttnCase{"f16_d128_S600_tiles320", 4, 600, 600, 16, 16, 128, DType::f16, false, {}, {}},
         GpuAttnCase{"f16_d64_causal_gqa8_tiles240", 2, 600, 600, 24, 3, 64, DType::f16, true, {}, {}}),
                        ::testing::Values(AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong,
                                          AttentionForwardSchedule::persistent)),
