@@ -98,33 +98,29 @@ const char* schedule_name(AttentionForwardSchedule schedule) {
                                                              : "standard";
 }
 
-// Runs the forward under `schedule` while in scope, then puts the process's choice back.
-struct ForwardSchedule {
-  AttentionForwardSchedule before = cuda::attention_forward_schedule();
-  explicit ForwardSchedule(AttentionForwardSchedule schedule) { cuda::attention_set_forward_schedule(schedule); }
-  ~ForwardSchedule() { cuda::attention_set_forward_schedule(before); }
+// Sets a process-wide kernel choice (the getter's and setter's) while in scope, then puts
+// the value before it back.
+template <class Value, Value (*kGet)(), void (*kSet)(Value)>
+struct ChoiceScope {
+  Value before = kGet();
+  explicit ChoiceScope(Value value) { kSet(value); }
+  ~ChoiceScope() { kSet(before); }
+  ChoiceScope(const ChoiceScope&) = delete;
+  ChoiceScope& operator=(const ChoiceScope&) = delete;
 };
 
-// Runs the D = 64 forward with `warpgroups` consumer warpgroups (0: by shape) while in scope.
-struct ForwardWarpgroups {
-  int before = cuda::attention_forward_warpgroups();
-  explicit ForwardWarpgroups(int warpgroups) { cuda::attention_set_forward_warpgroups(warpgroups); }
-  ~ForwardWarpgroups() { cuda::attention_set_forward_warpgroups(before); }
-};
-
-// Runs the D = 128 forward with its first key block narrow (or not) while in scope.
-struct ForwardNarrowFirst {
-  bool before = cuda::attention_forward_narrow_first();
-  explicit ForwardNarrowFirst(bool on) { cuda::attention_set_forward_narrow_first(on); }
-  ~ForwardNarrowFirst() { cuda::attention_set_forward_narrow_first(before); }
-};
-
-// Runs the forward with its lazy rescale on (or off) while in scope.
-struct ForwardLazyRescale {
-  bool before = cuda::attention_forward_lazy_rescale();
-  explicit ForwardLazyRescale(bool on) { cuda::attention_set_forward_lazy_rescale(on); }
-  ~ForwardLazyRescale() { cuda::attention_set_forward_lazy_rescale(before); }
-};
+// The forward's schedule.
+using ForwardSchedule = ChoiceScope<AttentionForwardSchedule, cuda::attention_forward_schedule,
+                                    cuda::attention_set_forward_schedule>;
+// The D = 64 forward's consumer warpgroups (0: by shape).
+using ForwardWarpgroups =
+    ChoiceScope<int, cuda::attention_forward_warpgroups, cuda::attention_set_forward_warpgroups>;
+// The D = 128 forward's first key block narrow (or not).
+using ForwardNarrowFirst =
+    ChoiceScope<bool, cuda::attention_forward_narrow_first, cuda::attention_set_forward_narrow_first>;
+// The forward's lazy rescale on (or off).
+using ForwardLazyRescale =
+    ChoiceScope<bool, cuda::attention_forward_lazy_rescale, cuda::attention_set_forward_lazy_rescale>;
 
 using cuda::AttentionBackwardSchedule;
 
@@ -132,13 +128,9 @@ const char* schedule_name(AttentionBackwardSchedule schedule) {
   return schedule == AttentionBackwardSchedule::pingpong ? "pingpong" : "standard";
 }
 
-// Runs the Hopper backward under `schedule` while in scope, then puts the process's choice back.
-struct BackwardSchedule {
-  AttentionBackwardSchedule before = cuda::attention_backward_schedule();
-  explicit BackwardSchedule(AttentionBackwardSchedule schedule) { cuda::attention_set_backward_schedule(schedule); }
-  ~BackwardSchedule() { cuda::attention_set_backward_schedule(before); }
-};
-
+// The Hopper backward's schedule.
+using BackwardSchedule = ChoiceScope<AttentionBackwardSchedule, cuda::attention_backward_schedule,
+                                     cuda::attention_set_backward_schedule>;
 using cuda::AttentionDeterministicBackward;
 
 const char* deterministic_name(AttentionDeterministicBackward form) {
