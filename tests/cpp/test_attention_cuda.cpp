@@ -121,6 +121,9 @@ using ForwardNarrowFirst =
 // The forward's lazy rescale on (or off).
 using ForwardLazyRescale =
     ChoiceScope<bool, cuda::attention_forward_lazy_rescale, cuda::attention_set_forward_lazy_rescale>;
+// The non-persistent forward's output through shared memory (or direct stores).
+using ForwardStagedOutput =
+    ChoiceScope<bool, cuda::attention_forward_staged_output, cuda::attention_set_forward_staged_output>;
 
 using cuda::AttentionBackwardSchedule;
 
@@ -408,6 +411,34 @@ INSTANTIATE_TEST_SUITE_P(
         ::testing::Bool()),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) ? "_lazy" : "_every_block");
+    });
+
+// The non-persistent forward's out through shared memory and tensor copies, and by direct
+// stores: rows past the tensor's end (clipped by the copy), padded rows (columns past D must
+// stay untouched), varlen sequences whose warpgroups lie inside them (copied) or run past
+// their end (stored), D = 256's four column chunks.
+class AttentionCudaStagedOutput : public ::testing::TestWithParam<std::tuple<GpuAttnCase, bool>> {};
+
+TEST_P(AttentionCudaStagedOutput, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardSchedule schedule(AttentionForwardSchedule::pingpong);
+  const ForwardStagedOutput staged(std::get<1>(GetParam()));
+  check_forward_against_oracle(std::get<0>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionCudaStagedOutput,
+    ::testing::Combine(
+        ::testing::Values(
+            GpuAttnCase{"Small_bf16_d128_S200_padded", 2, 200, 200, 4, 2, 128, DType::bf16, false, {}, {}, 64},
+            GpuAttnCase{"Small_f16_d256_S130_causal", 1, 130, 130, 2, 1, 256, DType::f16, true, {}, {}},
+            GpuAttnCase{"Small_bf16_d128_varlen", 1, 0, 0, 2, 2, 128, DType::bf16, false, {0, 64, 65, 300, 428},
+                        {0, 100, 101, 400, 500}},
+            GpuAttnCase{"Small_bf16_d64_varlen_causal", 1, 0, 0, 4, 2, 64, DType::bf16, true, {0, 128, 130, 400},
+                        {0, 128, 200, 500}}),
+        ::testing::Bool()),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) ? "_staged" : "_direct");
     });
 
 // Backward: dq, dk, dv of the CUDA kernels against the oracle's backward, from the same
@@ -715,11 +746,13 @@ struct ForwardForm {
   int warpgroups = 0;
   bool narrow_first = true;
   bool lazy_rescale = true;
+  bool staged_output = true;
 };
 
 std::string form_name(ForwardForm form) {
   return std::string(schedule_name(form.schedule)) + (form.warpgroups ? "_wg" + std::to_string(form.warpgroups) : "") +
-         (form.narrow_first ? "" : "_full") + (form.lazy_rescale ? "" : "_rescale");
+         (form.narrow_first ? "" : "_full") + (form.lazy_rescale ? "" : "_rescale") +
+         (form.staged_output ? "" : "_direct");
 }
 
 // Runs the forward in `form` while in scope, then puts the process's choices back.
@@ -728,11 +761,13 @@ struct ForwardFormScope {
   ForwardWarpgroups warpgroups;
   ForwardNarrowFirst narrow_first;
   ForwardLazyRescale lazy_rescale;
+  ForwardStagedOutput staged_output;
   explicit ForwardFormScope(ForwardForm form)
       : schedule(form.schedule),
         warpgroups(form.warpgroups),
         narrow_first(form.narrow_first),
-        lazy_rescale(form.lazy_rescale) {}
+        lazy_rescale(form.lazy_rescale),
+        staged_output(form.staged_output) {}
 };
 
 // Forward TFLOP/s of two forms side by side (bf16, B·S = 16384, H·D = 2048, or B = `batch`
@@ -854,6 +889,15 @@ TEST(AttentionCudaTiming, ForwardLazyRescaleSideBySide) {
                       ForwardForm{AttentionForwardSchedule::by_shape, 0, true, true}},
                      timed_shapes({{128, 2048}, {128, 4096}, {128, 16384}, {64, 2048}, {64, 16384}, {256, 2048},
                                    {256, 16384}}));
+}
+
+// The default forms with out stored from registers, then through shared memory.
+TEST(AttentionCudaTiming, ForwardStagedOutputSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_forward_forms({ForwardForm{AttentionForwardSchedule::by_shape, 0, true, true, false},
+                      ForwardForm{AttentionForwardSchedule::by_shape, 0, true, true, true}},
+                     timed_shapes({{128, 1024}, {128, 2048}, {128, 4096}, {128, 8192}, {128, 16384}, {64, 1024},
+                                   {64, 2048}, {64, 16384}}));
 }
 
 // Backward TFLOP/s of two forms of the Hopper backward side by side, same method as above

@@ -286,16 +286,16 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         for (int box = 0; box < 4; ++box)
           tensor_reduce_add(args.dq_map, dq_box(stage, w, box), Cfg::kDqCols * w + 32 * box,
                             static_cast<int>(seq.q_start) + row0_of(it), head_of(it), seq.batch);
-        bulk_commit();
-        bulk_wait_read();
+        tma::bulk_commit();
+        tma::bulk_wait_read();
         tma::arrive(&stage_empty[stage]);
         if constexpr (kPairs) arrive_in_cta(&stage_empty[stage], rank ^ 1);  // the peer copies into this stage too
         if constexpr (kOrdered) {
-          bulk_wait_all();
+          tma::bulk_wait_all();
           count_add(lock_of(it));
         }
       }
-      bulk_wait_all();
+      tma::bulk_wait_all();
     } else if (kTurns && warp_in_group >= 2 && lane == 0) {
       // warp 2 + w, one lane: consumer warpgroup w's dQ share of each block, added into the
       // workspace by two tensor reduce-adds (64 rows × 32 columns each). Rows past the tensor
@@ -312,15 +312,15 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
         for (int box = 0; box < 2; ++box)
           tensor_reduce_add(args.dq_map, staged + box * Cfg::kDqBoxBytes, dq_col0 + 32 * box, q_row, head_of(it),
                             seq.batch);
-        bulk_commit();
-        bulk_wait_read();
+        tma::bulk_commit();
+        tma::bulk_wait_read();
         tma::arrive(&dq_empty[w]);
         if constexpr (kOrdered) {
-          bulk_wait_all();
+          tma::bulk_wait_all();
           count_add(lock_of(it));
         }
       }
-      bulk_wait_all();
+      tma::bulk_wait_all();
     }
     if constexpr (kPairs) cluster_sync<true>();
     return;

@@ -259,11 +259,8 @@ __device__ __forceinline__ void tensor_reduce_add(const CUtensorMap& map, const 
       "r"(tma::shared_address(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
       : "memory");
 }
-__device__ __forceinline__ void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// This thread's bulk reduces have read their shared memory (it may be rewritten).
-__device__ __forceinline__ void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
-// This thread's bulk reduces are done (before the CTA exits).
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Commit and wait on them with tma::bulk_commit, bulk_wait_read (shared memory may be rewritten)
+// and bulk_wait_all (done: before the CTA exits).
 
 // The deterministic backward's order of dQ adds: a query block's lock counts the adds made to
 // it. The adder waits until `count` adds are done (acquire, then ordered before its own

@@ -27,6 +27,7 @@
 
 #include "cuda/attention/params.hpp"
 #include "cuda/attention/sm90.cuh"
+#include "cuda/common/proxy.cuh"
 
 namespace seqmix::cuda::attn {
 
@@ -80,6 +81,9 @@ struct ForwardConfig {
 // barrier kTurnBarrier + w completes, i.e. after the warpgroup before it in the ring has
 // issued.
 inline constexpr int kTurnBarrier = 1;
+// Named barrier of a consumer warpgroup's staged output (store_output_staged): one each, after
+// the turn barriers of up to three warpgroups.
+inline constexpr int kStageBarrier = kTurnBarrier + 3;
 
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
@@ -151,6 +155,11 @@ struct ForwardArgs {
   ForwardTiles tiles;  // persistent schedule only
   bool narrow_first = false;  // ForwardConfig::kNarrowWidths taken (attention_forward_narrow_first)
   bool lazy_rescale = false;  // kLazyRescaleLog2 as the threshold, else 0 (attention_forward_lazy_rescale)
+  // Non-persistent: out through shared memory and o_map (box 64 columns × 64 rows), where a
+  // warpgroup's rows lie inside its sequence or the tensor clips them
+  // (attention_forward_staged_output).
+  bool staged_output = false;
+  CUtensorMap o_map;
 };
 
 // How far (log2 domain) a block's maximum may exceed a row's running maximum before the row
@@ -372,31 +381,67 @@ __device__ __forceinline__ void probabilities_to_operand(const float (&s)[kBlock
     for (int j = 0; j < 4; ++j) p[kk][j] = pack2<T>(s[8 * kk + 2 * j], s[8 * kk + 2 * j + 1]);
 }
 
-// O / rowsum to out (rows below len_q only) and the log-sum-exp (natural log).
-template <class T, int D>
-__device__ __forceinline__ void store_output(const AttentionParams& p, const Sequence& seq, int head, int row0,
-                                             const float (&o)[D / 2], const RowState& st, int lane) {
+// The epilogue of a thread's two rows (row0 and row0 + 8): O / rowsum as packed pairs of
+// columns 8c + 2·(lane % 4), handed to put(r, c, pair), and the log-sum-exp (natural log)
+// stored for the rows below len_q.
+template <class T, int D, class Put>
+__device__ __forceinline__ void finish_rows(const AttentionParams& p, const Sequence& seq, int head, int row0,
+                                            const float (&o)[D / 2], const RowState& st, int lane, Put put) {
   constexpr float kLn2 = 0.6931471805599453f;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int row = row0 + 8 * r;
     const float total = quad_sum(st.sum[r]);
-    if (row >= seq.len_q) continue;
     const float inv = total > 0.f ? 1.f / total : 0.f;
-    const int64_t q_row = seq.q_start + row;
-    T* out = static_cast<T*>(p.out.data) + seq.batch * p.out.stride_batch + q_row * p.out.stride_row +
-             head * p.out.stride_head;
 #pragma unroll
-    for (int c = 0; c < D / 8; ++c) {
-      const int col = 8 * c + 2 * (lane % 4);
-      *reinterpret_cast<uint32_t*>(out + col) = pack2<T>(o[4 * c + 2 * r] * inv, o[4 * c + 2 * r + 1] * inv);
-    }
-    if (lane % 4 == 0)
-      p.lse[seq.batch * p.lse_stride_batch + head * p.lse_stride_head + q_row * p.lse_stride_row] =
+    for (int c = 0; c < D / 8; ++c) put(r, c, pack2<T>(o[4 * c + 2 * r] * inv, o[4 * c + 2 * r + 1] * inv));
+    const int row = row0 + 8 * r;
+    if (row < seq.len_q && lane % 4 == 0)
+      p.lse[seq.batch * p.lse_stride_batch + head * p.lse_stride_head + (seq.q_start + row) * p.lse_stride_row] =
           total > 0.f ? (st.max[r] + __log2f(total)) * kLn2 : -INFINITY;
   }
 }
 
+// O / rowsum to out by direct stores (rows below len_q only), and the lse.
+template <class T, int D>
+__device__ __forceinline__ void store_output(const AttentionParams& p, const Sequence& seq, int head, int row0,
+                                             const float (&o)[D / 2], const RowState& st, int lane) {
+  finish_rows<T, D>(p, seq, head, row0, o, st, lane, [&](int r, int c, uint32_t pair) {
+    const int row = row0 + 8 * r;
+    if (row >= seq.len_q) return;
+    T* out = static_cast<T*>(p.out.data) + seq.batch * p.out.stride_batch + (seq.q_start + row) * p.out.stride_row +
+             head * p.out.stride_head;
+    *reinterpret_cast<uint32_t*>(out + 8 * c + 2 * (lane % 4)) = pair;
+  });
+}
+
+// O / rowsum through shared memory, and the lse: the consumer warpgroup's 64 rows written
+// into `rows` (its rows of the Q tile, free after its last QKᵀ product: chunks of 64 columns
+// `chunk_bytes` apart, rows of 128 bytes in the 128-byte swizzle that o_map's copies use),
+// then stored by one thread with a tensor copy a chunk (rows past the tensor's are clipped:
+// the caller keeps varlen rows past the sequence's end out of it). `first_row`: the
+// warpgroup's first row in the tile's sequence; row0 as in finish_rows.
+template <class T, int D>
+__device__ __forceinline__ void store_output_staged(const CUtensorMap& o_map, uint8_t* rows, uint32_t chunk_bytes,
+                                                    int barrier, const AttentionParams& p, const Sequence& seq,
+                                                    int head, int first_row, int row0, const float (&o)[D / 2],
+                                                    const RowState& st, int lane) {
+  const int local = row0 - first_row;  // and local + 8: the same row % 8, so the same swizzle
+  uint8_t* row_bytes = rows + local * 128 + 4 * (lane % 4);
+  finish_rows<T, D>(p, seq, head, row0, o, st, lane, [&](int r, int c, uint32_t pair) {
+    const int unit = (c % 8) ^ (local % 8);
+    *reinterpret_cast<uint32_t*>(row_bytes + (c / 8) * chunk_bytes + 8 * r * 128 + unit * 16) = pair;
+  });
+  fence_async_shared();
+  named_barrier_sync(barrier, 128);
+  if (threadIdx.x % 128 == 0) {
+#pragma unroll
+    for (int chunk = 0; chunk < D / 64; ++chunk)
+      tma::store_box(o_map, rows + chunk * chunk_bytes, 64 * chunk, static_cast<int>(seq.q_start) + first_row, head,
+                     seq.batch);
+    tma::bulk_commit();
+    tma::bulk_wait_read();
+  }
+}
 
 template <class T, int D, AttentionForwardSchedule kSchedule, int kConsumers>
 __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kThreads, 1)
@@ -667,6 +712,14 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
       fence_registers(prob);
       output_done(last);
       counters = ((counters & 4) ^ 4) | ((counters + n_blocks) & 3);
+    }
+    const int first_row = m_block * kBlockM + wg * 64;
+    if constexpr (!kPersistent) {
+      if (args.staged_output && (p.cu_seqlens_q == nullptr || first_row + 64 <= seq.len_q)) {
+        store_output_staged<T, D>(args.o_map, q_tile + wg * 64 * 128, kBlockM * 128, kStageBarrier + wg, p, seq,
+                                  tile.head, first_row, row0, o, st, lane);
+        continue;
+      }
     }
     store_output<T, D>(p, seq, tile.head, row0, o, st, lane);
   }

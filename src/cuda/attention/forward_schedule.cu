@@ -37,6 +37,11 @@ bool& current_lazy_rescale() {
   return on;
 }
 
+bool& current_staged_output() {
+  static bool on = flag_from_environment("SEQMIX_ATTENTION_FORWARD_STAGED_OUTPUT", true);
+  return on;
+}
+
 }  // namespace
 
 AttentionForwardSchedule attention_forward_schedule() { return current_schedule(); }
@@ -50,5 +55,7 @@ bool attention_forward_narrow_first() { return current_narrow_first(); }
 void attention_set_forward_narrow_first(bool on) { current_narrow_first() = on; }
 bool attention_forward_lazy_rescale() { return current_lazy_rescale(); }
 void attention_set_forward_lazy_rescale(bool on) { current_lazy_rescale() = on; }
+bool attention_forward_staged_output() { return current_staged_output(); }
+void attention_set_forward_staged_output(bool on) { current_staged_output() = on; }
 
 }  // namespace seqmix::cuda

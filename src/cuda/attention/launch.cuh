@@ -78,6 +78,8 @@ void launch_forward_schedule(const AttentionParams& p) {
   args.p = p;
   args.narrow_first = attention_forward_narrow_first();
   args.lazy_rescale = attention_forward_lazy_rescale();
+  args.staged_output = kSchedule != AttentionForwardSchedule::persistent && attention_forward_staged_output();
+  if (args.staged_output) args.o_map = tensor_map<T>(p.out, p.rows_q, p.Hq, batch, D, 64);
   const auto kernel = forward_kernel<T, D, kSchedule, kConsumers>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention forward)");

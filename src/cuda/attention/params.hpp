@@ -88,6 +88,13 @@ void attention_set_forward_narrow_first(bool on);
 bool attention_forward_lazy_rescale();
 void attention_set_forward_lazy_rescale(bool on);
 
+// Whether the non-persistent forward writes out through shared memory and tensor copies (one
+// a warpgroup and 64 columns) instead of four-byte stores from registers; varlen rows past
+// their sequence's end keep the stores. SEQMIX_ATTENTION_FORWARD_STAGED_OUTPUT=0|1, read once
+// on first use (unset or any other value: on), until set below.
+bool attention_forward_staged_output();
+void attention_set_forward_staged_output(bool on);
+
 // How the Hopper backward kernel (backward_sm90.cuh) orders its work. standard: the two
 // consumer warpgroups meet at one barrier per query block (the dSᵀ exchange) and add dQ
 // with float atomics. pingpong: they take turns on the tensor cores, each issuing the dQ

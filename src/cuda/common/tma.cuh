@@ -66,4 +66,20 @@ __device__ inline void load_box(void* dst, const CUtensorMap& map, int c0, int c
       : "memory");
 }
 
+// Copies a box from shared memory to the given coordinates of a 4-D tensor map (elements
+// past the tensor's bounds are not written), as part of this thread's bulk group.
+__device__ inline void store_box(const CUtensorMap& map, const void* src, int c0, int c1, int c2, int c3) {
+  asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.bulk_group [%0, {%2, %3, %4, %5}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(&map)),
+               "r"(shared_address(src)), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+               : "memory");
+}
+
+// Ends this thread's bulk group of copies out of shared memory.
+__device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// This thread's bulk copies have read their shared memory (it may be rewritten).
+__device__ inline void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// This thread's bulk copies are done.
+__device__ inline void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+
 }  // namespace seqmix::cuda::tma
