@@ -611,6 +611,17 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
     const int first_width =
         first_block_width<Cfg::kNarrowWidths, kBlockN>(end - (n_blocks - 1) * kBlockN, args.narrow_first);
     const int row0 = m_block * kBlockM + wg * 64 + warp * 16 + lane / 4;  // and row0 + 8
+    // out through shared memory (store_output_staged) where this warpgroup's rows lie inside
+    // the sequence or past the tensor's end; persistent: only for a tile with key blocks (a
+    // tile without them loads no Q, and the next tile's Q may be landing in that memory),
+    // which then frees its Q tile after the copy, not after its last QKᵀ product.
+    // Persistent at D = 128 only: at D = 64 (three warpgroups) and 256 the persistent kernels
+    // spilled with it (ptxas: 56 and 4 bytes). Formed where it is used.
+    auto staged = [&] {
+      if constexpr (kPersistent && D != 128) return false;
+      return args.staged_output && (p.cu_seqlens_q == nullptr || m_block * kBlockM + wg * 64 + 64 <= seq.len_q) &&
+             (!kPersistent || n_blocks > 0);
+    };
     float o[D / 2];
 #pragma unroll
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
@@ -654,7 +665,7 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
         pass_turn(false);
         wgmma_wait<0>();
         fence_registers(scores);
-        scores_done(stage_of(0), n_blocks == 1);
+        scores_done(stage_of(0), n_blocks == 1 && !staged());
         softmax(scores, n_blocks - 1, correction);  // o is still zero: no rescale
         probabilities_to_operand<T, W>(scores, reinterpret_cast<uint32_t(&)[W / 16][4]>(prob));
         // The PV product takes every slice (a narrower one serialized the wgmma pipeline):
@@ -690,7 +701,7 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
         pass_turn(false);
         wgmma_wait<1>();  // the scores are in; the PV product may still run
         fence_registers(s);
-        scores_done(stage, it == n_blocks - 1);
+        scores_done(stage, it == n_blocks - 1 && !staged());
         softmax(s, n_blocks - 1 - it, correction);
         wgmma_wait<0>();
         fence_registers(o);
@@ -713,13 +724,14 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
       output_done(last);
       counters = ((counters & 4) ^ 4) | ((counters + n_blocks) & 3);
     }
-    const int first_row = m_block * kBlockM + wg * 64;
-    if constexpr (!kPersistent) {
-      if (args.staged_output && (p.cu_seqlens_q == nullptr || first_row + 64 <= seq.len_q)) {
-        store_output_staged<T, D>(args.o_map, q_tile + wg * 64 * 128, kBlockM * 128, kStageBarrier + wg, p, seq,
-                                  tile.head, first_row, row0, o, st, lane);
-        continue;
+    if (staged()) {
+      store_output_staged<T, D>(args.o_map, q_tile + wg * 64 * 128, kBlockM * 128, kStageBarrier + wg, p, seq,
+                                tile.head, m_block * kBlockM + wg * 64, row0, o, st, lane);
+      if constexpr (kPersistent) {  // the Q tile is free for the next tile's copy once read
+        named_barrier_sync(kStageBarrier + wg, 128);
+        release(q_empty);
       }
+      continue;
     }
     store_output<T, D>(p, seq, tile.head, row0, o, st, lane);
   }

@@ -5,9 +5,9 @@
 namespace seqmix::cuda {
 namespace {
 
-// by_shape is the default. On the H100 pingpong measured 1.23-1.64x the standard schedule,
-// and persistent 0.97-1.07x pingpong for causal attention and D = 256 where the tiles take
-// more than one wave (AttentionCudaTiming.ForwardSchedulesSideBySide, NOTES.md).
+// by_shape is the default. On the H100 pingpong measured 1.23-1.64x the standard schedule;
+// persistent against pingpong: launch.cuh's resolved_schedule
+// (AttentionCudaTiming.ForwardSchedulesSideBySide, NOTES.md).
 AttentionForwardSchedule from_environment() {
   return choice_from_environment("SEQMIX_ATTENTION_FORWARD",
                                  {{"standard", AttentionForwardSchedule::standard},

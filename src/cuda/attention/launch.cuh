@@ -78,7 +78,7 @@ void launch_forward_schedule(const AttentionParams& p) {
   args.p = p;
   args.narrow_first = attention_forward_narrow_first();
   args.lazy_rescale = attention_forward_lazy_rescale();
-  args.staged_output = kSchedule != AttentionForwardSchedule::persistent && attention_forward_staged_output();
+  args.staged_output = attention_forward_staged_output();
   if (args.staged_output) args.o_map = tensor_map<T>(p.out, p.rows_q, p.Hq, batch, D, 64);
   const auto kernel = forward_kernel<T, D, kSchedule, kConsumers>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
@@ -94,11 +94,11 @@ void launch_forward_schedule(const AttentionParams& p) {
   check_launch("attention forward");
 }
 
-// by_shape: persistent where it measured faster than pingpong on the H100 (NOTES.md): causal
-// (its tiles dealt evenly, +5-7 % at S2048-4096, D = 64 and 128) and D = 256 (+2-5 %), both
-// only where a CTA has more than one tile to walk; with one wave or less it would launch the
-// same CTAs as pingpong and add its walk's index arithmetic. Non-causal D = 64 and 128 stay
-// pingpong (persistent measured 0.98-1.01x there).
+// by_shape: persistent where it measured faster than pingpong on the H100 once both wrote out
+// through shared memory (NOTES.md, "The output through shared memory"): causal D = 64
+// (1.01-1.03x) and D = 256 from 4096 keys (1.03-1.04x at two of four points, 0.99x at the
+// others; below 4096 keys 0.87-0.97x), and only where a CTA has more than one tile to walk.
+// D = 128 stays pingpong (persistent 0.92-0.98x, causal included).
 // Query tiles of `rows` rows (ForwardConfig::kBlockM: 64 a consumer warpgroup) over all heads
 // and sequences.
 inline int64_t query_tiles(const AttentionParams& p, int64_t rows) {
@@ -110,7 +110,8 @@ AttentionForwardSchedule resolved_schedule(const AttentionParams& p, int consume
   const AttentionForwardSchedule schedule = attention_forward_schedule();
   if (schedule != AttentionForwardSchedule::by_shape) return schedule;
   const bool walks = query_tiles(p, 64 * consumers) > multiprocessor_count();
-  return walks && (p.causal || D == 256) ? AttentionForwardSchedule::persistent : AttentionForwardSchedule::pingpong;
+  const bool persistent = D == 64 ? p.causal : D == 256 && p.max_seqlen_k >= 4096;
+  return walks && persistent ? AttentionForwardSchedule::persistent : AttentionForwardSchedule::pingpong;
 }
 
 // Consumer warpgroups (attention_forward_warpgroups): at D = 64 three measured 1.03-1.15x

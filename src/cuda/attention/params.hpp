@@ -52,8 +52,8 @@ enum class AttentionDtype { bf16, f16 };
 // warpgroup's softmax beside the other's products. persistent: pingpong in a grid of one
 // CTA per SM that walks a list of tiles (causal: longest first, dealt so that every CTA gets
 // about as many key blocks), the next tile's copies overlapping the current tile's end.
-// by_shape: persistent for causal attention and for D = 256 where the query tiles outnumber
-// the SMs, else pingpong (launch.cuh, NOTES.md).
+// by_shape: persistent for causal attention at D = 64 and for D = 256 from 4096 keys where the
+// query tiles outnumber the SMs, else pingpong (launch.cuh, NOTES.md).
 enum class AttentionForwardSchedule { standard, pingpong, persistent, by_shape };
 
 // The schedule attention_forward launches:
