@@ -904,7 +904,7 @@ TEST(AttentionCudaTiming, ForwardStagedOutputSideBySide) {
 // (FLOPs 2.5× the forward's; bf16, H·D = 2048, B·S = 16384; shapes {D, S}, causal and not).
 // Asserts that both give the same dq, dk, dv within the dtype's tolerance (dq's float sums
 // are added in another order).
-void time_backward_forms(const std::array<BackwardForm, 2>& forms, std::initializer_list<std::array<int64_t, 2>> shapes) {
+void time_backward_forms(const std::array<BackwardForm, 2>& forms, const std::vector<std::array<int64_t, 2>>& shapes) {
   constexpr int64_t kTokens = 16384, kWidth = 2048;
   const size_t operand_bytes = static_cast<size_t>(kTokens * kWidth) * 2;
   DeviceBuffer q(operand_bytes), k(operand_bytes), v(operand_bytes), out(operand_bytes), dout(operand_bytes),
@@ -964,7 +964,7 @@ void time_backward_forms(const std::array<BackwardForm, 2>& forms, std::initiali
 TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
   SKIP_WITHOUT_CUDA_DEVICE();
   time_backward_forms({BackwardForm{AttentionBackwardSchedule::standard}, BackwardForm{AttentionBackwardSchedule::pingpong}},
-                      {{128, 2048}, {128, 16384}, {256, 2048}, {256, 16384}});
+                      timed_shapes({{128, 2048}, {128, 16384}, {256, 2048}, {256, 16384}}));
 }
 
 // D = 256: the default (pingpong) against pingpong with key-block pairs, over the issue's
