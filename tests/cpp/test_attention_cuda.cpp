@@ -147,10 +147,12 @@ struct BackwardForm {
   bool pairs = false;
   bool deterministic = false;
   AttentionDeterministicBackward deterministic_form = AttentionDeterministicBackward::ordered;
+  bool staged_store = true;  // dK and dV by tensor copies where they can be
 };
 
 const char* form_name(BackwardForm form) {
   if (form.deterministic) return deterministic_name(form.deterministic_form);
+  if (!form.staged_store) return "stores";
   return form.pairs ? "pingpong_pairs" : schedule_name(form.schedule);
 }
 
@@ -158,11 +160,16 @@ void PrintTo(BackwardForm form, std::ostream* os) { *os << form_name(form); }
 
 // Runs the backward in `form` while in scope (the caller passes form.deterministic in the
 // options), then puts the process's choices back.
+// The Hopper backward's dK and dV by tensor copies (or stores).
+using BackwardStagedStore =
+    ChoiceScope<bool, cuda::attention_backward_staged_store, cuda::attention_set_backward_staged_store>;
+
 struct BackwardFormScope {
   BackwardSchedule schedule;
+  BackwardStagedStore staged_store;
   bool pairs_before = cuda::attention_backward_key_pairs();
   AttentionDeterministicBackward deterministic_before = cuda::attention_deterministic_backward();
-  explicit BackwardFormScope(BackwardForm form) : schedule(form.schedule) {
+  explicit BackwardFormScope(BackwardForm form) : schedule(form.schedule), staged_store(form.staged_store) {
     cuda::attention_set_backward_key_pairs(form.pairs);
     cuda::attention_set_deterministic_backward(form.deterministic_form);
   }
@@ -965,6 +972,15 @@ TEST(AttentionCudaTiming, BackwardSchedulesSideBySide) {
   SKIP_WITHOUT_CUDA_DEVICE();
   time_backward_forms({BackwardForm{AttentionBackwardSchedule::standard}, BackwardForm{AttentionBackwardSchedule::pingpong}},
                       timed_shapes({{128, 2048}, {128, 16384}, {256, 2048}, {256, 16384}}));
+}
+
+// The pingpong backward with dK and dV stored by every thread, then by tensor copies.
+TEST(AttentionCudaTiming, BackwardStagedStoreSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  BackwardForm stores{AttentionBackwardSchedule::pingpong};
+  stores.staged_store = false;
+  time_backward_forms({stores, BackwardForm{AttentionBackwardSchedule::pingpong}},
+                      timed_shapes({{128, 1024}, {128, 2048}, {128, 4096}, {128, 16384}, {64, 2048}, {256, 2048}}));
 }
 
 // D = 256: the default (pingpong) against pingpong with key-block pairs, over the issue's

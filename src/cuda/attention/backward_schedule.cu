@@ -34,6 +34,11 @@ AttentionDeterministicBackward& current_deterministic() {
   return form;
 }
 
+bool& current_staged_store() {
+  static bool on = flag_from_environment("SEQMIX_ATTENTION_BACKWARD_STAGED_STORE", true);
+  return on;
+}
+
 }  // namespace
 
 AttentionDeterministicBackward attention_deterministic_backward() { return current_deterministic(); }
@@ -42,5 +47,7 @@ AttentionBackwardSchedule attention_backward_schedule() { return current_schedul
 void attention_set_backward_schedule(AttentionBackwardSchedule schedule) { current_schedule() = schedule; }
 bool attention_backward_key_pairs() { return current_key_pairs(); }
 void attention_set_backward_key_pairs(bool on) { current_key_pairs() = on; }
+bool attention_backward_staged_store() { return current_staged_store(); }
+void attention_set_backward_staged_store(bool on) { current_staged_store() = on; }
 
 }  // namespace seqmix::cuda

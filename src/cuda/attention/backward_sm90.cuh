@@ -662,6 +662,24 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   };
   stage_rows(k_tile, dk, p.scale);
   stage_rows(v_tile, dv, 1.f);
+  // The staged tiles out by tensor copies, one thread, where the key block's rows all belong
+  // to its sequence (or the tensor's end clips them).
+  if (args.staged_store && (p.cu_seqlens_k == nullptr || n0 + kBlockN <= seq.len_k)) {
+    fence_async_shared();
+    consumer_barrier();
+    if (threadIdx.x == 128) {
+      const int k_row = static_cast<int>(seq.k_start) + n0;
+#pragma unroll
+      for (int c = 0; c < Cfg::kChunks; ++c) {
+        tma::store_box(args.dk_map, k_tile + c * kBlockN * 128, 64 * c, k_row, kv_head, seq.batch);
+        tma::store_box(args.dv_map, v_tile + c * kBlockN * 128, 64 * c, k_row, kv_head, seq.batch);
+      }
+      tma::bulk_commit();
+      tma::bulk_wait_read();
+    }
+    if constexpr (kPairs) cluster_sync<false>();
+    return;
+  }
   if constexpr (kSplit)
     consumer_barrier();  // a row's two halves come from two warps
   else
@@ -740,6 +758,11 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   args.bp = bp;
   args.ws = ws;
   if constexpr (Cfg::kReduceDq) args.dq_map = dq_workspace_map(ws.dq, dq_width, p, batch);
+  args.staged_store = attention_backward_staged_store() && copy_aligned(bp.dk) && copy_aligned(bp.dv);
+  if (args.staged_store) {
+    args.dk_map = tensor_map<T>(bp.dk, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
+    args.dv_map = tensor_map<T>(bp.dv, p.rows_k, p.Hkv, batch, D, Cfg::kBlockN);
+  }
   const auto kernel = dkdv_dq_kernel<T, D, kSchedule, kPairs, kOrdered>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention backward sm90)");

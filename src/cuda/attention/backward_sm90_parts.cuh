@@ -11,6 +11,7 @@
 
 #include "cuda/attention/backward.cuh"
 #include "cuda/attention/launch.cuh"
+#include "cuda/common/proxy.cuh"
 
 namespace seqmix::cuda::attn::sm90 {
 
@@ -45,9 +46,6 @@ __device__ __forceinline__ void gmma_ss_k_mn(uint64_t a, uint64_t b, float (&d)[
   gmma_ss_impl<typename GmmaMajors<T, N>::K_MN>(a, b, d, true, std::make_integer_sequence<int, N / 2>{});
 }
 
-__device__ __forceinline__ void fence_async_shared() {
-  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
 // The two consumer warpgroups (256 threads) meet at named barrier 1.
 __device__ __forceinline__ void consumer_barrier() { asm volatile("bar.sync 1, 256;" ::: "memory"); }
 
@@ -71,6 +69,10 @@ struct Workspace {
 struct BackwardSm90Args {
   CUtensorMap q_map, k_map, v_map, do_map;
   CUtensorMap dq_map;  // the workspace's dQ accumulators (pingpong's reduce-adds)
+  // dK and dV (box 64 columns × kBlockN rows), written by tensor copies from the staged K and
+  // V tiles when staged_store (attention_backward_staged_store and 16-byte strides).
+  CUtensorMap dk_map, dv_map;
+  bool staged_store = false;
   AttentionBackwardParams bp;
   Workspace ws;
 };

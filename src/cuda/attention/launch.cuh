@@ -35,6 +35,13 @@ CUtensorMap tensor_map(const AttentionView& view, int64_t rows, int64_t heads, i
   return map;
 }
 
+// Whether the copy engine can write a [B, S, H, D] view: a 16-byte aligned base and strides
+// of 16-byte multiples (elements of 2 bytes).
+inline bool copy_aligned(const AttentionView& view) {
+  return reinterpret_cast<uintptr_t>(view.data) % 16 == 0 && view.stride_row % 8 == 0 && view.stride_head % 8 == 0 &&
+         view.stride_batch % 8 == 0;
+}
+
 // The current device's multiprocessor count, asked once per process (one device at a time
 // is enough here: the count only sizes the persistent grid).
 inline int multiprocessor_count() {

@@ -120,6 +120,14 @@ bool attention_backward_key_pairs();
 // Overrides the choice for the rest of the process (tests, timing).
 void attention_set_backward_key_pairs(bool on);
 
+// Whether the Hopper backward writes dK and dV from its staged K and V tiles with tensor
+// copies (one thread) instead of every consumer thread's 16-byte stores, where the views'
+// strides allow and the key block's rows lie in its sequence.
+// SEQMIX_ATTENTION_BACKWARD_STAGED_STORE=0|1, read once on first use (unset or any other
+// value: on), until set below.
+bool attention_backward_staged_store();
+void attention_set_backward_staged_store(bool on);
+
 // Head dims with a compiled forward kernel.
 inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
 
