@@ -181,16 +181,8 @@ inline const Cublas& cublas() {
 inline float graph_median_ms(cudaStream_t stream, const std::function<void()>& run) {
   run();
   cuda_ok(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  run();
-  cuda_ok(cudaStreamEndCapture(stream, &graph));
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0));
-  const float ms = test::median_ms([&] { cuda_ok(cudaGraphLaunch(exec, nullptr)); }, {.reps = 10, .warmups = 1});
-  cuda_ok(cudaGraphExecDestroy(exec));
-  cuda_ok(cudaGraphDestroy(graph));
-  return ms;
+  const CapturedGraph graph(stream, run);
+  return test::median_ms([&] { graph.launch(nullptr); }, {.reps = 10, .warmups = 1});
 }
 
 // The middle of three.

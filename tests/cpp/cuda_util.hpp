@@ -83,6 +83,37 @@ std::vector<float> event_times_ms(const Run& run, EventTiming timing = {}) {
   return times;
 }
 
+// A CUDA graph of what `issue` launches on `stream`, captured once at construction (stream
+// capture, this thread only), replayed by launch() and destroyed with the object.
+class CapturedGraph {
+ public:
+  template <class Issue>
+  CapturedGraph(cudaStream_t stream, const Issue& issue) {
+    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    issue();
+    cuda_ok(cudaStreamEndCapture(stream, &graph_));
+    cuda_ok(cudaGraphInstantiate(&exec_, graph_, 0));
+  }
+  ~CapturedGraph() {
+    if (exec_) cuda_ok(cudaGraphExecDestroy(exec_));
+    if (graph_) cuda_ok(cudaGraphDestroy(graph_));
+  }
+  CapturedGraph(const CapturedGraph&) = delete;
+  CapturedGraph& operator=(const CapturedGraph&) = delete;
+
+  void launch(cudaStream_t stream) const { cuda_ok(cudaGraphLaunch(exec_, stream)); }
+  // The captured graph's nodes (kernels and copies).
+  size_t nodes() const {
+    size_t count = 0;
+    cuda_ok(cudaGraphGetNodes(graph_, nullptr, &count));
+    return count;
+  }
+
+ private:
+  cudaGraph_t graph_ = nullptr;
+  cudaGraphExec_t exec_ = nullptr;
+};
+
 // The median of event_times_ms.
 template <class Run>
 float median_ms(const Run& run, EventTiming timing = {}) {

@@ -121,23 +121,16 @@ TEST_P(ProjectionChainWithGateCuda, GraphReplayEqualsAPlainCall) {
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   data.call(stream);  // once outside the capture
   cuda_ok(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  data.call(stream);
-  cuda_ok(cudaStreamEndCapture(stream, &graph));
-  size_t nodes = 0;
-  cuda_ok(cudaGraphGetNodes(graph, nullptr, &nodes));
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0));
-  data.poison();
-  for (int replay = 0; replay < 2; ++replay) cuda_ok(cudaGraphLaunch(exec, stream));
-  cuda_ok(cudaStreamSynchronize(stream));
-  const GateRun replayed = data.read();
-  EXPECT_EQ(replayed.chain, plain.chain);
-  EXPECT_EQ(replayed.gate, plain.gate);
-  EXPECT_GE(nodes, 2u) << "the GEMM and the side kernel as two branches";
-  cuda_ok(cudaGraphExecDestroy(exec));
-  cuda_ok(cudaGraphDestroy(graph));
+  {
+    const CapturedGraph graph(stream, [&] { data.call(stream); });
+    data.poison();
+    for (int replay = 0; replay < 2; ++replay) graph.launch(stream);
+    cuda_ok(cudaStreamSynchronize(stream));
+    const GateRun replayed = data.read();
+    EXPECT_EQ(replayed.chain, plain.chain);
+    EXPECT_EQ(replayed.gate, plain.gate);
+    EXPECT_GE(graph.nodes(), 2u) << "the GEMM and the side kernel as two branches";
+  }
   cuda_ok(cudaStreamDestroy(stream));
   unsetenv("SEQMIX_CHAINS_GATE_BESIDE");
 }

@@ -34,18 +34,13 @@ std::vector<std::vector<double>> three_ways(const std::function<void(void*)>& ca
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   call(stream);  // once outside the capture: what is kept across calls is filled here
   cuda_ok(cudaStreamSynchronize(stream));
-  cudaGraph_t graph;
-  cudaGraphExec_t exec;
-  cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-  call(stream);
-  cuda_ok(cudaStreamEndCapture(stream, &graph));
-  cuda_ok(cudaGraphInstantiate(&exec, graph, 0));
-  poison();
-  for (int replay = 0; replay < 2; ++replay) cuda_ok(cudaGraphLaunch(exec, stream));
-  cuda_ok(cudaStreamSynchronize(stream));
-  results.push_back(read());
-  cuda_ok(cudaGraphExecDestroy(exec));
-  cuda_ok(cudaGraphDestroy(graph));
+  {
+    const CapturedGraph graph(stream, [&] { call(stream); });
+    poison();
+    for (int replay = 0; replay < 2; ++replay) graph.launch(stream);
+    cuda_ok(cudaStreamSynchronize(stream));
+    results.push_back(read());
+  }
   cuda_ok(cudaStreamDestroy(stream));
   unsetenv("SEQMIX_CHAINS_PDL");
   return results;

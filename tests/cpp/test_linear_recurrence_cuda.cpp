@@ -297,16 +297,9 @@ void run_wide_on_stream(const GpuCase& c, const GpuData& d, bool graph, Results&
     linear_recurrence_backward(in, dh, d_final.view, {dA, db, dh0.view, wb.view()}, o);
   };
   if (graph) {
-    cudaGraph_t captured;
-    cudaGraphExec_t exec;
-    cuda_ok(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    issue();
-    cuda_ok(cudaStreamEndCapture(stream, &captured));
-    cuda_ok(cudaGraphInstantiate(&exec, captured, 0));
-    for (int replay = 0; replay < 2; ++replay) cuda_ok(cudaGraphLaunch(exec, stream));
+    const CapturedGraph captured(stream, issue);
+    for (int replay = 0; replay < 2; ++replay) captured.launch(stream);
     cuda_ok(cudaStreamSynchronize(stream));
-    cuda_ok(cudaGraphExecDestroy(exec));
-    cuda_ok(cudaGraphDestroy(captured));
   } else {
     issue();
   }

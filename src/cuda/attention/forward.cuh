@@ -401,7 +401,9 @@ __device__ __forceinline__ void finish_rows(const AttentionParams& p, const Sequ
   }
 }
 
-// O / rowsum to out by direct stores (rows below len_q only), and the lse.
+// O / rowsum to out by direct stores (rows below len_q only), and the lse. Each row's address
+// is formed inside the store: a row pointer held across both rows made ptxas serialize the
+// persistent D = 128 kernel's wgmma pipeline (NOTES.md).
 template <class T, int D>
 __device__ __forceinline__ void store_output(const AttentionParams& p, const Sequence& seq, int head, int row0,
                                              const float (&o)[D / 2], const RowState& st, int lane) {
