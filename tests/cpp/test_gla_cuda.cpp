@@ -110,6 +110,13 @@ struct ForwardWalkers {
   ~ForwardWalkers() { cuda::gla_set_forward_walkers(before); }
 };
 
+// Selects how the outputs pass writes o for one test, and restores it.
+struct ForwardOutput {
+  cuda::GlaForwardOutput before = cuda::gla_forward_output();
+  explicit ForwardOutput(cuda::GlaForwardOutput output) { cuda::gla_set_forward_output(output); }
+  ~ForwardOutput() { cuda::gla_set_forward_output(before); }
+};
+
 // Selects the stages of the backward's dL/dS walk for one test, and restores it.
 struct BackwardStateStages {
   int before = cuda::gla_backward_state_stages();
@@ -125,21 +132,34 @@ struct SavedStates {
   ~SavedStates() { cuda::gla_set_saved_states(before); }
 };
 
-// The forward (output and final state) against the oracle, by the diagonal selected.
+// The oracle's forward of one case's inputs, and the device's (by the forms selected) checked
+// against it.
+struct ForwardCheck {
+  const GlaCaseInputs& in;
+  HostTensor o_ref, hT_ref;
+
+  explicit ForwardCheck(const GlaCaseInputs& in_)
+      : in(in_), o_ref(in.value_shape, in.c.dtype), hT_ref(in.state_shape, DType::f32) {
+    gla_forward(in.inputs(false), {o_ref.view, hT_ref.view}, in.options(Impl::reference));
+  }
+  // One device forward into poisoned outputs, o and the final state against the oracle's;
+  // returns the device's o.
+  std::vector<double> device() const {
+    HostTensor o = poisoned(in.value_shape, in.c.dtype), hT = poisoned(in.state_shape, DType::f32);
+    DeviceTensor d_o(o), d_hT(hT);
+    gla_forward(in.inputs(true), {d_o.view, d_hT.view}, in.options(Impl::automatic));
+    const double tol = tolerance(in.c.dtype);
+    const std::vector<double> out = d_o.values(o);
+    EXPECT_LT(rel_err(out, o_ref.values()), tol);
+    EXPECT_LT(rel_err(d_hT.values(hT), hT_ref.values()), tol);
+    return out;
+  }
+};
+
+// The forward (output and final state) against the oracle, by the forms selected.
 void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
-  const auto &value_shape = in.value_shape, &state_shape = in.state_shape;
-
-  HostTensor o_ref(value_shape, c.dtype), hT_ref(state_shape, DType::f32);
-  gla_forward(in.inputs(false), {o_ref.view, hT_ref.view}, in.options(Impl::reference));
-
-  HostTensor o = poisoned(value_shape, c.dtype), hT = poisoned(state_shape, DType::f32);
-  DeviceTensor d_o(o), d_hT(hT);
-  gla_forward(in.inputs(true), {d_o.view, d_hT.view}, in.options(Impl::automatic));
-
-  const double tol = tolerance(c.dtype);
-  EXPECT_LT(rel_err(d_o.values(o), o_ref.values()), tol);
-  EXPECT_LT(rel_err(d_hT.values(hT), hT_ref.values()), tol);
+  ForwardCheck(in).device();
 }
 
 TEST_P(GlaCuda, ForwardMatchesOracle) {
@@ -182,6 +202,32 @@ TEST_P(GlaCuda, ForwardSingleWalkersMatchesOracle) {
   const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
   const ForwardWalkers walkers(cuda::GlaForwardWalkers::single);
   forward_matches_oracle(GetParam());
+}
+
+// o by direct stores and through the staging boxes and tensor copies (the default form's
+// default), each against the oracle and the two bit for bit (the same values rounded the same
+// way); with K ≤ 128 the staged kernel must have run (K = 256 writes float partials instead).
+TEST_P(GlaCuda, ForwardStagedOutputMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuGlaCase& c = GetParam();
+  const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
+  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
+  const ForwardWalkers walkers(cuda::GlaForwardWalkers::paired);
+  const GlaCaseInputs in(c);
+  const ForwardCheck check(in);
+  std::vector<double> direct;
+  {
+    const ForwardOutput output(cuda::GlaForwardOutput::direct);
+    direct = check.device();
+  }
+  const ForwardOutput output(cuda::GlaForwardOutput::staged);
+  cuda::gla_profile_start();
+  const std::vector<double> staged = check.device();
+  bool ran_staged = false;
+  for (const auto& l : cuda::gla_profile_stop().launches)
+    ran_staged = ran_staged || l.kernel == "gla forward (paired walkers, staged output)";
+  EXPECT_EQ(staged, direct) << "staged o against direct";
+  EXPECT_EQ(ran_staged, c.K <= 128) << "the staged outputs pass";
 }
 
 // Every gradient (dq, dk, dv, dg, and d initial state with an initial state) against the

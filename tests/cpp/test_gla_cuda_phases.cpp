@@ -288,33 +288,62 @@ struct Chosen {
   ~Chosen() { set(before); }
 };
 
-// The outputs pass's walkers, single and paired (the default; params.hpp GlaForwardWalkers),
-// tensor-core diagonal and tall tiling, side by side on the same inputs at B8 T2048, B1 T32768
-// and B4 T4096, alternated three times: forward medians of 30 event-timed runs after 5
-// warm-ups, then one profiled forward each (launches, the outputs pass's phases). Asserts that
-// the outputs agree within the bf16 bound.
-void compare_forward_walkers(int64_t B, int64_t T) {
+// Two forms of one process-wide forward choice (params.hpp) side by side on the same inputs,
+// with the tensor-core diagonal and the tall tiling, alternated three times: forward medians
+// of 30 event-timed runs after 5 warm-ups, then one profiled forward each (launches, the
+// outputs pass's phases). Asserts that the second form's o agrees with the first's: within
+// the bf16 bound, or bit for bit where both compute the same values (`bitwise`).
+template <class Choice>
+struct ForwardForm {
+  Choice choice;
+  const char* name;
+};
+
+template <class Choice>
+void compare_forward_forms(int64_t B, int64_t T, const char* what, Choice (*get)(), void (*set)(Choice),
+                           ForwardForm<Choice> first, ForwardForm<Choice> second, bool bitwise) {
   TimingInputs in(B, T);
   auto forward = [&] { in.forward(); };
-  const Chosen walkers_chosen(cuda::gla_forward_walkers, cuda::gla_set_forward_walkers, cuda::GlaForwardWalkers::single);
+  const Chosen chosen(get, set, first.choice);
   const Chosen tiling(cuda::gla_forward_tiling, cuda::gla_set_forward_tiling, cuda::GlaForwardTiling::tall);
   const Chosen diagonal(cuda::gla_forward_diagonal, cuda::gla_set_forward_diagonal,
                         cuda::GlaForwardDiagonal::tensor_cores);
-  std::printf("gla B%lld T%lld H16 K128 V128 bf16, forward by walkers, medians of 30:\n",
-              static_cast<long long>(B), static_cast<long long>(T));
-  std::vector<double> single_out;
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16, forward by %s, medians of 30:\n", static_cast<long long>(B),
+              static_cast<long long>(T), what);
+  std::vector<double> first_out;
   for (int round = 0; round < 3; ++round)
-    for (const cuda::GlaForwardWalkers walkers : {cuda::GlaForwardWalkers::single, cuda::GlaForwardWalkers::paired}) {
-      const char* name = walkers == cuda::GlaForwardWalkers::single ? "single" : "paired";
-      cuda::gla_set_forward_walkers(walkers);
+    for (const ForwardForm<Choice>& form : {first, second}) {
+      set(form.choice);
       const float ms = median_ms(forward, {.reps = 30, .warmups = 5, .flush_l2 = false});
-      std::printf("  %-8s forward %.4f ms\n", name, ms);
+      std::printf("  %-8s forward %.4f ms\n", form.name, ms);
       if (round > 0) continue;
-      profiled_forward(name, forward);
+      cuda_ok(cudaMemset(in.d_o.ptr, 0xff, in.d_o.bytes));  // NaN: o must be written in full
+      profiled_forward(form.name, forward);
       const std::vector<double> out = in.d_o.values(in.o);
-      if (single_out.empty()) single_out = out;
-      else EXPECT_LT(rel_err(out, single_out), tolerance(DType::bf16)) << "o: paired against single";
+      if (first_out.empty()) {
+        first_out = out;
+        continue;
+      }
+      if (bitwise) EXPECT_EQ(out, first_out) << "o: " << second.name << " against " << first.name;
+      else EXPECT_LT(rel_err(out, first_out), tolerance(DType::bf16)) << "o: " << second.name << " against " << first.name;
     }
+}
+
+// The outputs pass's walkers, single and paired (the default; params.hpp GlaForwardWalkers).
+void compare_forward_walkers(int64_t B, int64_t T) {
+  compare_forward_forms<cuda::GlaForwardWalkers>(B, T, "walkers", cuda::gla_forward_walkers,
+                                                 cuda::gla_set_forward_walkers,
+                                                 {cuda::GlaForwardWalkers::single, "single"},
+                                                 {cuda::GlaForwardWalkers::paired, "paired"}, false);
+}
+
+// The outputs pass's o by direct stores and through the staging boxes (the default;
+// params.hpp GlaForwardOutput): the same values, so o must agree bit for bit.
+void compare_forward_output(int64_t B, int64_t T) {
+  compare_forward_forms<cuda::GlaForwardOutput>(B, T, "output path", cuda::gla_forward_output,
+                                                cuda::gla_set_forward_output,
+                                                {cuda::GlaForwardOutput::direct, "direct"},
+                                                {cuda::GlaForwardOutput::staged, "staged"}, true);
 }
 
 // Forward+backward with the chunk-state pass (saved states off) and with the forward's saved
@@ -372,6 +401,13 @@ TEST(GlaCudaTiming, SavedStatesB1T32768) {
 }
 
 // The three benchmark shapes in one run (one process, one machine state).
+TEST(GlaCudaTiming, ForwardOutput) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_forward_output(8, 2048);
+  compare_forward_output(1, 32768);
+  compare_forward_output(4, 4096);
+}
+
 TEST(GlaCudaTiming, ForwardWalkers) {
   SKIP_WITHOUT_CUDA_DEVICE();
   compare_forward_walkers(8, 2048);

@@ -16,23 +16,9 @@ namespace seqmix::cuda::attn {
 template <class T>
 CUtensorMap tensor_map(const AttentionView& view, int64_t rows, int64_t heads, int64_t batch, int64_t D,
                        int box_rows) {
-  constexpr int64_t e = sizeof(T);
-  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(D), static_cast<cuuint64_t>(rows),
-                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  // The batch stride of a varlen view is 0: one batch entry, any 16-byte multiple will do.
-  const int64_t batch_stride = view.stride_batch != 0 ? view.stride_batch : 16;
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(view.stride_row * e),
-                                 static_cast<cuuint64_t>(view.stride_head * e),
-                                 static_cast<cuuint64_t>(batch_stride * e)};
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  CUtensorMap map;
-  const CUresult status = tensor_map_encoder()(
-      &map, sizeof(T) == 2 && std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-      4, view.data, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (status != CUDA_SUCCESS) check(cudaErrorInvalidValue, "cuTensorMapEncodeTiled (attention operand)");
-  return map;
+  const HeadRowsShape shape{std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                            D, rows, heads, batch, view.stride_row, view.stride_head, view.stride_batch};
+  return make_head_rows_map(view.data, shape, box_rows, "attention operand");
 }
 
 // Whether the copy engine can write a [B, S, H, D] view: a 16-byte aligned base and strides

@@ -31,4 +31,17 @@ PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder();
 // nothing links against libcuda). Throws seqmix::Error when the driver refuses it.
 CUtensorMap make_tensor_map(const void* base, const TensorMapShape& shape);
 
+// A [batch, rows, heads, columns] tensor of 16-bit elements (columns contiguous; strides in
+// elements), as the attention and GLA kernels read and write their token tiles.
+struct HeadRowsShape {
+  CUtensorMapDataType dtype;  // CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 or _FLOAT16
+  int64_t columns, rows, heads, batch;
+  int64_t stride_row, stride_head, stride_batch;  // stride_batch 0: one batch entry (varlen)
+};
+
+// Its 4-d map (columns, rows, heads, batch), copied in boxes of 64 columns (128 bytes, in the
+// 128-byte swizzle) × box_rows rows of one head. Rows past `rows` read as zeros and are not
+// written. `what` names the tensor in the error thrown when the driver refuses the map.
+CUtensorMap make_head_rows_map(const void* base, const HeadRowsShape& shape, int box_rows, const char* what);
+
 }  // namespace seqmix::cuda

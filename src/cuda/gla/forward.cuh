@@ -14,7 +14,9 @@
 // The next chunk's inputs stream into shared memory (cp.async) while this one multiplies.
 #pragma once
 
+#include "cuda/common/proxy.cuh"
 #include "cuda/common/runtime.cuh"
+#include "cuda/common/tma.cuh"
 #include "cuda/gla/mma.cuh"
 #include "cuda/gla/params.hpp"
 #include "cuda/gla/profile.hpp"
@@ -621,12 +623,10 @@ struct KeyBlock {
 // split w / RG (8 / RG splits). Two row blocks a warp (GlaForwardTiling::tall) read half
 // as many fragments of the state and of v for the same products.
 // S: Smem, or any layout with q_start, state and scores members and Smem's pitches.
-// partial_row0 (key blocks, see KeyBlock): when not null, this key block's share of o goes
-// there in float (stride `stride_time` too), and o_row0 is not written.
-template <int kRowBlocks = 1, class S, class E = typename S::Element>
-__device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, int lane, E* o_row0,
-                                             int64_t stride_time, int valid, float scale,
-                                             float* partial_row0 = nullptr) {
+// put(r, c, x0, x1) takes o's columns c, c + 1 of the chunk's row r (r < valid), scaled.
+template <int kRowBlocks = 1, class S, class E = typename S::Element, class Put>
+__device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, int lane, int valid, float scale,
+                                             Put&& put) {
   constexpr int KD = S::kKeys, VB = S::kValues, PK = S::PK, PV = S::PV, PA = S::PA;
   constexpr int MB = kRowBlocks, RG = 4 / MB, CS = kThreads / 32 / RG, NT = VB / (8 * CS);  // NT: 8-column tiles
   static_assert(RG * MB == 4 && NT % 2 == 0, "the warps tile o in pairs of 8-column tiles");
@@ -666,13 +666,47 @@ __device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, i
     const int r = 16 * (rb0 + m) + lane / 4, c = n0 + 2 * (lane % 4);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      if (r < valid)
-        store_pair(o_row0, partial_row0, r * stride_time + c + 8 * nt, scale * acc[m][nt][0], scale * acc[m][nt][1]);
-      if (r + 8 < valid)
-        store_pair(o_row0, partial_row0, (r + 8) * stride_time + c + 8 * nt, scale * acc[m][nt][2],
-                   scale * acc[m][nt][3]);
+      if (r < valid) put(r, c + 8 * nt, scale * acc[m][nt][0], scale * acc[m][nt][1]);
+      if (r + 8 < valid) put(r + 8, c + 8 * nt, scale * acc[m][nt][2], scale * acc[m][nt][3]);
     }
   }
+}
+
+// A whole chunk's o staged for the tensor copies (GlaForwardOutput::staged): box b holds
+// columns [64b, 64b + 64) of the value block, 64 rows of 128 bytes in the 128-byte swizzle
+// the copies expect. q_sub (and k_pair for the second box where q_sub holds one box only,
+// K = 64) are free from the end of pair_scores to the next step's walkers, and start at
+// multiples of 1024 bytes (the swizzle's period) in every Smem.
+constexpr int kStageBoxBytes = kChunk * 128;
+
+template <class S>
+__device__ __forceinline__ unsigned char* stage_box(S& s, int b) {
+  static_assert(S::kValues <= 128, "value blocks of at most two boxes");
+  auto* const q_sub = reinterpret_cast<unsigned char*>(s.q_sub);
+  if (b == 0 || sizeof(s.q_sub) >= 2 * kStageBoxBytes) return q_sub + b * kStageBoxBytes;
+  return reinterpret_cast<unsigned char*>(s.k_pair);
+}
+
+// o's columns c, c + 1 (c even) of the chunk's row r into the staging boxes: 16-byte unit
+// (c % 64) / 8 of row r sits at unit ^ (r % 8), so the 8 rows a warp's store touches fall
+// on 8 different units (no bank conflicts).
+template <class S>
+__device__ __forceinline__ void stage_pair(S& s, int r, int c, float a, float b) {
+  using E = typename S::Element;
+  const int unit = ((c % 64) / 8) ^ (r % 8);
+  *reinterpret_cast<uint32_t*>(stage_box(s, c / 64) + r * 128 + unit * 16 + (c % 8) * 2) = pack2<E>(a, b);
+}
+
+// One thread's tensor copies of the staged chunk to rows [row0, row0 + 64) of head h, sequence
+// slot `batch`, from value column col0: one bulk group.
+template <class S>
+__device__ __forceinline__ void copy_staged_output(const CUtensorMap& o_map, S& s, int64_t col0, int64_t row0,
+                                                   int64_t h, int64_t batch) {
+#pragma unroll
+  for (int b = 0; b < S::kValues / 64; ++b)
+    tma::store_box(o_map, stage_box(s, b), static_cast<int>(col0 + 64 * b), static_cast<int>(row0),
+                   static_cast<int>(h), static_cast<int>(batch));
+  tma::bulk_commit();
 }
 
 // Where block (value block, head, sequence × segment) reads and writes: its tokens, the
@@ -749,14 +783,23 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // kPairedWalk (with kQuads only): the walkers paired_decay_operands instead of decay_operands.
 // kSaveStates (outputs pass only): also store each chunk's entering state into p.chunk_states,
 // as the chunk_states pass does, so that the backward need not walk its own (NOTES.md v16).
+// kStagedOutput (outputs pass with the tensor-core diagonal, no key blocks): a whole chunk's o
+// leaves through the staging boxes and one thread's tensor copies through o_map (box 64
+// columns × 64 rows), issued after the next step's first barrier and read before its walkers
+// (NOTES.md v17); a partial chunk's o (a sequence's last) keeps the direct stores.
 template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kRowBlocks = 1, bool kPairedWalk = false,
-          bool kSaveStates = false>
-__global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p) {
+          bool kSaveStates = false, bool kStagedOutput = false>
+__global__ void __launch_bounds__(kThreads, 1)
+    forward_kernel(const GlaParams p, const __grid_constant__ CUtensorMap o_map) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
   static_assert(kOutput || !kSaveStates, "the chunk_states pass stores its states anyway");
   static_assert(kQuads || !kPairedWalk, "the paired walkers form the quads' operands");
-  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  static_assert(kQuads || !kStagedOutput, "the staging boxes are released at the quad diagonal's barrier");
+  // The kernel has no static shared memory, so the dynamic block starts the CTA's shared
+  // window: 1024-aligned, as the staging boxes' swizzle needs (a misplaced box would scramble
+  // o, which the oracle tests would see).
+  extern __shared__ __align__(1024) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
   constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -807,6 +850,12 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
   issue_decay_loads(plan.first_chunk, 0);
   issue_token_loads(plan.first_chunk, 0);
 
+  // kStagedOutput: the first token of the chunk whose o waits in the staging boxes (−1: none).
+  int64_t staged_row = -1;
+  auto copy_staged = [&] {  // thread 0, after a barrier behind the staging stores
+    copy_staged_output(o_map, s, vb0, plan.seq.start + staged_row, h, plan.seq.batch);
+  };
+
   PhaseClock phases(p.phase_cycles, tid == 0);
   for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
     const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
@@ -814,8 +863,14 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
     phases.mark(kGlaPhaseLoadWait);
+    if constexpr (kStagedOutput) {
+      if (staged_row >= 0 && tid == 0) copy_staged();
+    }
     if constexpr (kQuads) {
       quad_inner_scores(s, tid);
+      if constexpr (kStagedOutput) {
+        if (staged_row >= 0 && tid == 0) tma::bulk_wait_read();  // before the walkers overwrite the boxes
+      }
       __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
       phases.mark(kGlaPhaseDiagonal);
     }
@@ -844,9 +899,20 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
       __syncthreads();
       phases.mark(kGlaPhasePairs);
       const int64_t t = chunk * kChunk;
+      const int valid = plan.valid(chunk);
       float* const partial = kb.partial(p, plan.seq.batch, plan.seq.start + t, h, vb0);
-      chunk_output<kRowBlocks>(s, s.v[stage], warp, lane, row0(p.o, t, vb0), partial ? p.H * p.V : p.o.stride_time,
-                               plan.valid(chunk), p.scale, partial);
+      staged_row = kStagedOutput && valid == kChunk && !partial ? t : -1;
+      if (staged_row >= 0) {
+        chunk_output<kRowBlocks>(s, s.v[stage], warp, lane, valid, p.scale,
+                                 [&](int r, int c, float a, float b) { stage_pair(s, r, c, a, b); });
+        fence_async_shared();  // the stores reach the copy engine's view at the next barrier
+      } else {
+        E* const out = row0(p.o, t, vb0);
+        const int64_t stride = partial ? p.H * p.V : p.o.stride_time;
+        chunk_output<kRowBlocks>(s, s.v[stage], warp, lane, valid, p.scale, [&](int r, int c, float a, float b) {
+          store_pair(out, partial, r * stride + c, a, b);
+        });
+      }
       phases.mark(kGlaPhaseOutput);
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
@@ -859,6 +925,12 @@ __global__ void __launch_bounds__(kThreads, 1) forward_kernel(const GlaParams p)
     phases.mark(kGlaPhaseAdvance);
   }
   phases.finish(plan.end_chunk - plan.first_chunk, true);
+  if constexpr (kStagedOutput) {
+    if (staged_row >= 0) {  // the last chunk's o
+      __syncthreads();
+      if (tid == 0) copy_staged(), tma::bulk_wait_read();
+    }
+  }
   if constexpr (kOutput) {
     if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);
   } else if constexpr (kEnds) {

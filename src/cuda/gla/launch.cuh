@@ -1,6 +1,9 @@
 // Launchers of the GLA forward: the split decision, the segment passes, the shapes.
 #pragma once
 
+#include <optional>
+
+#include "cuda/common/tensor_map.hpp"
 #include "cuda/gla/forward.cuh"
 #include "cuda/gla/profile.cuh"
 
@@ -115,24 +118,40 @@ void sum_key_blocks(const GlaParams& p, const GlaTokens& out, cudaStream_t strea
   timed_launch(stream, "gla sum key blocks", [&] { sum_key_blocks_kernel<E><<<blocks, 256, 0, stream>>>(p, out); });
 }
 
+// The [B, T, H, V] (or varlen [T, H, V]) map of o that the staged output's copies write
+// through (forward.cuh copy_staged_output), or nullopt where the copy engine cannot write o
+// (a base or a stride that is not a multiple of 16 bytes).
+template <class E>
+std::optional<CUtensorMap> output_map(const GlaParams& p) {
+  const GlaTokens& o = p.o;
+  const bool aligned = reinterpret_cast<uintptr_t>(o.data) % 16 == 0 && o.stride_time % 8 == 0 &&
+                       o.stride_head % 8 == 0 && o.stride_batch % 8 == 0;
+  if (!aligned) return std::nullopt;
+  const HeadRowsShape shape{std::is_same_v<E, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                            p.V, p.T, p.H, p.cu_seqlens ? 1 : p.num_sequences, o.stride_time, o.stride_head,
+                            p.cu_seqlens ? 0 : o.stride_batch};
+  return make_head_rows_map(o.data, shape, static_cast<int>(kGlaChunk), "gla output");
+}
+
 template <class E, int KD, int VB, Pass kPass, bool kQuads, int kRowBlocks, bool kPairedWalk = false,
-          bool kSaveStates = false>
-void launch_walk(GlaParams p, cudaStream_t stream) {
+          bool kSaveStates = false, bool kStagedOutput = false>
+void launch_walk(GlaParams p, cudaStream_t stream, const CUtensorMap& o_map = CUtensorMap{}) {
   const size_t smem = sizeof(Smem<E, KD, VB>);
-  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads, kRowBlocks, kPairedWalk, kSaveStates>;
+  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads, kRowBlocks, kPairedWalk, kSaveStates, kStagedOutput>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla forward shared memory");
   const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
   p.phase_cycles = profile_counters();
   timed_launch(stream,
-               kSaveStates                   ? "gla forward (paired walkers, chunk states saved)"
+               kStagedOutput                 ? "gla forward (paired walkers, staged output)"
+               : kSaveStates                 ? "gla forward (paired walkers, chunk states saved)"
                : kPairedWalk                 ? "gla forward (tensor-core diagonal, paired walkers)"
                : kQuads                      ? "gla forward (tensor-core diagonal)"
                : kPass == Pass::outputs      ? "gla forward"
                : kPass == Pass::segment_ends ? "gla forward segment states"
                                              : "gla chunk states",
-               [&] { kernel<<<grid, kThreads, smem, stream>>>(p); });
+               [&] { kernel<<<grid, kThreads, smem, stream>>>(p, o_map); });
 }
 
 // A walk in the tiling gla_forward_tiling() asks for (params.hpp): 16-row blocks a warp of the
@@ -152,12 +171,18 @@ void launch_pass(const GlaParams& p, cudaStream_t stream) {
 // With p.chunk_states set (the saved states, launch_forward), the default outputs pass also
 // stores every chunk's entering state; the other forms are followed by the chunk-state pass
 // (the same table, the same cost as the backward's: correct, not faster).
+// The default form writes o through the staging boxes (gla_forward_output) where there are no
+// key blocks (their float partials are summed after) and the copy engine can write o.
 template <class E, int KD, int VB>
 void launch_outputs(GlaParams p, cudaStream_t stream) {
   const bool save = p.chunk_states != nullptr;
   if (gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores) {
     if (gla_forward_walkers() == GlaForwardWalkers::paired && gla_forward_tiling() == GlaForwardTiling::tall) {
       if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true>(p, stream);
+      if (gla_forward_output() == GlaForwardOutput::staged && p.key_blocks == 1) {
+        if (const std::optional<CUtensorMap> o_map = output_map<E>(p))
+          return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true>(p, stream, *o_map);
+      }
       return launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
     }
     launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);

@@ -1,6 +1,6 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
 // walk and tail, the stages of its dL/dS walk, the forward walks' tiling, the outputs pass's
-// walkers and the forward's pass 1 in pieces (params.hpp).
+// walkers and output path, and the forward's pass 1 in pieces (params.hpp).
 #include <cuda_runtime.h>
 
 #include "cuda/common/environment.hpp"
@@ -52,6 +52,13 @@ GlaForwardWalkers& current_forward_walkers() {
       "SEQMIX_GLA_FORWARD_WALKERS", {{"single", GlaForwardWalkers::single}, {"paired", GlaForwardWalkers::paired}},
       kDefaultForwardWalkers);
   return walkers;
+}
+
+GlaForwardOutput& current_forward_output() {
+  static GlaForwardOutput output = choice_from_environment(
+      "SEQMIX_GLA_FORWARD_OUTPUT", {{"direct", GlaForwardOutput::direct}, {"staged", GlaForwardOutput::staged}},
+      kDefaultForwardOutput);
+  return output;
 }
 
 int& current_state_stages() {
@@ -133,6 +140,8 @@ void gla_set_forward_tiling(GlaForwardTiling tiling) { current_forward_tiling() 
 
 GlaForwardWalkers gla_forward_walkers() { return current_forward_walkers(); }
 void gla_set_forward_walkers(GlaForwardWalkers walkers) { current_forward_walkers() = walkers; }
+GlaForwardOutput gla_forward_output() { return current_forward_output(); }
+void gla_set_forward_output(GlaForwardOutput output) { current_forward_output() = output; }
 
 GlaForwardDiagonal gla_forward_diagonal() { return current_diagonal(); }
 void gla_set_forward_diagonal(GlaForwardDiagonal diagonal) { current_diagonal() = diagonal; }
