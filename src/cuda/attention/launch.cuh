@@ -18,7 +18,7 @@ CUtensorMap tensor_map(const AttentionView& view, int64_t rows, int64_t heads, i
                        int box_rows) {
   const HeadRowsShape shape{std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                             D, rows, heads, batch, view.stride_row, view.stride_head, view.stride_batch};
-  return make_head_rows_map(view.data, shape, 64, box_rows, "attention operand");
+  return make_head_rows_map(view.data, shape, box_rows, "attention operand");
 }
 
 // Whether the copy engine can write a [B, S, H, D] view: a 16-byte aligned base and strides

@@ -54,8 +54,7 @@ CUtensorMap make_tensor_map(const void* base, const TensorMapShape& s) {
   return map;
 }
 
-CUtensorMap make_head_rows_map(const void* base, const HeadRowsShape& s, int box_columns, int box_rows,
-                               const char* what) {
+CUtensorMap make_head_rows_map(const void* base, const HeadRowsShape& s, int box_rows, const char* what) {
   constexpr int64_t e = 2;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(s.columns), static_cast<cuuint64_t>(s.rows),
                               static_cast<cuuint64_t>(s.heads), static_cast<cuuint64_t>(s.batch)};
@@ -63,17 +62,13 @@ CUtensorMap make_head_rows_map(const void* base, const HeadRowsShape& s, int box
   const int64_t batch_stride = s.stride_batch != 0 ? s.stride_batch : 16;
   const cuuint64_t strides[3] = {static_cast<cuuint64_t>(s.stride_row * e), static_cast<cuuint64_t>(s.stride_head * e),
                                  static_cast<cuuint64_t>(batch_stride * e)};
-  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_columns), static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const int row_bytes = static_cast<int>(box_columns * e);
-  const CUtensorMapSwizzle swizzle = row_bytes == 128 ? CU_TENSOR_MAP_SWIZZLE_128B
-                                     : row_bytes == 64 ? CU_TENSOR_MAP_SWIZZLE_64B
-                                     : row_bytes == 32 ? CU_TENSOR_MAP_SWIZZLE_32B
-                                                       : throw Error(std::string("seqmix: no swizzle for ") + what);
   CUtensorMap map;
   const CUresult status = tensor_map_encoder()(&map, s.dtype, 4, const_cast<void*>(base), dims, strides, box,
-                                               element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
-                                               CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                                               element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                               CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS)
     throw Error(std::string("seqmix: cuTensorMapEncodeTiled (") + what + ") failed with CUresult " +
                 std::to_string(status));

@@ -39,11 +39,9 @@ struct HeadRowsShape {
   int64_t stride_row, stride_head, stride_batch;  // stride_batch 0: one batch entry (varlen)
 };
 
-// Its 4-d map (columns, rows, heads, batch), copied in boxes of box_columns columns × box_rows
-// rows of one head, each box row of 2·box_columns bytes (32, 64 or 128) in the swizzle of that
-// width. Rows past `rows` read as zeros and are not written. `what` names the tensor in the
-// error thrown when the driver refuses the map.
-CUtensorMap make_head_rows_map(const void* base, const HeadRowsShape& shape, int box_columns, int box_rows,
-                               const char* what);
+// Its 4-d map (columns, rows, heads, batch), copied in boxes of 64 columns (128 bytes, in the
+// 128-byte swizzle) × box_rows rows of one head. Rows past `rows` read as zeros and are not
+// written. `what` names the tensor in the error thrown when the driver refuses the map.
+CUtensorMap make_head_rows_map(const void* base, const HeadRowsShape& shape, int box_rows, const char* what);
 
 }  // namespace seqmix::cuda

@@ -709,32 +709,6 @@ __device__ __forceinline__ void copy_staged_output(const CUtensorMap& o_map, S& 
   tma::bulk_commit();
 }
 
-// Each warp's own o tile staged for its own tensor copy (GlaForwardOutput::warp_staged; the
-// tall tiling's tiles: 32 rows × VB / 4 columns, rows of 64 bytes at VB = 128 and 32 at VB = 64
-// in the swizzle of that width): warp w's region in q_sub (k_pair for warps 4–7 where q_sub
-// holds four regions only, K = 64), each at a multiple of the swizzle's period.
-template <class S>
-struct WarpStage {
-  static constexpr int kColumns = S::kValues / 4, kRows = kChunk / 2, kRowBytes = 2 * kColumns;
-  static constexpr int kRegionBytes = kRows * kRowBytes;
-  static_assert(kRowBytes == 32 || kRowBytes == 64, "a swizzle of the row's width");
-
-  __device__ static unsigned char* region(S& s, int warp) {
-    auto* const q_sub = reinterpret_cast<unsigned char*>(s.q_sub);
-    if (warp < 4 || sizeof(s.q_sub) >= 8 * kRegionBytes) return q_sub + warp * kRegionBytes;
-    return reinterpret_cast<unsigned char*>(s.k_pair) + (warp - 4) * kRegionBytes;
-  }
-  // o's columns c, c + 1 (c even) of the tile's row r: 16-byte unit c / 8 of row r at
-  // unit ^ (the row's 128-byte line within the swizzle's period), so the 8 rows a warp's store
-  // touches fall on 8 different units.
-  __device__ static void put(unsigned char* region, int r, int c, float a, float b) {
-    using E = typename S::Element;
-    constexpr int kUnits = kRowBytes / 16;
-    const int unit = (c / 8) ^ ((r * kRowBytes / 128) % kUnits);
-    *reinterpret_cast<uint32_t*>(region + r * kRowBytes + unit * 16 + (c % 8) * 2) = pack2<E>(a, b);
-  }
-};
-
 // Where block (value block, head, sequence × segment) reads and writes: its tokens, the
 // chunks of its segment, and its slots of the state tables.
 struct BlockPlan {
@@ -809,25 +783,19 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // kPairedWalk (with kQuads only): the walkers paired_decay_operands instead of decay_operands.
 // kSaveStates (outputs pass only): also store each chunk's entering state into p.chunk_states,
 // as the chunk_states pass does, so that the backward need not walk its own (NOTES.md v16).
-// kOutputForm (params.hpp GlaForwardOutput; the staged forms only in the outputs pass with the
-// tensor-core diagonal and the tall tiling, without key blocks): staged, a whole chunk's o
+// kStagedOutput (outputs pass with the tensor-core diagonal, no key blocks): a whole chunk's o
 // leaves through the staging boxes and one thread's tensor copies through o_map (box 64
-// columns × 64 rows), issued after the next step's first barrier (NOTES.md v17); warp_staged,
-// each warp's tile through its own region and its own copy (o_map's box: the tile), issued
-// right after its products (v18). Either is read before the walkers' barrier of the next step;
-// a partial chunk's o (a sequence's last) keeps the direct stores.
+// columns × 64 rows), issued after the next step's first barrier and read before its walkers
+// (NOTES.md v17); a partial chunk's o (a sequence's last) keeps the direct stores.
 template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kRowBlocks = 1, bool kPairedWalk = false,
-          bool kSaveStates = false, GlaForwardOutput kOutputForm = GlaForwardOutput::direct>
+          bool kSaveStates = false, bool kStagedOutput = false>
 __global__ void __launch_bounds__(kThreads, 1)
     forward_kernel(const GlaParams p, const __grid_constant__ CUtensorMap o_map) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
   static_assert(kOutput || !kSaveStates, "the chunk_states pass stores its states anyway");
   static_assert(kQuads || !kPairedWalk, "the paired walkers form the quads' operands");
-  constexpr bool kStagedOutput = kOutputForm != GlaForwardOutput::direct;
-  constexpr bool kWarpStaged = kOutputForm == GlaForwardOutput::warp_staged;
   static_assert(kQuads || !kStagedOutput, "the staging boxes are released at the quad diagonal's barrier");
-  static_assert(kRowBlocks == 2 || !kWarpStaged, "warp tiles of the tall tiling");
   // The kernel has no static shared memory, so the dynamic block starts the CTA's shared
   // window: 1024-aligned, as the staging boxes' swizzle needs (a misplaced box would scramble
   // o, which the oracle tests would see).
@@ -895,13 +863,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
     phases.mark(kGlaPhaseLoadWait);
-    if constexpr (kOutputForm == GlaForwardOutput::staged) {
+    if constexpr (kStagedOutput) {
       if (staged_row >= 0 && tid == 0) copy_staged();
     }
     if constexpr (kQuads) {
       quad_inner_scores(s, tid);
-      if constexpr (kStagedOutput) {  // the copies' reads done before the walkers overwrite the boxes
-        if (staged_row >= 0 && (kWarpStaged ? lane == 0 : tid == 0)) tma::bulk_wait_read();
+      if constexpr (kStagedOutput) {
+        if (staged_row >= 0 && tid == 0) tma::bulk_wait_read();  // before the walkers overwrite the boxes
       }
       __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
       phases.mark(kGlaPhaseDiagonal);
@@ -934,22 +902,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int valid = plan.valid(chunk);
       float* const partial = kb.partial(p, plan.seq.batch, plan.seq.start + t, h, vb0);
       staged_row = kStagedOutput && valid == kChunk && !partial ? t : -1;
-      if (kWarpStaged && staged_row >= 0) {
-        using Stage = WarpStage<Smem<E, KD, VB>>;
-        unsigned char* const region = Stage::region(s, warp);
-        const int tile_row = Stage::kRows * (warp % 2), tile_col = Stage::kColumns * (warp / 2);
-        chunk_output<kRowBlocks>(s, s.v[stage], warp, lane, valid, p.scale, [&](int r, int c, float a, float b) {
-          Stage::put(region, r - tile_row, c - tile_col, a, b);
-        });
-        fence_async_shared();
-        __syncwarp();
-        if (lane == 0) {
-          tma::store_box(o_map, region, static_cast<int>(vb0 + tile_col),
-                         static_cast<int>(plan.seq.start + t + tile_row), static_cast<int>(h),
-                         static_cast<int>(plan.seq.batch));
-          tma::bulk_commit();
-        }
-      } else if (staged_row >= 0) {
+      if (staged_row >= 0) {
         chunk_output<kRowBlocks>(s, s.v[stage], warp, lane, valid, p.scale,
                                  [&](int r, int c, float a, float b) { stage_pair(s, r, c, a, b); });
         fence_async_shared();  // the stores reach the copy engine's view at the next barrier
@@ -972,13 +925,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     phases.mark(kGlaPhaseAdvance);
   }
   phases.finish(plan.end_chunk - plan.first_chunk, true);
-  if constexpr (kOutputForm == GlaForwardOutput::staged) {
+  if constexpr (kStagedOutput) {
     if (staged_row >= 0) {  // the last chunk's o
       __syncthreads();
       if (tid == 0) copy_staged(), tma::bulk_wait_read();
     }
-  } else if constexpr (kWarpStaged) {
-    if (staged_row >= 0 && lane == 0) tma::bulk_wait_read();  // the shared memory lives until read
   }
   if constexpr (kOutput) {
     if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);

@@ -118,11 +118,11 @@ void sum_key_blocks(const GlaParams& p, const GlaTokens& out, cudaStream_t strea
   timed_launch(stream, "gla sum key blocks", [&] { sum_key_blocks_kernel<E><<<blocks, 256, 0, stream>>>(p, out); });
 }
 
-// The [B, T, H, V] (or varlen [T, H, V]) map of o that a staged output's copies write through
-// in boxes of box_columns × box_rows (forward.cuh copy_staged_output, WarpStage), or nullopt
-// where the copy engine cannot write o (a base or a stride that is not a multiple of 16 bytes).
+// The [B, T, H, V] (or varlen [T, H, V]) map of o that the staged output's copies write
+// through (forward.cuh copy_staged_output), or nullopt where the copy engine cannot write o
+// (a base or a stride that is not a multiple of 16 bytes).
 template <class E>
-std::optional<CUtensorMap> output_map(const GlaParams& p, int box_columns, int box_rows) {
+std::optional<CUtensorMap> output_map(const GlaParams& p) {
   const GlaTokens& o = p.o;
   const bool aligned = reinterpret_cast<uintptr_t>(o.data) % 16 == 0 && o.stride_time % 8 == 0 &&
                        o.stride_head % 8 == 0 && o.stride_batch % 8 == 0;
@@ -130,22 +130,21 @@ std::optional<CUtensorMap> output_map(const GlaParams& p, int box_columns, int b
   const HeadRowsShape shape{std::is_same_v<E, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                             p.V, p.T, p.H, p.cu_seqlens ? 1 : p.num_sequences, o.stride_time, o.stride_head,
                             p.cu_seqlens ? 0 : o.stride_batch};
-  return make_head_rows_map(o.data, shape, box_columns, box_rows, "gla output");
+  return make_head_rows_map(o.data, shape, static_cast<int>(kGlaChunk), "gla output");
 }
 
 template <class E, int KD, int VB, Pass kPass, bool kQuads, int kRowBlocks, bool kPairedWalk = false,
-          bool kSaveStates = false, GlaForwardOutput kOutputForm = GlaForwardOutput::direct>
+          bool kSaveStates = false, bool kStagedOutput = false>
 void launch_walk(GlaParams p, cudaStream_t stream, const CUtensorMap& o_map = CUtensorMap{}) {
   const size_t smem = sizeof(Smem<E, KD, VB>);
-  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads, kRowBlocks, kPairedWalk, kSaveStates, kOutputForm>;
+  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads, kRowBlocks, kPairedWalk, kSaveStates, kStagedOutput>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla forward shared memory");
   const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
   p.phase_cycles = profile_counters();
   timed_launch(stream,
-               kOutputForm == GlaForwardOutput::warp_staged ? "gla forward (paired walkers, warp-staged output)"
-               : kOutputForm == GlaForwardOutput::staged    ? "gla forward (paired walkers, staged output)"
+               kStagedOutput                 ? "gla forward (paired walkers, staged output)"
                : kSaveStates                 ? "gla forward (paired walkers, chunk states saved)"
                : kPairedWalk                 ? "gla forward (tensor-core diagonal, paired walkers)"
                : kQuads                      ? "gla forward (tensor-core diagonal)"
@@ -180,16 +179,9 @@ void launch_outputs(GlaParams p, cudaStream_t stream) {
   if (gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores) {
     if (gla_forward_walkers() == GlaForwardWalkers::paired && gla_forward_tiling() == GlaForwardTiling::tall) {
       if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true>(p, stream);
-      const GlaForwardOutput form = p.key_blocks == 1 ? gla_forward_output() : GlaForwardOutput::direct;
-      if (form == GlaForwardOutput::staged) {
-        if (const std::optional<CUtensorMap> o_map = output_map<E>(p, 64, static_cast<int>(kGlaChunk)))
-          return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, GlaForwardOutput::staged>(p, stream,
-                                                                                                      *o_map);
-      } else if (form == GlaForwardOutput::warp_staged) {
-        using Stage = WarpStage<Smem<E, KD, VB>>;
-        if (const std::optional<CUtensorMap> o_map = output_map<E>(p, Stage::kColumns, Stage::kRows))
-          return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, GlaForwardOutput::warp_staged>(
-              p, stream, *o_map);
+      if (gla_forward_output() == GlaForwardOutput::staged && p.key_blocks == 1) {
+        if (const std::optional<CUtensorMap> o_map = output_map<E>(p))
+          return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true>(p, stream, *o_map);
       }
       return launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
     }

@@ -171,16 +171,14 @@ void gla_set_forward_walkers(GlaForwardWalkers walkers);
 // How the outputs pass's default form (tensor-core diagonal, tall tiling, paired walkers) writes
 // o: direct, every thread's 4-byte stores from its fragments (16 a thread a chunk step, each
 // warp store touching 8 rows); staged, a whole chunk's o into free shared tiles in the
-// 128-byte swizzle, then one thread's tensor copies after the next step's first barrier
-// (NOTES.md v17); warp_staged, each warp's own 32-row tile staged and copied out by the warp
-// right after its products (v18). A sequence's last, partial chunk, the key blocks' float
-// partials (K = 256) and views the copy engine cannot write keep the direct stores.
-enum class GlaForwardOutput { direct, staged, warp_staged };
+// 128-byte swizzle, then one thread's tensor copies (NOTES.md v17). A sequence's last, partial
+// chunk, the key blocks' float partials (K = 256) and views the copy engine cannot write keep
+// the direct stores.
+enum class GlaForwardOutput { direct, staged };
 inline constexpr GlaForwardOutput kDefaultForwardOutput = GlaForwardOutput::staged;
 
 // The output path in use: process-wide, kDefaultForwardOutput unless the environment variable
-// SEQMIX_GLA_FORWARD_OUTPUT is "direct", "staged" or "warp_staged" when first asked, or a caller
-// set it.
+// SEQMIX_GLA_FORWARD_OUTPUT is "direct" or "staged" when first asked, or a caller set it.
 GlaForwardOutput gla_forward_output();
 void gla_set_forward_output(GlaForwardOutput output);
 

@@ -56,9 +56,7 @@ GlaForwardWalkers& current_forward_walkers() {
 
 GlaForwardOutput& current_forward_output() {
   static GlaForwardOutput output = choice_from_environment(
-      "SEQMIX_GLA_FORWARD_OUTPUT", {{"direct", GlaForwardOutput::direct},
-                              {"staged", GlaForwardOutput::staged},
-                              {"warp_staged", GlaForwardOutput::warp_staged}},
+      "SEQMIX_GLA_FORWARD_OUTPUT", {{"direct", GlaForwardOutput::direct}, {"staged", GlaForwardOutput::staged}},
       kDefaultForwardOutput);
   return output;
 }
