@@ -10,6 +10,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "seqmix/common.hpp"
 #include "seqmix/tensor.hpp"
@@ -29,15 +30,27 @@ struct GlaInputs {
   Tensor g;                              // [B, T, H, K] log decays (≤ 0)
   std::optional<Tensor> initial_state;   // [N, H, K, V]
   std::optional<Tensor> cu_seqlens;      // [N + 1] int32/int64 offsets (CPU), B must be 1
+  // Backward only, CUDA only: the chunk states a forward on these same inputs saved
+  // (GlaOutputs::chunk_states). The backward reads them instead of recomputing them.
+  std::optional<Tensor> chunk_states;
 };
 
 struct GlaOutputs {
   Tensor o;                              // [B, T, H, V], dtype of q
   std::optional<Tensor> final_state;     // [N, H, K, V], the state after each sequence's last token
+  // CUDA only: the state entering every 64-token chunk, [N, H, C, K, V] contiguous in q's
+  // dtype (C = gla_chunk_states_shape), for a backward on the same inputs. A training
+  // forward keeps it; it costs a few percent of the forward and saves the backward a walk
+  // over the sequence.
+  std::optional<Tensor> chunk_states;
 };
 
-// Forward. Writes o and, when given, final_state.
+// Forward. Writes o and, when given, final_state and chunk_states.
 void gla_forward(const GlaInputs& in, const GlaOutputs& out, const GlaOptions& options = {});
+
+// The shape of GlaOutputs::chunk_states for these inputs: {N, H, C, K, V}, C the chunks of
+// the longest sequence.
+std::vector<int64_t> gla_chunk_states_shape(const GlaInputs& in, const GlaOptions& options = {});
 
 struct GlaGrads {
   Tensor dq, dk, dv, dg;                 // shapes and dtype of q, k, v, g
@@ -45,7 +58,8 @@ struct GlaGrads {
 };
 
 // Backward: from do (and the gradient of the final state, optional) to the gradient of
-// every differentiable input. Recomputes the states from the inputs.
+// every differentiable input. Recomputes the states from the inputs, or reads the chunk
+// states of in.chunk_states.
 void gla_backward(const GlaInputs& in, const Tensor& d_o, const std::optional<Tensor>& d_final_state,
                   const GlaGrads& grads, const GlaOptions& options = {});
 

@@ -18,6 +18,31 @@ namespace {
 constexpr const char* kKeyLayout = "[B, T, H, K]";
 constexpr const char* kValueLayout = "[B, T, H, V]";
 constexpr const char* kStateLayout = "[N, H, K, V]";
+constexpr const char* kChunkStatesLayout = "[N, H, C, K, V]";
+constexpr int64_t kChunk = 64;  // tokens a chunk (the CUDA kernels' cuda::kGlaChunk)
+
+// C of the chunk-state table: the chunks of the longest sequence.
+int64_t max_chunks(const cpu::GlaProblem& p) {
+  int64_t chunks = 0;
+  for (const auto& sequence : p.sequences) chunks = std::max(chunks, (sequence.length + kChunk - 1) / kChunk);
+  return chunks;
+}
+
+std::vector<int64_t> chunk_states_shape(const cpu::GlaProblem& p) {
+  return {static_cast<int64_t>(p.sequences.size()), p.H, max_chunks(p), p.K, p.V};
+}
+
+// The chunk-state table (GlaOutputs::chunk_states), when given: CUDA inputs only, the shape
+// of chunk_states_shape, q's dtype, contiguous.
+void check_chunk_states(const core::Checker& check, const std::optional<Tensor>& t, const char* arg,
+                        const cpu::GlaProblem& p, const Tensor& q) {
+  if (!t) return;
+  if (!q.device.is_cuda()) check.fail(arg, "none with CPU inputs (only the CUDA kernels keep chunk states)", "a tensor");
+  check.view(*t, arg, 5, kChunkStatesLayout, q.device);
+  check.shape(*t, arg, chunk_states_shape(p), kChunkStatesLayout);
+  check.same_dtype(*t, arg, q.dtype, "q");
+  if (!t->is_contiguous()) check.fail(arg, "a contiguous tensor", "strides " + shape_str(t->strides));
+}
 
 // A [B, T, H, K] tensor shaped and typed like q.
 void check_like_q(const core::Checker& check, const Tensor& t, const char* arg, const Tensor& q) {
@@ -105,11 +130,11 @@ cuda::GlaParams cuda_params(const core::Checker& check, const cpu::GlaProblem& p
   if (p.sequences.size() > 65535 || p.H > 65535)
     check.fail("q", "at most 65535 sequences and heads on a CUDA device",
                std::to_string(p.sequences.size()) + " sequences, " + std::to_string(p.H) + " heads");
+  static_assert(kChunk == cuda::kGlaChunk, "the chunk-state table's C counts the kernels' chunks");
   cuda::GlaParams params;
   params.num_sequences = static_cast<int64_t>(p.sequences.size());
   params.T = p.T;
-  for (const auto& sequence : p.sequences)
-    params.max_chunks = std::max(params.max_chunks, (sequence.length + cuda::kGlaChunk - 1) / cuda::kGlaChunk);
+  params.max_chunks = max_chunks(p);
   params.cu_seqlens = in.cu_seqlens ? in.cu_seqlens->data : nullptr;
   params.cu_seqlens_int64 = in.cu_seqlens && in.cu_seqlens->dtype == DType::i64;
   params.H = p.H, params.K = p.K, params.V = p.V;
@@ -128,6 +153,7 @@ void cuda_forward(const core::Checker& check, const cpu::GlaProblem& p, const Gl
   cuda::GlaParams params = cuda_params(check, p, in, options);
   params.o = tokens(check, out.o, "o");
   params.final_state = cuda_state<float*>(check, out.final_state, "final_state");
+  params.saved_chunk_states = out.chunk_states ? out.chunk_states->data : nullptr;
   const cuda::DeviceGuard guard(in.q.device.index);
   if (in.q.dtype == DType::bf16) cuda::gla_forward<cuda::GlaDtype::bf16>(params);
   else cuda::gla_forward<cuda::GlaDtype::f16>(params);
@@ -143,6 +169,7 @@ void cuda_backward(const core::Checker& check, const cpu::GlaProblem& p, const G
   params.dg = tokens(check, grads.dg, "dg");
   params.d_final_state = cuda_state<const float*>(check, d_final_state, "d_final_state");
   params.d_initial_state = cuda_state<float*>(check, grads.d_initial_state, "d_initial_state");
+  params.saved_chunk_states = in.chunk_states ? in.chunk_states->data : nullptr;
   const cuda::DeviceGuard guard(in.q.device.index);
   if (in.q.dtype == DType::bf16) cuda::gla_backward<cuda::GlaDtype::bf16>(params);
   else cuda::gla_backward<cuda::GlaDtype::f16>(params);
@@ -160,6 +187,8 @@ void gla_forward(const GlaInputs& in, const GlaOutputs& out, const GlaOptions& o
   const auto problem = check_inputs(check, in, options);
   check_like_v(check, out.o, "o", in);
   check_state(check, out.final_state, "final_state", problem, in.q.device);
+  if (in.chunk_states) check.fail("chunk_states", "none in the forward's inputs (it is an output there)", "a tensor");
+  check_chunk_states(check, out.chunk_states, "chunk_states", problem, in.q);
   if (in.q.device.is_cuda()) {
 #ifdef SEQMIX_CUDA_GLA
     cuda_forward(check, problem, in, out, options);
@@ -170,6 +199,11 @@ void gla_forward(const GlaInputs& in, const GlaOutputs& out, const GlaOptions& o
   }
   const Impl impl = core::resolve_cpu_impl(check, options.impl, in.q);
   cpu::gla_forward(problem, in, out, impl);
+}
+
+std::vector<int64_t> gla_chunk_states_shape(const GlaInputs& in, const GlaOptions& options) {
+  const core::Checker check("seqmix.gla_chunk_states_shape");
+  return chunk_states_shape(check_inputs(check, in, options));
 }
 
 void gla_backward(const GlaInputs& in, const Tensor& d_o, const std::optional<Tensor>& d_final_state,
@@ -184,6 +218,7 @@ void gla_backward(const GlaInputs& in, const Tensor& d_o, const std::optional<Te
   check_like_q(check, grads.dg, "dg", in.q);
   check_presence(check, grads.d_initial_state, "d_initial_state", in.initial_state, "initial_state");
   check_state(check, grads.d_initial_state, "d_initial_state", problem, in.q.device);
+  check_chunk_states(check, in.chunk_states, "chunk_states", problem, in.q);
   if (in.q.device.is_cuda()) {
 #ifdef SEQMIX_CUDA_GLA
     cuda_backward(check, problem, in, d_o, d_final_state, grads, options);

@@ -274,6 +274,33 @@ TEST(GlaErrors, BackwardChecksEveryGradient) {
                       "argument 'd_initial_state': expected none (initial_state is not given), got a tensor");
 }
 
+// The chunk-state table (GlaOutputs::chunk_states, GlaInputs::chunk_states): its shape counts
+// the chunks of the longest sequence; only the CUDA kernels keep it, and a forward takes it
+// as an output only.
+TEST(GlaErrors, ChunkStatesAreCheckedAndShaped) {
+  HostTensor q = uniform({2, 130, 3, 4}, DType::f32), k = uniform({2, 130, 3, 4}, DType::f32),
+             v = uniform({2, 130, 3, 5}, DType::f32), g = uniform({2, 130, 3, 4}, DType::f32, -1, 0);
+  const GlaInputs in{q, k, v, g};
+  EXPECT_EQ(gla_chunk_states_shape(in), (std::vector<int64_t>{2, 3, 3, 4, 5}));
+  HostTensor q1 = uniform({1, 300, 1, 4}, DType::f32), k1 = uniform({1, 300, 1, 4}, DType::f32),
+             v1 = uniform({1, 300, 1, 2}, DType::f32), g1 = uniform({1, 300, 1, 4}, DType::f32, -1, 0);
+  HostTensor cu = offsets({0, 1, 129, 300});  // the longest sequence has 171 tokens: 3 chunks
+  EXPECT_EQ(gla_chunk_states_shape({q1, k1, v1, g1, std::nullopt, cu.view}), (std::vector<int64_t>{3, 1, 3, 4, 2}));
+
+  HostTensor o({2, 130, 3, 5}, DType::f32), table({2, 3, 3, 4, 5}, DType::f32);
+  EXPECT_SEQMIX_ERROR(gla_forward(in, {o.view, std::nullopt, table.view}),
+                      "seqmix.chunk_gla: argument 'chunk_states': expected none with CPU inputs (only the CUDA "
+                      "kernels keep chunk states), got a tensor");
+  GlaInputs with_table = in;
+  with_table.chunk_states = table.view;
+  EXPECT_SEQMIX_ERROR(gla_forward(with_table, {o.view}),
+                      "argument 'chunk_states': expected none in the forward's inputs (it is an output there)");
+  HostTensor d_o = uniform({2, 130, 3, 5}, DType::f32), dq({2, 130, 3, 4}, DType::f32),
+             dk({2, 130, 3, 4}, DType::f32), dv({2, 130, 3, 5}, DType::f32), dg({2, 130, 3, 4}, DType::f32);
+  EXPECT_SEQMIX_ERROR(gla_backward(with_table, d_o, std::nullopt, {dq, dk, dv, dg}),
+                      "seqmix.chunk_gla_backward: argument 'chunk_states': expected none with CPU inputs");
+}
+
 TEST(GlaErrors, CuSeqlensIsValidated) {
   HostTensor q = uniform({1, 10, 1, 2}, DType::f32), k = uniform({1, 10, 1, 2}, DType::f32),
              v = uniform({1, 10, 1, 2}, DType::f32), g = uniform({1, 10, 1, 2}, DType::f32, -1, 0);

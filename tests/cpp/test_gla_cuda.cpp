@@ -124,14 +124,6 @@ struct BackwardStateStages {
   ~BackwardStateStages() { cuda::gla_set_backward_state_stages(before); }
 };
 
-// Turns the forward's saved chunk states on for one test (params.hpp gla_saved_states), and
-// restores the choice (turning it off releases the kept table).
-struct SavedStates {
-  bool before = cuda::gla_saved_states();
-  explicit SavedStates(bool on) { cuda::gla_set_saved_states(on); }
-  ~SavedStates() { cuda::gla_set_saved_states(before); }
-};
-
 // The oracle's forward of one case's inputs, and the device's (by the forms selected) checked
 // against it.
 struct ForwardCheck {
@@ -234,8 +226,9 @@ TEST_P(GlaCuda, ForwardStagedOutputMatchesOracle) {
 // oracle's backward, by the backward diagonal selected; the final state's gradient is given
 // in the cases with an initial state.
 // forward_first: the device forward runs first on the same inputs (its o and final state
-// checked against the oracle too), and the backward's launches are returned (profiled), so a
-// test can see whether it walked its own chunk states.
+// checked against the oracle too) and saves its chunk states into a poisoned table, which the
+// backward reads; the backward's launches are returned (profiled), so a test can see whether
+// it walked its own chunk states.
 std::vector<std::string> backward_matches_oracle(const GpuGlaCase& c, bool forward_first = false) {
   const GlaCaseInputs in(c);
   const auto &key_shape = in.key_shape, &value_shape = in.value_shape, &state_shape = in.state_shape;
@@ -257,17 +250,21 @@ std::vector<std::string> backward_matches_oracle(const GpuGlaCase& c, bool forwa
   GlaGrads grads{dev_dq.view, dev_dk.view, dev_dv.view, dev_dg.view};
   if (c.with_state) grads.d_initial_state = dev_dh0.view;
   const double tol = tolerance(c.dtype);
+  GlaInputs device_in = in.inputs(true);
+  HostTensor chunk_states = poisoned(gla_chunk_states_shape(device_in), c.dtype);
+  DeviceTensor dev_chunk_states(chunk_states);
   if (forward_first) {
     HostTensor o_ref(value_shape, c.dtype), hT_ref(state_shape, DType::f32);
     gla_forward(in.inputs(false), {o_ref.view, hT_ref.view}, in.options(Impl::reference));
     HostTensor o = poisoned(value_shape, c.dtype), hT = poisoned(state_shape, DType::f32);
     DeviceTensor dev_o(o), dev_hT(hT);
-    gla_forward(in.inputs(true), {dev_o.view, dev_hT.view}, in.options(Impl::automatic));
+    gla_forward(device_in, {dev_o.view, dev_hT.view, dev_chunk_states.view}, in.options(Impl::automatic));
     EXPECT_LT(rel_err(dev_o.values(o), o_ref.values()), tol) << "o";
     EXPECT_LT(rel_err(dev_hT.values(hT), hT_ref.values()), tol) << "final state";
+    device_in.chunk_states = dev_chunk_states.view;
     cuda::gla_profile_start();
   }
-  gla_backward(in.inputs(true), dev_do.view, device_dhT, grads, in.options(Impl::automatic));
+  gla_backward(device_in, dev_do.view, device_dhT, grads, in.options(Impl::automatic));
   std::vector<std::string> launches;
   if (forward_first)
     for (const auto& l : cuda::gla_profile_stop().launches) launches.push_back(l.kernel);
@@ -329,12 +326,11 @@ TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
   backward_matches_oracle(GetParam());
 }
 
-// The forward saving every chunk's entering state and the backward reading it instead of its
-// chunk-state pass (params.hpp gla_saved_states; the default forms otherwise): o, the final
-// state and every gradient against the oracle, and no chunk-state launch in the backward.
+// The forward saving every chunk's entering state (GlaOutputs::chunk_states) and the backward
+// reading it instead of its chunk-state pass: o, the final state and every gradient against
+// the oracle, and no chunk-state launch in the backward.
 TEST_P(GlaCuda, SavedStatesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const SavedStates saved(true);
   const std::vector<std::string> launches = backward_matches_oracle(GetParam(), true);
   EXPECT_FALSE(launches.empty());
   for (const std::string& kernel : launches) EXPECT_NE(kernel, "gla chunk states") << "the backward walked its states";
@@ -427,6 +423,26 @@ TEST(GlaCudaErrors, UnsupportedInputsAreRefused) {
   unaligned_grad.data = static_cast<char*>(gq.data) + 2;
   EXPECT_SEQMIX_ERROR(gla_backward({gq, gq, gv, gq}, gv, std::nullopt, {gq, unaligned_grad, gv, gq}),
                       "argument 'dk': expected 16-byte aligned data and strides");
+
+  // The chunk-state table: [N, H, C, K, V] in q's dtype, contiguous.
+  HostTensor table({1, 1, 1, 128, 128}, DType::bf16), table_long({1, 1, 2, 128, 128}, DType::bf16),
+      table_f16({1, 1, 1, 128, 128}, DType::f16);
+  const Tensor gtable = on_gpu(table), glong = on_gpu(table_long), gf16 = on_gpu(table_f16);
+  EXPECT_SEQMIX_ERROR(gla_forward({gq, gq, gv, gq}, {gv, std::nullopt, glong}),
+                      "argument 'chunk_states': expected shape [1, 1, 1, 128, 128] [N, H, C, K, V], got [1, 1, 2, 128, 128]");
+  EXPECT_SEQMIX_ERROR(gla_forward({gq, gq, gv, gq}, {gv, std::nullopt, gf16}),
+                      "argument 'chunk_states': expected dtype bf16 (the dtype of q), got f16");
+  Tensor transposed = gtable;
+  transposed.strides = {128 * 128, 128 * 128, 128 * 128, 1, 128};
+  GlaInputs with_table{gq, gq, gv, gq};
+  with_table.chunk_states = transposed;
+  EXPECT_SEQMIX_ERROR(gla_backward(with_table, gv, std::nullopt, {gq, gq, gv, gq}),
+                      "argument 'chunk_states': expected stride 1 in the last dimension");
+  Tensor padded_rows = gtable;
+  padded_rows.strides = {128 * 256, 128 * 256, 128 * 256, 256, 1};
+  with_table.chunk_states = padded_rows;
+  EXPECT_SEQMIX_ERROR(gla_backward(with_table, gv, std::nullopt, {gq, gq, gv, gq}),
+                      "argument 'chunk_states': expected a contiguous tensor");
 }
 
 // Forward and forward + backward times at the benchmark shapes (H 16, K = V = 128, bf16;

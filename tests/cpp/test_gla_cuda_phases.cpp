@@ -99,10 +99,15 @@ struct TimingInputs {
         d_dk(dk), d_dv(dv), d_dg(dg) {
     options.scale = 1.0 / std::sqrt(static_cast<double>(K));
   }
-  void forward() { gla_forward({d_q, d_k, d_v, d_g}, {d_o.view, d_hT.view}, options); }
-  void backward() {
-    gla_backward({d_q, d_k, d_v, d_g}, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view},
-                 options);
+  GlaInputs inputs() const { return {d_q, d_k, d_v, d_g}; }
+  // chunk_states: the forward saves its chunk states there, the backward reads them.
+  void forward(const std::optional<Tensor>& chunk_states = std::nullopt) {
+    gla_forward(inputs(), {d_o.view, d_hT.view, chunk_states}, options);
+  }
+  void backward(const std::optional<Tensor>& chunk_states = std::nullopt) {
+    GlaInputs in = inputs();
+    in.chunk_states = chunk_states;
+    gla_backward(in, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view}, options);
   }
 };
 
@@ -346,22 +351,24 @@ void compare_forward_output(int64_t B, int64_t T) {
                                                 {cuda::GlaForwardOutput::staged, "staged"}, true);
 }
 
-// Forward+backward with the chunk-state pass (saved states off) and with the forward's saved
-// chunk states (on; params.hpp gla_saved_states), side by side on the same inputs, alternated
+// Forward+backward with the chunk-state pass (no table: off) and with the forward's saved
+// chunk states (GlaOutputs::chunk_states: on), side by side on the same inputs, alternated
 // off on off on: medians of 20 event-timed forward+backward runs and of 20 forwards after 3
 // warm-ups, then one profiled forward+backward each (launches). Asserts that o and the
 // gradients agree within the bf16 bound and that the saved run launched no chunk-state pass.
 void compare_saved_states(int64_t B, int64_t T) {
   TimingInputs in(B, T);
-  auto forward = [&] { in.forward(); };
-  auto forward_backward = [&] { in.forward(), in.backward(); };
-  const Chosen saved(cuda::gla_saved_states, cuda::gla_set_saved_states, false);
+  DeviceTensor table(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
+  bool on = false;
+  auto chunk_states = [&] { return on ? std::optional<Tensor>(table.view) : std::nullopt; };
+  auto forward = [&] { in.forward(chunk_states()); };
+  auto forward_backward = [&] { in.forward(chunk_states()), in.backward(chunk_states()); };
   std::printf("gla B%lld T%lld H16 K128 V128 bf16 by saved chunk states, medians of 20:\n",
               static_cast<long long>(B), static_cast<long long>(T));
   std::vector<double> off_o, off_dq, off_dk, off_dv, off_dg;
   for (int round = 0; round < 2; ++round)
-    for (const bool on : {false, true}) {
-      cuda::gla_set_saved_states(on);
+    for (const bool saving : {false, true}) {
+      on = saving;
       const float both = median_ms(forward_backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
       const float fwd = median_ms(forward, {.reps = 20, .warmups = 3, .flush_l2 = false});
       std::printf("  saved states %-3s: forward+backward %.4f ms, forward %.4f ms\n", on ? "on" : "off", both, fwd);

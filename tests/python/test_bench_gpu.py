@@ -252,6 +252,35 @@ def test_attention_cases_time_every_direction_on_cpu(torch):
     assert len(attention.cases(quick=False)) == 36 + 10
 
 
+def test_gla_case_times_inference_without_grad_and_training_with_it(torch):
+    """GLA's case times the forward twice: "infer" under torch.no_grad() (graph replays too)
+    and "fwd" with autograd recording, where seqmix's training forward keeps chunk states."""
+    import dataclasses
+
+    from seqmix.bench.gpu import gla
+
+    case = gla.gla_case(2, 70, 2, 16, 16, device="cpu", dtype=torch.float32)
+    seen = []
+    methods = []
+    for m in case.methods:
+        def run(x, run=m.run, name=m.name):
+            seen.append((name, torch.is_grad_enabled()))
+            return run(x)
+        methods.append(dataclasses.replace(m, run=run))
+    case = dataclasses.replace(case, methods=methods)
+    timer = WallTimer()
+    rows = {(r.method, r.direction): r for r in run_cases(torch, [case], timer=timer)}
+    assert case.directions == ("infer", "fwd", "fwd+bwd")
+    assert rows[("seqmix", "infer")].status == "ok" and rows[("seqmix", "infer")].max_rel_err < 1e-4
+    assert rows[("seqmix", "infer")].ms_graph is not None and rows[("seqmix", "fwd")].ms_graph is not None
+    assert rows[("seqmix", "fwd+bwd")].status == "ok"
+    modes = {mode for name, mode in seen if name == "seqmix"}
+    assert modes == {False, True}
+    # The first call of each direction: infer first, without grad; then fwd with it.
+    first = [mode for name, mode in seen if name == "seqmix"][0]
+    assert first is False
+
+
 def test_run_case_on_cpu_fills_every_row(gs, torch):
     cases = [gs.scan_case(3, 50, 272, device="cpu"), gs.layer_case(3, 40, d=32, dv=8, device="cpu")]
     rows = run_cases(torch, cases)

@@ -119,3 +119,43 @@ def test_torch_compile_fullgraph_backward_on_cuda(torch):
     compiled = gradients(torch.compile(loss, fullgraph=True, backend="aot_eager"))
     for a, b in zip(compiled, gradients(loss)):
         assert rel_err(a, b) < 1e-6
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
+    """A fixed-length forward that autograd will differentiate keeps the state entering every
+    chunk (the first is the initial state, rounded), and the backward reading that table
+    matches both the oracle and the backward that recomputes the states."""
+    import seqmix
+    from seqmix._ops import gla as ops
+    from seqmix.torch._common import XP
+
+    dt = getattr(torch, dtype)
+    B, T, H, K, V = 2, 300, 2, 128, 64
+    gen = torch.Generator().manual_seed(5)
+    q, k = (torch.randn(B, T, H, K, generator=gen, dtype=torch.float64) * K**-0.25 for _ in range(2))
+    v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
+    g = -torch.rand(B, T, H, K, generator=gen, dtype=torch.float64)
+    h0 = torch.randn(B, H, K, V, generator=gen)
+    do = torch.randn(B, T, H, V, generator=gen).to(dt)
+    stored = [x.to(dt) for x in (q, k, v, g)]
+
+    def gradients(device, impl):
+        leaves = [x.to(device).requires_grad_() for x in stored] + [h0.to(device).requires_grad_()]
+        o, _ = seqmix.chunk_gla(*leaves[:4], initial_state=leaves[4], impl=impl)
+        o.backward(do.to(device))
+        return [x.grad.cpu() for x in leaves]
+
+    got, want = gradients("cuda", "automatic"), gradients("cpu", "reference")
+    for name, a, b in zip(("dq", "dk", "dv", "dg", "d_initial_state"), got, want):
+        assert rel_err(a, b) < TOLERANCE[dtype], name
+
+    args = [x.cuda() for x in stored] + [h0.cuda(), None, K**-0.5, "automatic"]
+    _, _, table = ops.forward(XP, *args, save_states=True)
+    assert table.shape == (B, H, 5, K, V) and table.dtype == dt
+    assert torch.equal(table[:, :, 0].cpu(), h0.to(dt))
+    backward_args = args[:6] + [do.cuda(), None, K**-0.5, "automatic"]
+    saved = ops.backward(XP, *backward_args, chunk_states=table)
+    walked = ops.backward(XP, *backward_args)
+    for name, a, b in zip(("dq", "dk", "dv", "dg", "d_initial_state"), saved, walked):
+        assert rel_err(a.cpu(), b.cpu()) < TOLERANCE[dtype], name

@@ -975,12 +975,15 @@ inline size_t state_table_bytes(const GlaParams& p) {
   return static_cast<size_t>(p.num_sequences * p.H * p.max_chunks * p.K * p.V) * 2;  // 16-bit elements
 }
 
-// Scratch: the two state tables, the segment tables when the state pass is split, then the
-// key blocks' partials of dv (K = 256).
+// State tables in the scratch: dL/dS, and the chunk states unless the forward saved them.
+inline int scratch_state_tables(const GlaParams& p) { return p.saved_chunk_states ? 1 : 2; }
+
+// Scratch: the state tables, the segment tables when the state pass is split, then the key
+// blocks' partials of dv (K = 256).
 inline size_t backward_scratch_bytes(GlaParams p) {
   p.key_blocks = p.K == 256 ? 2 : 1;
   plan_segments(p, p.V / (p.V % 128 == 0 ? 128 : 64) * p.key_blocks);
-  return 2 * state_table_bytes(p) + segment_table_floats(p) * sizeof(float) + partial_bytes(p);
+  return scratch_state_tables(p) * state_table_bytes(p) + segment_table_floats(p) * sizeof(float) + partial_bytes(p);
 }
 
 template <class Kernel>
@@ -1016,25 +1019,22 @@ void launch_backward(GlaParams p) {
   p.key_blocks = p.K / KD;
   plan_segments(p, column_blocks<VB>(p));
   const size_t table = state_table_bytes(p), segment_bytes = segment_table_floats(p) * sizeof(float);
-  const size_t bytes = 2 * table + segment_bytes + partial_bytes(p);
+  const size_t tables = scratch_state_tables(p) * table;
+  const size_t bytes = tables + segment_bytes + partial_bytes(p);
   void* scratch = p.scratch;
   const bool owned = scratch == nullptr || p.scratch_bytes < bytes;
   if (owned) check(cudaMallocAsync(&scratch, bytes, stream), "gla backward workspace");
   auto* base = static_cast<unsigned char*>(scratch);
-  p.chunk_states = base;
-  p.chunk_state_grads = base + table;
-  p.workspace = p.segments > 1 ? reinterpret_cast<float*>(base + 2 * table) : nullptr;
-  if (p.key_blocks > 1) use_partial(p, base + 2 * table + segment_bytes, stream);
+  p.chunk_state_grads = base;
+  p.chunk_states = p.saved_chunk_states ? p.saved_chunk_states : base + table;
+  p.workspace = p.segments > 1 ? reinterpret_cast<float*>(base + tables) : nullptr;
+  if (p.key_blocks > 1) use_partial(p, base + tables + segment_bytes, stream);
 
-  // The forward's saved chunk states when it left them (params.hpp gla_saved_states), else the
-  // chunk-state pass. The split's segment tables are still made: the dL/dS walk's chain reads
-  // their decays.
-  void* const saved = !gla_saved_states()    ? nullptr
-                      : p.saved_chunk_states ? p.saved_chunk_states
-                                             : gla_find_saved_states(p);
+  // The forward's saved chunk states when the caller kept them (GlaParams::saved_chunk_states),
+  // else the chunk-state pass. The split's segment tables are still made: the dL/dS walk's
+  // chain reads their decays.
   if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
-  if (saved) p.chunk_states = saved;
-  else launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
+  if (!p.saved_chunk_states) launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
 
   if (gla_backward_state_stages() == 3) state_gradients<E, KD, VB, 3>(p, stream);
   else state_gradients<E, KD, VB, 2>(p, stream);

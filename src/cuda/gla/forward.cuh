@@ -782,7 +782,9 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // (StateTile, chunk_output).
 // kPairedWalk (with kQuads only): the walkers paired_decay_operands instead of decay_operands.
 // kSaveStates (outputs pass only): also store each chunk's entering state into p.chunk_states,
-// as the chunk_states pass does, so that the backward need not walk its own (NOTES.md v16).
+// as the chunk_states pass does, so that the backward need not walk its own (NOTES.md v16,
+// v19): the state's operand tile (s.state, the same rounding) leaves by bulk copies, a row a
+// thread, issued after the barrier behind the tile and read before the next step's barrier.
 // kStagedOutput (outputs pass with the tensor-core diagonal, no key blocks): a whole chunk's o
 // leaves through the staging boxes and one thread's tensor copies through o_map (box 64
 // columns × 64 rows), issued after the next step's first barrier and read before its walkers
@@ -794,6 +796,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
   static_assert(kOutput || !kSaveStates, "the chunk_states pass stores its states anyway");
+  static_assert(kStagedOutput || !kSaveStates, "the saved states leave by the copy engine, as staged o does");
   static_assert(kQuads || !kPairedWalk, "the paired walkers form the quads' operands");
   static_assert(kQuads || !kStagedOutput, "the staging boxes are released at the quad diagonal's barrier");
   // The kernel has no static shared memory, so the dynamic block starts the CTA's shared
@@ -860,6 +863,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
     const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
     const bool more = chunk + 1 < plan.end_chunk;
+    if constexpr (kSaveStates) {
+      if (tid < KD) tma::bulk_wait_read();  // the last step's state row: s.state is rewritten below
+    }
     copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
     phases.mark(kGlaPhaseLoadWait);
@@ -878,6 +884,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kPairedWalk) paired_decay_operands(s, tid);
       else decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
       S.store_operand(s.state);
+      if constexpr (kSaveStates) fence_async_shared();  // the state rows' copies follow the barrier
     } else {
       if (more) {  // into the stage the last step read
         issue_decay_loads(chunk + 1, stage ^ 1);
@@ -888,6 +895,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // g is free: the next chunk's decays stream in from here
     phases.mark(kGlaPhaseDecays);
+    if constexpr (kSaveStates) {
+      if (tid < KD) {
+        const int64_t slot = (plan.n * p.H + h) * p.max_chunks + chunk;
+        E* const row = static_cast<E*>(p.chunk_states) + kb.state(p, slot) + tid * p.V;
+        tma::store_bytes(row, s.state + tid * PV, VB * sizeof(E));
+        tma::bulk_commit();
+      }
+    }
     if constexpr (kOutput) {
       if (more) issue_decay_loads(chunk + 1, 0);
       if constexpr (kQuads) quad_pair_scores(s, warp, lane);
@@ -917,7 +932,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
     }
-    if constexpr (kPass == Pass::chunk_states || kSaveStates) {
+    if constexpr (kPass == Pass::chunk_states) {
       const int64_t slot = (plan.n * p.H + h) * p.max_chunks + chunk;
       S.store_rounded(static_cast<E*>(p.chunk_states) + kb.state(p, slot), p.V);
     }
@@ -930,6 +945,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();
       if (tid == 0) copy_staged(), tma::bulk_wait_read();
     }
+  }
+  if constexpr (kSaveStates) {
+    if (tid < KD) tma::bulk_wait_read();  // the shared memory must outlive the copies' reads
   }
   if constexpr (kOutput) {
     if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);

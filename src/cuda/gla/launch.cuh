@@ -144,8 +144,8 @@ void launch_walk(GlaParams p, cudaStream_t stream, const CUtensorMap& o_map = CU
                   static_cast<unsigned>(p.num_sequences * p.segments));
   p.phase_cycles = profile_counters();
   timed_launch(stream,
-               kStagedOutput                 ? "gla forward (paired walkers, staged output)"
-               : kSaveStates                 ? "gla forward (paired walkers, chunk states saved)"
+               kSaveStates                   ? "gla forward (staged output, chunk states saved)"
+               : kStagedOutput               ? "gla forward (paired walkers, staged output)"
                : kPairedWalk                 ? "gla forward (tensor-core diagonal, paired walkers)"
                : kQuads                      ? "gla forward (tensor-core diagonal)"
                : kPass == Pass::outputs      ? "gla forward"
@@ -168,37 +168,31 @@ void launch_pass(const GlaParams& p, cudaStream_t stream) {
 // The outputs pass, forming A's diagonal sub-chunks as gla_forward_diagonal says (params.hpp).
 // The paired walkers (gla_forward_walkers) only with the tensor-core diagonal and the tall
 // tiling, the defaults: one more kernel a shape and dtype.
-// With p.chunk_states set (the saved states, launch_forward), the default outputs pass also
-// stores every chunk's entering state; the other forms are followed by the chunk-state pass
-// (the same table, the same cost as the backward's: correct, not faster).
 // The default form writes o through the staging boxes (gla_forward_output) where there are no
-// key blocks (their float partials are summed after) and the copy engine can write o.
+// key blocks (their float partials are summed after) and the copy engine can write o. With
+// p.chunk_states set (GlaParams::saved_chunk_states) that form also copies out every chunk's
+// entering state; the other forms are followed by the chunk-state pass (the same table, the
+// same cost as the backward's: correct, not faster).
 template <class E, int KD, int VB>
 void launch_outputs(GlaParams p, cudaStream_t stream) {
   const bool save = p.chunk_states != nullptr;
   if (gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores) {
     if (gla_forward_walkers() == GlaForwardWalkers::paired && gla_forward_tiling() == GlaForwardTiling::tall) {
-      if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true>(p, stream);
       if (gla_forward_output() == GlaForwardOutput::staged && p.key_blocks == 1) {
-        if (const std::optional<CUtensorMap> o_map = output_map<E>(p))
+        if (const std::optional<CUtensorMap> o_map = output_map<E>(p)) {
+          if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true, true>(p, stream, *o_map);
           return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true>(p, stream, *o_map);
+        }
       }
-      return launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
+      launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
+      if (save) launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
+      return;
     }
     launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
   } else {
     launch_pass<E, KD, VB, Pass::outputs>(p, stream);
   }
   if (save) launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
-}
-
-// The table the forward saves its chunk states into when gla_saved_states() is on: the
-// caller's, else one kept for the next backward on the same inputs (params.hpp); nullptr off.
-inline void* saved_states_table(const GlaParams& p) {
-  if (!gla_saved_states()) return nullptr;
-  if (p.saved_chunk_states) return p.saved_chunk_states;
-  const size_t bytes = static_cast<size_t>(p.num_sequences * p.H * p.max_chunks * p.K * p.V) * 2;  // 16-bit
-  return gla_keep_saved_states(p, bytes);
 }
 
 // Floats of the segment tables in p.workspace: states, then decays.
@@ -278,7 +272,7 @@ void launch_forward(GlaParams p) {
   auto* const base = static_cast<unsigned char*>(workspace);
   p.workspace = p.segments > 1 ? reinterpret_cast<float*>(base) : nullptr;
   if (p.key_blocks > 1) use_partial(p, base + table_bytes + piece_bytes, stream);
-  p.chunk_states = saved_states_table(p);
+  p.chunk_states = p.saved_chunk_states;
   if (in_pieces) piece_entering_states<E, KD, VB>(p, pieces, reinterpret_cast<float*>(base + table_bytes), stream);
   else if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
   launch_outputs<E, KD, VB>(p, stream);

@@ -57,10 +57,10 @@ struct GlaParams {
   void* chunk_states = nullptr;
   void* chunk_state_grads = nullptr;
 
-  // Forward and backward, honoured only while gla_saved_states() is on: the state entering
-  // every chunk, rounded to the input type, [N, H, max_chunks, K, V] (the backward's
-  // chunk_states layout). The forward's outputs pass writes it; a backward on the same
-  // inputs then reads it instead of walking its chunk-state pass. nullptr: none.
+  // The state entering every chunk, rounded to the input type, [N, H, max_chunks, K, V]
+  // contiguous (the backward's chunk_states layout), or nullptr. Forward: written as well as
+  // o (the default outputs pass copies its state operand out; NOTES.md v19). Backward: read
+  // instead of walking the chunk-state pass; it must be the forward's on these same inputs.
   void* saved_chunk_states = nullptr;
 };
 
@@ -192,26 +192,6 @@ inline constexpr int kDefaultBackwardStateStages = 2;
 // SEQMIX_GLA_BACKWARD_STATE_STAGES is "2" or "3" when first asked, or a caller set it.
 int gla_backward_state_stages();
 void gla_set_backward_state_stages(int stages);
-
-// Whether the forward saves every chunk's entering state for the backward (NOTES.md v16):
-// off by default until measured faster on the H100. On: the forward writes
-// GlaParams::saved_chunk_states (or, when the caller gave none, a table it keeps for the next
-// backward on the same input pointers, strides, sequences and stream: a developer path to
-// measure the fusion through the unchanged public API, which does not know whether q, k, v,
-// g or the initial state were written in between); the backward reads it and skips its
-// chunk-state pass. Process-wide, from SEQMIX_GLA_SAVED_STATES ("off" or "on") when first
-// asked, or a caller set it.
-bool gla_saved_states();
-void gla_set_saved_states(bool on);
-
-// The developer path's kept table (walk.cu): bytes of device memory, allocated on `stream`,
-// for a forward with these parameters, replacing (and releasing) any earlier one.
-void* gla_keep_saved_states(const GlaParams& p, size_t bytes);
-// The kept table if it was written by a forward with the same inputs as p (pointers, strides,
-// shapes, sequences, initial state, stream), else nullptr. The table stays kept until the next
-// forward replaces it or gla_release_saved_states.
-void* gla_find_saved_states(const GlaParams& p);
-void gla_release_saved_states();
 
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:

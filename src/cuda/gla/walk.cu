@@ -1,10 +1,7 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
 // walk and tail, the stages of its dL/dS walk, the forward walks' tiling, the outputs pass's
 // walkers and output path, and the forward's pass 1 in pieces (params.hpp).
-#include <cuda_runtime.h>
-
 #include "cuda/common/environment.hpp"
-#include "cuda/common/runtime.cuh"
 #include "cuda/gla/params.hpp"
 
 namespace seqmix::cuda {
@@ -73,61 +70,7 @@ bool& current_pieces() {
   return on;
 }
 
-// Off unless SEQMIX_GLA_SAVED_STATES=on.
-bool& current_saved_states() {
-  static bool on = choice_from_environment<bool>("SEQMIX_GLA_SAVED_STATES", {{"off", false}, {"on", true}}, false);
-  return on;
-}
-
-// What identifies the forward that wrote the kept table: its inputs' addresses and layouts.
-bool same_tokens(const GlaTokens& a, const GlaTokens& b) {
-  return a.data == b.data && a.stride_batch == b.stride_batch && a.stride_time == b.stride_time &&
-         a.stride_head == b.stride_head;
-}
-
-bool same_inputs(const GlaParams& a, const GlaParams& b) {
-  return a.num_sequences == b.num_sequences && a.T == b.T && a.cu_seqlens == b.cu_seqlens &&
-         a.cu_seqlens_int64 == b.cu_seqlens_int64 && a.max_chunks == b.max_chunks && a.H == b.H && a.K == b.K &&
-         a.V == b.V && a.initial_state == b.initial_state && a.stream == b.stream && same_tokens(a.q, b.q) &&
-         same_tokens(a.k, b.k) && same_tokens(a.v, b.v) && same_tokens(a.g, b.g);
-}
-
-struct KeptStates {
-  GlaParams owner;
-  void* table = nullptr;
-};
-
-KeptStates& kept_states() {
-  static KeptStates kept;
-  return kept;
-}
-
 }  // namespace
-
-bool gla_saved_states() { return current_saved_states(); }
-void gla_set_saved_states(bool on) {
-  current_saved_states() = on;
-  if (!on) gla_release_saved_states();
-}
-
-void* gla_keep_saved_states(const GlaParams& p, size_t bytes) {
-  gla_release_saved_states();
-  KeptStates& kept = kept_states();
-  check(cudaMallocAsync(&kept.table, bytes, static_cast<cudaStream_t>(p.stream)), "gla saved chunk states");
-  kept.owner = p;
-  return kept.table;
-}
-
-void* gla_find_saved_states(const GlaParams& p) {
-  const KeptStates& kept = kept_states();
-  return kept.table && same_inputs(kept.owner, p) ? kept.table : nullptr;
-}
-
-void gla_release_saved_states() {
-  KeptStates& kept = kept_states();
-  if (kept.table) check(cudaFreeAsync(kept.table, static_cast<cudaStream_t>(kept.owner.stream)), "gla saved chunk states");
-  kept.table = nullptr;
-}
 
 bool gla_forward_pieces() { return current_pieces(); }
 void gla_set_forward_pieces(bool on) { current_pieces() = on; }

@@ -2,8 +2,9 @@
 
 A Case is one op at one shape. It builds its inputs on demand (so only one case's
 tensors live at a time) and offers Methods: seqmix and its baselines, all run on the
-same inputs. Each method is timed per direction ("fwd", "bwd", "fwd+bwd") into a Row;
-the forward is also timed as CUDA-graph replays (GRAPH_DIRECTIONS).
+same inputs. Each method is timed per direction ("fwd", "bwd", "fwd+bwd", and for cases
+that ask for it "infer") into a Row; the forwards are also timed as CUDA-graph replays
+(GRAPH_DIRECTIONS).
 """
 
 from __future__ import annotations
@@ -13,9 +14,13 @@ import math
 from typing import Any, Callable, Optional
 
 DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
-# Directions also timed as CUDA-graph replays: the forward only (replaying a backward
+# "fwd" is the training forward (autograd records its graph, and an op may keep tensors for
+# its backward); "infer" the same call under torch.no_grad(), as inference runs it. A case
+# whose ops differ between the two (GLA's training forward keeps its chunk states) lists both.
+FORWARD_DIRECTIONS = ("fwd", "infer")
+# Directions also timed as CUDA-graph replays: the forwards only (replaying a backward
 # through autograd is out of scope).
-GRAPH_DIRECTIONS = ("fwd",)
+GRAPH_DIRECTIONS = FORWARD_DIRECTIONS
 
 
 @dataclasses.dataclass

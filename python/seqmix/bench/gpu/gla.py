@@ -58,6 +58,9 @@ NOTES = (
     "Bytes that must move for GLA's forward: q, k, g, v read and o written once, 2·B·T·H·(3K + 2V); the "
     "backward reads those and do, and writes dq, dk, dv, dg: 2·B·T·H·(7K + 4V) in all. Every method is "
     "given GLA's bytes, so GB/s and % put the times on one scale.",
+    "Directions: **infer** the forward under `torch.no_grad()`; **fwd** the training forward (inputs "
+    "requiring grad), in which seqmix also keeps the state entering every 64-token chunk for the backward "
+    "(fla's forward writes its chunk states in both); **fwd+bwd** a training step.",
     f"max rel err: ‖o − ref‖/‖ref‖ on the first sequence's first {REFERENCE_HEADS} heads and first "
     f"{REFERENCE_TOKENS} tokens against a float64 token-by-token loop on the same bf16 inputs "
     "(causal attention: against float64 attention on the same slice).",
@@ -67,10 +70,11 @@ NOTES = (
 def gla_bytes(B, T, H, K, V, itemsize=2) -> dict:
     fwd = itemsize * B * T * H * (3 * K + 2 * V)
     bwd = itemsize * B * T * H * (7 * K + 4 * V)
-    return {"fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}
+    return {"infer": fwd, "fwd": fwd, "bwd": bwd, "fwd+bwd": fwd + bwd}
 
 
-def gla_case(B, T, H, K, V, device="cuda", dtype=torch.bfloat16, seed=0, directions=("fwd", "fwd+bwd")) -> Case:
+def gla_case(B, T, H, K, V, device="cuda", dtype=torch.bfloat16, seed=0,
+             directions=("infer", "fwd", "fwd+bwd")) -> Case:
     """chunk_gla on [B, T, H, K/V]: seqmix, fla and causal attention."""
     n_tokens, n_heads = min(T, REFERENCE_TOKENS), min(H, REFERENCE_HEADS)
     scale = K ** -0.5

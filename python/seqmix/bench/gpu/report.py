@@ -116,7 +116,7 @@ def header(res: dict) -> list:
               "of scope) where the event timing passed its check, the last replay's output checked against the "
               "same reference, and '-' with the reason in the status where a method cannot be captured or its "
               "replays differ. **fwd** is the training forward (autograd "
-              "graph recorded); **bwd** times `torch.autograd.backward(y, dy)` alone (graph built once and "
+              "graph recorded); **infer** (where a case lists it) the same call under torch.no_grad(); **bwd** times `torch.autograd.backward(y, dy)` alone (graph built once and "
               "kept with retain_graph, or rebuilt untimed where a method cannot run backward twice; gradients "
               "reset before each repetition); **fwd+bwd** both. "
               "Rates, % of ceiling and the vs X columns come from **ms**; speed-up vs X = t_X / t_method (above 1: the "

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 
 from . import ceilings as ceilings_mod
-from .case import GRAPH_DIRECTIONS, Row, rate, rel_err
+from .case import FORWARD_DIRECTIONS, GRAPH_DIRECTIONS, Row, rate, rel_err
 
 # op -> module of this package whose cases(quick) lists the op's cases
 OPS = {"gated_scan": "gated_scan", "attention": "attention", "gla": "gla", "linear_recurrence": "linear_recurrence", "chains": "chains"}
@@ -65,9 +65,10 @@ def _clip(text: str) -> str:
 def _measure(torch, timer, method, inputs, direction, settings):
     """Times one method in one direction; returns (ms, y or None, leaf grads or None).
 
-    fwd: the training forward (graph recorded). bwd: the backward alone, on a graph built
-    once and kept with retain_graph; where a method cannot run backward twice, the graph
-    is rebuilt before each repetition, outside the timed region. fwd+bwd: both."""
+    fwd: the training forward (graph recorded). infer: the forward under torch.no_grad().
+    bwd: the backward alone, on a graph built once and kept with retain_graph; where a
+    method cannot run backward twice, the graph is rebuilt before each repetition, outside
+    the timed region. fwd+bwd: both."""
     leaves, dy = inputs["leaves"], inputs["dy"]
     state = {}
 
@@ -82,8 +83,9 @@ def _measure(torch, timer, method, inputs, direction, settings):
     def forward():
         state["y"] = method.run(inputs)
 
-    if direction == "fwd":
-        ms = timer.median_ms(forward, settings.reps, settings.warmup, before=reset)
+    if direction in FORWARD_DIRECTIONS:
+        with torch.set_grad_enabled(direction == "fwd"):
+            ms = timer.median_ms(forward, settings.reps, settings.warmup, before=reset)
         return ms, state["y"], None
     if direction == "fwd+bwd":
         def step():
@@ -114,7 +116,7 @@ def _max_rel_err(case, method, inputs, direction, y, grads, references):
     y_ref, grads_ref = references[method.reference]
     y_got, grads_got = case.observe(inputs, y, grads)
     pairs = [] if direction == "bwd" else [(y_got, y_ref)]
-    if direction != "fwd":
+    if direction not in FORWARD_DIRECTIONS:
         pairs += [(g, r) for g, r in zip(grads_got, grads_ref) if r is not None]
     # None: the case checks nothing in this direction (a backward whose gradients only the
     # op's GPU tests compare).
@@ -167,7 +169,8 @@ def _time_graph_replays(torch, timer, case, method, inputs, settings, references
     def forward():
         state["y"] = method.run(inputs)
 
-    ms = timer.graph_median_ms(forward, settings.reps, settings.warmup)
+    with torch.set_grad_enabled(row.direction == "fwd"):
+        ms = timer.graph_median_ms(forward, settings.reps, settings.warmup)
     if ms is None:
         _recover(torch)
         row.status += "; graph: not capturable: " + _clip(timer.graph_failure)
