@@ -71,14 +71,15 @@ __device__ __forceinline__ int64_t chunk_slot(const GlaParams& p, int64_t n, int
 // ---- Pass 2: dL/dS at every chunk's end ----
 
 // kStages stages of q, g, do: the chunk kStages − 1 ahead lands during this one (two stages:
-// 122 KB at K = V = 128; three: 175 KB).
+// 157 KB at K = V = 128; three: 210 KB).
 template <class E, int KD, int VB, int kStages = 2>
 struct StateGradSmem {
   static constexpr int PK = KD + 8, PV = VB + 8;  // the pitches StateTile::advance reads
   E q[kStages][kChunk * PK], g[kStages][kChunk * PK];
   E q_start[kChunk * PK];  // scale · q ⊙ e^{b}
   E d_o[kStages][kChunk * PV];
-  float decay_all[KD];  // e^{b_last}
+  E grad_rows[KD * PV];  // this step's dL/dS, rounded, on its way to the table (bulk copies)
+  float decay_all[KD];   // e^{b_last}
 };
 
 // One block walks one segment (the whole sequence when not split) backwards.
@@ -126,10 +127,19 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   for (int ahead = 0; ahead < kStages - 1; ++ahead) issue_loads(plan.end_chunk - 1 - ahead);
   for (int64_t chunk = plan.end_chunk - 1; chunk >= plan.first_chunk; --chunk) {
     const int stage = stage_of(chunk);
-    if constexpr (!kOwn)
-      D.store_rounded(static_cast<E*>(p.chunk_state_grads) + kb.state(p, chunk_slot(p, n, h, chunk)), p.V);
+    if constexpr (!kOwn) {  // dL/dS into the table through grad_rows: one bulk copy a row (NOTES.md v20)
+      D.store_pairs(s.grad_rows, PV);
+      fence_async_shared();
+    }
     copy_async_wait_pending<kStages - 2>();
     __syncthreads();  // this chunk's tiles are in; the stage issued next was read by the last step
+    if constexpr (!kOwn) {
+      if (tid < KD) {
+        E* const row = static_cast<E*>(p.chunk_state_grads) + kb.state(p, chunk_slot(p, n, h, chunk)) + tid * p.V;
+        tma::store_bytes(row, s.grad_rows + tid * PV, VB * sizeof(E));
+        tma::bulk_commit();
+      }
+    }
     issue_loads(chunk - (kStages - 1));
     if (tid < KD) {  // rows past the sequence's end hold zeros: e^{0} = 1, q = 0
       const E* const q = s.q[stage];
@@ -154,6 +164,9 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
     }
     __syncthreads();
     D.advance(s.q_start, s.decay_all, s.d_o[stage], lane);
+    if constexpr (!kOwn) {
+      if (tid < KD) tma::bulk_wait_read();  // grad_rows is rewritten at the next step's top
+    }
     __syncthreads();  // q_start and e^{b_last} are read before the next step writes them
   }
   if constexpr (kOwn) D.store(segment_state, p.V);  // zeros for a segment past the sequence's end
