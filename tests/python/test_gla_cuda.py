@@ -101,12 +101,15 @@ def test_autograd_matches_oracle(torch, dtype, K, V):
         assert rel_err(a, b) < TOLERANCE[dtype], name
 
 
-def test_torch_compile_fullgraph_backward_on_cuda(torch):
+@pytest.mark.parametrize("D", [64, 128])
+def test_torch_compile_fullgraph_backward_on_cuda(torch, D):
+    """Compiled and eager gradients agree, without (D = 64) and with (D = 128) the forward's
+    kept chunk states."""
     import seqmix
 
     gen = torch.Generator().manual_seed(4)
-    inputs = [torch.randn(2, 150, 2, 64, generator=gen).bfloat16() for _ in range(3)]
-    inputs.append((-torch.rand(2, 150, 2, 64, generator=gen)).bfloat16())
+    inputs = [torch.randn(2, 150, 2, D, generator=gen).bfloat16() for _ in range(3)]
+    inputs.append((-torch.rand(2, 150, 2, D, generator=gen)).bfloat16())
 
     def loss(q, k, v, g):
         return seqmix.chunk_gla(q, k, v, g)[0].float().square().sum()
@@ -123,15 +126,16 @@ def test_torch_compile_fullgraph_backward_on_cuda(torch):
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
-    """A fixed-length forward that autograd will differentiate keeps the state entering every
-    chunk (the first is the initial state, rounded), and the backward reading that table
-    matches both the oracle and the backward that recomputes the states."""
+    """A fixed-length forward at K = V = 128 that autograd will differentiate keeps the state
+    entering every chunk (the first is the initial state, rounded), and the backward reading
+    that table matches both the oracle and the backward that recomputes the states. K = 64
+    keeps no table."""
     import seqmix
     from seqmix._ops import gla as ops
     from seqmix.torch._common import XP
 
     dt = getattr(torch, dtype)
-    B, T, H, K, V = 2, 300, 2, 128, 64
+    B, T, H, K, V = 2, 300, 2, 128, 128
     gen = torch.Generator().manual_seed(5)
     q, k = (torch.randn(B, T, H, K, generator=gen, dtype=torch.float64) * K**-0.25 for _ in range(2))
     v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
@@ -143,6 +147,8 @@ def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
     def gradients(device, impl):
         leaves = [x.to(device).requires_grad_() for x in stored] + [h0.to(device).requires_grad_()]
         o, _ = seqmix.chunk_gla(*leaves[:4], initial_state=leaves[4], impl=impl)
+        if device == "cuda":  # what the forward kept for the backward: the table, last
+            assert o.grad_fn.saved_tensors[-1].shape == (B, H, 5, K, V)
         o.backward(do.to(device))
         return [x.grad.cpu() for x in leaves]
 
@@ -159,3 +165,7 @@ def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
     walked = ops.backward(XP, *backward_args)
     for name, a, b in zip(("dq", "dk", "dv", "dg", "d_initial_state"), saved, walked):
         assert rel_err(a.cpu(), b.cpu()) < TOLERANCE[dtype], name
+
+    narrow = [x[..., :64].contiguous().cuda().requires_grad_() for x in stored]
+    o, _ = seqmix.chunk_gla(*narrow)
+    assert o.grad_fn.saved_tensors[-1].numel() == 0

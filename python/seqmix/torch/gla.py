@@ -10,9 +10,17 @@ from .._ops import gla as ops
 from ._common import XP, TorchOp, absent, contiguous_or_none, fake_grad, present, state_dtype
 
 
-# save_states: the forward also returns the states entering each chunk (CUDA, fixed-length
-# batches, only when a backward will follow), which the backward reads instead of walking
-# the sequence again; otherwise an empty tensor stands for them (see ``present``).
+# save_states: the forward also returns the states entering each chunk, which the backward
+# reads instead of walking the sequence again; otherwise an empty tensor stands for them (see
+# ``present``). chunk_gla asks for them when a backward will follow, on CUDA, for fixed-length
+# batches (the fake kernel sizes the table from T alone), where it measured faster: K = 128
+# with V a multiple of 128 (forward+backward −8 to −15 % on the H100). At K = 64 it measured
+# −4 to +2 %, and K = 256's key blocks make the table by the backward's own walk anyway, so
+# those keep the backward's walk (src/cuda/gla/NOTES.md, v19).
+def _saves_states(q, v, cu_seqlens) -> bool:
+    return q.is_cuda and cu_seqlens is None and q.shape[-1] == 128 and v.shape[-1] % 128 == 0
+
+
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
              initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: float, impl: str,
              save_states: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -70,6 +78,6 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     """torch version of :func:`seqmix.chunk_gla` (same arguments and results), differentiable
     in q, k, v, g and initial_state."""
     args = (q, k, v, g, initial_state, cu_seqlens, ops.default_scale(q, scale), impl)
-    save_states = q.is_cuda and cu_seqlens is None and _op.needs_autograd(args)
+    save_states = _saves_states(q, v, cu_seqlens) and _op.needs_autograd(args)
     o, final_state, _ = _op(*args, save_states)
     return o, (final_state if output_final_state else None)
