@@ -16,6 +16,17 @@ def torch():
     return torch
 
 
+def random_inputs(torch, B, T, H, K, V, N, seed):
+    """(generator, (q, k, v, g), h0): float64 q and k scaled by K^-1/4, v, log decays g in
+    (-1, 0], and an [N, H, K, V] initial state, drawn in that order from one seeded generator
+    (which the caller may draw more from)."""
+    gen = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(B, T, H, K, generator=gen, dtype=torch.float64) * K**-0.25 for _ in range(2))
+    v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
+    g = -torch.rand(B, T, H, K, generator=gen, dtype=torch.float64)
+    return gen, (q, k, v, g), torch.randn(N, H, K, V, generator=gen)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 @pytest.mark.parametrize("varlen", [False, True])
 def test_forward_matches_oracle(torch, dtype, varlen):
@@ -25,12 +36,8 @@ def test_forward_matches_oracle(torch, dtype, varlen):
     B, T, H, K, V = (1, 777, 2, 128, 128) if varlen else (2, 515, 3, 64, 128)
     cu = torch.tensor([0, 100, 101, 777], dtype=torch.int32) if varlen else None
     N = 3 if varlen else B
-    gen = torch.Generator().manual_seed(1)
-    q, k = (torch.randn(B, T, H, K, generator=gen, dtype=torch.float64) * K**-0.25 for _ in range(2))
-    v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
-    g = -torch.rand(B, T, H, K, generator=gen, dtype=torch.float64)
-    h0 = torch.randn(N, H, K, V, generator=gen)
-    stored = [x.to(dt) for x in (q, k, v, g)]  # the values both paths see
+    _, inputs, h0 = random_inputs(torch, B, T, H, K, V, N, seed=1)
+    stored = [x.to(dt) for x in inputs]  # the values both paths see
 
     def run(device, impl):
         args = [x.to(device) for x in stored]
@@ -80,14 +87,10 @@ def test_autograd_matches_oracle(torch, dtype, K, V):
     B, T, H = 1, 300, 2
     cu = torch.tensor([0, 1, 170, 300], dtype=torch.int32)
     N = 3
-    gen = torch.Generator().manual_seed(3)
-    q, k = (torch.randn(B, T, H, K, generator=gen, dtype=torch.float64) * K**-0.25 for _ in range(2))
-    v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
-    g = -torch.rand(B, T, H, K, generator=gen, dtype=torch.float64)
-    h0 = torch.randn(N, H, K, V, generator=gen)
+    gen, inputs, h0 = random_inputs(torch, B, T, H, K, V, N, seed=3)
     do = torch.randn(B, T, H, V, generator=gen).to(dt)
     dhT = torch.randn(N, H, K, V, generator=gen)
-    stored = [x.to(dt) for x in (q, k, v, g)]
+    stored = [x.to(dt) for x in inputs]
 
     def gradients(device, impl):
         leaves = [x.to(device).requires_grad_() for x in stored] + [h0.to(device).requires_grad_()]
@@ -136,13 +139,9 @@ def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
 
     dt = getattr(torch, dtype)
     B, T, H, K, V = 2, 300, 2, 128, 128
-    gen = torch.Generator().manual_seed(5)
-    q, k = (torch.randn(B, T, H, K, generator=gen, dtype=torch.float64) * K**-0.25 for _ in range(2))
-    v = torch.randn(B, T, H, V, generator=gen, dtype=torch.float64)
-    g = -torch.rand(B, T, H, K, generator=gen, dtype=torch.float64)
-    h0 = torch.randn(B, H, K, V, generator=gen)
+    gen, inputs, h0 = random_inputs(torch, B, T, H, K, V, B, seed=5)
     do = torch.randn(B, T, H, V, generator=gen).to(dt)
-    stored = [x.to(dt) for x in (q, k, v, g)]
+    stored = [x.to(dt) for x in inputs]
 
     def gradients(device, impl):
         leaves = [x.to(device).requires_grad_() for x in stored] + [h0.to(device).requires_grad_()]

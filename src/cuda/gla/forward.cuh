@@ -559,8 +559,6 @@ struct StateTile {
   }
   // As the product operand, rounded to E.
   __device__ void store_operand(E* tile) const { store_pairs(tile, Smem<E, KD, VB>::PV); }
-  // Rounded to E into a [KD, V] row-major global array (at column vb0).
-  __device__ void store_rounded(E* state, int64_t V) const { store_pairs(state, V); }
   // S ← decay ⊙ S + keysᵀ v: keys [64, KD] (pitch KD + 8), v [64, VB] (pitch VB + 8), decay
   // one factor per key row. The forward passes k ⊙ e^{b_last − b} and e^{b_last}.
   __device__ void advance(const E* keys, const float* decay, const E* v, int lane) {
@@ -772,7 +770,8 @@ struct StatePassView {
 //   segment_ends:  each segment's own end state (from zero) and total decay, into p.workspace;
 //   outputs:       o, and the final state after the last chunk, from the entering state;
 //   chunk_states:  the state entering every chunk, rounded to E, into p.chunk_states
-//                  [N, H, max_chunks, K, V] (the backward's recomputation).
+//                  [N, H, max_chunks, K, V] (the backward's recomputation), by the same
+//                  bulk copies out of s.state as kSaveStates below.
 enum class Pass { segment_ends, outputs, chunk_states };
 
 // One block walks the chunks of one segment of one sequence (the whole sequence when not
@@ -797,6 +796,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
   static_assert(kOutput || !kSaveStates, "the chunk_states pass stores its states anyway");
   static_assert(kStagedOutput || !kSaveStates, "the saved states leave by the copy engine, as staged o does");
+  // Every chunk's entering state leaves through s.state by bulk copies (NOTES.md v19, v21).
+  constexpr bool kCopyStates = kSaveStates || kPass == Pass::chunk_states;
   static_assert(kQuads || !kPairedWalk, "the paired walkers form the quads' operands");
   static_assert(kQuads || !kStagedOutput, "the staging boxes are released at the quad diagonal's barrier");
   // The kernel has no static shared memory, so the dynamic block starts the CTA's shared
@@ -863,7 +864,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
     const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
     const bool more = chunk + 1 < plan.end_chunk;
-    if constexpr (kSaveStates) {
+    if constexpr (kCopyStates) {
       if (tid < KD) tma::bulk_wait_read();  // the last step's state row: s.state is rewritten below
     }
     copy_async_wait_all();
@@ -892,10 +893,14 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
       StatePassView<E, KD> view{g_tile(stage), k_tile(stage), s.k_end, s.decay_all};
       decay_operands<false>(view, tid);
+      if constexpr (kCopyStates) {  // s.state is no operand here: only the copies read it
+        S.store_operand(s.state);
+        fence_async_shared();
+      }
     }
     __syncthreads();  // g is free: the next chunk's decays stream in from here
     phases.mark(kGlaPhaseDecays);
-    if constexpr (kSaveStates) {
+    if constexpr (kCopyStates) {
       if (tid < KD) {
         const int64_t slot = (plan.n * p.H + h) * p.max_chunks + chunk;
         E* const row = static_cast<E*>(p.chunk_states) + kb.state(p, slot) + tid * p.V;
@@ -932,10 +937,6 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
     }
-    if constexpr (kPass == Pass::chunk_states) {
-      const int64_t slot = (plan.n * p.H + h) * p.max_chunks + chunk;
-      S.store_rounded(static_cast<E*>(p.chunk_states) + kb.state(p, slot), p.V);
-    }
     S.advance(s.k_end, s.decay_all, s.v[stage], lane);
     phases.mark(kGlaPhaseAdvance);
   }
@@ -946,7 +947,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid == 0) copy_staged(), tma::bulk_wait_read();
     }
   }
-  if constexpr (kSaveStates) {
+  if constexpr (kCopyStates) {
     if (tid < KD) tma::bulk_wait_read();  // the shared memory must outlive the copies' reads
   }
   if constexpr (kOutput) {
