@@ -328,12 +328,16 @@ TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
 
 // The forward saving every chunk's entering state (GlaOutputs::chunk_states) and the backward
 // reading it instead of its chunk-state pass: o, the final state and every gradient against
-// the oracle, and no chunk-state launch in the backward.
+// the oracle, and no walk of the forward's states in the backward (neither the chunk-state
+// pass nor, when split, the segments' own end states: the chain's decays come from g).
 TEST_P(GlaCuda, SavedStatesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const std::vector<std::string> launches = backward_matches_oracle(GetParam(), true);
   EXPECT_FALSE(launches.empty());
-  for (const std::string& kernel : launches) EXPECT_NE(kernel, "gla chunk states") << "the backward walked its states";
+  for (const std::string& kernel : launches) {
+    EXPECT_NE(kernel, "gla chunk states") << "the backward walked its states";
+    EXPECT_NE(kernel, "gla forward segment states") << "the backward walked its segments";
+  }
 }
 
 // The same with the token walks a row at a time.

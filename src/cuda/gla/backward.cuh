@@ -193,6 +193,44 @@ static __global__ void chain_segment_grads_kernel(const GlaParams p) {
   }
 }
 
+// The split backward's segment decays when the forward kept its chunk states: e^{Σ g} per key
+// channel over each segment's tokens, into p.workspace's decay table ([N, H, segments, K], as the
+// segment_ends walk leaves it), which is all the dL/dS chain needs of the segment tables then.
+// A block per (segment, head, sequence): kDecayLanes lanes over the tokens × K/8 groups of 8
+// channels (16-byte loads); the lanes' sums are added in a fixed order.
+constexpr int kDecayLanes = 16;
+
+template <class E>
+__global__ void segment_decays_kernel(const GlaParams p) {
+  __shared__ float lane_sums[kDecayLanes][256];
+  const int64_t seg = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
+  const Span seq = sequence_span(p, n);
+  const int64_t first = seg * p.segment_chunks * kChunk;
+  const int64_t end = min(seq.length, first + p.segment_chunks * kChunk);
+  const int lane = threadIdx.x % kDecayLanes, c0 = 8 * (threadIdx.x / kDecayLanes);
+  const E* const g = static_cast<const E*>(p.g.data) + seq.batch * p.g.stride_batch +
+                     seq.start * p.g.stride_time + h * p.g.stride_head + c0;
+  float sums[8] = {};
+#pragma unroll 4
+  for (int64_t t = first + lane; t < end; t += kDecayLanes) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(g + t * p.g.stride_time);
+    const E* const eight = reinterpret_cast<const E*>(&raw);
+#pragma unroll
+    for (int u = 0; u < 8; ++u) sums[u] += to_float(eight[u]);
+  }
+#pragma unroll
+  for (int u = 0; u < 8; ++u) lane_sums[lane][c0 + u] = sums[u];
+  __syncthreads();
+  float* const decays = p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V;
+  const int64_t slot = (n * p.H + h) * p.segments + seg;
+  for (int c = threadIdx.x; c < p.K; c += blockDim.x) {
+    float total = 0.0f;
+#pragma unroll
+    for (int l = 0; l < kDecayLanes; ++l) total += lane_sums[l][c];
+    decays[slot * p.K + c] = __expf(total);
+  }
+}
+
 // ---- Pass 3: the gradients of one chunk ----
 
 template <class E, int KD>
@@ -1044,10 +1082,20 @@ void launch_backward(GlaParams p) {
   if (p.key_blocks > 1) use_partial(p, base + tables + segment_bytes, stream);
 
   // The forward's saved chunk states when the caller kept them (GlaParams::saved_chunk_states),
-  // else the chunk-state pass. The split's segment tables are still made: the dL/dS walk's
-  // chain reads their decays.
-  if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
-  if (!p.saved_chunk_states) launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
+  // else the chunk-state pass from each segment's entering state. The dL/dS walk's chain reads
+  // the segments' decays either way; with the table they need no walk (NOTES.md v23).
+  if (p.saved_chunk_states) {
+    if (p.segments > 1) {
+      const dim3 grid(static_cast<unsigned>(p.segments), static_cast<unsigned>(p.H),
+                      static_cast<unsigned>(p.num_sequences));
+      const unsigned threads = static_cast<unsigned>(kDecayLanes * p.K / 8);  // K ≤ 256: ≤ 512
+      timed_launch(stream, "gla backward segment decays",
+                   [&] { segment_decays_kernel<E><<<grid, threads, 0, stream>>>(p); });
+    }
+  } else {
+    if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
+    launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
+  }
 
   if (gla_backward_state_stages() == 3) state_gradients<E, KD, VB, 3>(p, stream);
   else state_gradients<E, KD, VB, 2>(p, stream);
