@@ -19,12 +19,11 @@ constexpr const char* kKeyLayout = "[B, T, H, K]";
 constexpr const char* kValueLayout = "[B, T, H, V]";
 constexpr const char* kStateLayout = "[N, H, K, V]";
 constexpr const char* kChunkStatesLayout = "[N, H, C, K, V]";
-constexpr int64_t kChunk = 64;  // tokens a chunk (the CUDA kernels' cuda::kGlaChunk)
-
 // C of the chunk-state table: the chunks of the longest sequence.
 int64_t max_chunks(const cpu::GlaProblem& p) {
   int64_t chunks = 0;
-  for (const auto& sequence : p.sequences) chunks = std::max(chunks, (sequence.length + kChunk - 1) / kChunk);
+  for (const auto& sequence : p.sequences)
+    chunks = std::max(chunks, (sequence.length + cuda::kGlaChunk - 1) / cuda::kGlaChunk);
   return chunks;
 }
 
@@ -130,7 +129,6 @@ cuda::GlaParams cuda_params(const core::Checker& check, const cpu::GlaProblem& p
   if (p.sequences.size() > 65535 || p.H > 65535)
     check.fail("q", "at most 65535 sequences and heads on a CUDA device",
                std::to_string(p.sequences.size()) + " sequences, " + std::to_string(p.H) + " heads");
-  static_assert(kChunk == cuda::kGlaChunk, "the chunk-state table's C counts the kernels' chunks");
   cuda::GlaParams params;
   params.num_sequences = static_cast<int64_t>(p.sequences.size());
   params.T = p.T;

@@ -63,11 +63,6 @@ __device__ __forceinline__ void load_rows(E* dst, const E* src, int64_t stride, 
   }
 }
 
-// Slot of chunk `chunk` of (sequence n, head h) in the [N, H, max_chunks, K, V] tables.
-__device__ __forceinline__ int64_t chunk_slot(const GlaParams& p, int64_t n, int64_t h, int64_t chunk) {
-  return (n * p.H + h) * p.max_chunks + chunk;
-}
-
 // ---- Pass 2: dL/dS at every chunk's end ----
 
 // kStages stages of q, g, do: the chunk kStages − 1 ahead lands during this one (two stages:
@@ -1037,6 +1032,16 @@ inline size_t backward_scratch_bytes(GlaParams p) {
   return scratch_state_tables(p) * state_table_bytes(p) + segment_table_floats(p) * sizeof(float) + partial_bytes(p);
 }
 
+// With p.segments > 1 and the forward's chunk states: the segments' decays, for the dL/dS chain.
+template <class E>
+void segment_decays(const GlaParams& p, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>(p.segments), static_cast<unsigned>(p.H),
+                  static_cast<unsigned>(p.num_sequences));
+  const unsigned threads = static_cast<unsigned>(kDecayLanes * p.K / 8);  // K ≤ 256: ≤ 512
+  timed_launch(stream, "gla backward segment decays",
+               [&] { segment_decays_kernel<E><<<grid, threads, 0, stream>>>(p); });
+}
+
 template <class Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const char* what) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
@@ -1085,13 +1090,7 @@ void launch_backward(GlaParams p) {
   // else the chunk-state pass from each segment's entering state. The dL/dS walk's chain reads
   // the segments' decays either way; with the table they need no walk (NOTES.md v23).
   if (p.saved_chunk_states) {
-    if (p.segments > 1) {
-      const dim3 grid(static_cast<unsigned>(p.segments), static_cast<unsigned>(p.H),
-                      static_cast<unsigned>(p.num_sequences));
-      const unsigned threads = static_cast<unsigned>(kDecayLanes * p.K / 8);  // K ≤ 256: ≤ 512
-      timed_launch(stream, "gla backward segment decays",
-                   [&] { segment_decays_kernel<E><<<grid, threads, 0, stream>>>(p); });
-    }
+    if (p.segments > 1) segment_decays<E>(p, stream);
   } else {
     if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
     launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);

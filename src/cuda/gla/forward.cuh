@@ -707,6 +707,11 @@ __device__ __forceinline__ void copy_staged_output(const CUtensorMap& o_map, S& 
   tma::bulk_commit();
 }
 
+// Slot of chunk `chunk` of (sequence n, head h) in the [N, H, max_chunks, K, V] state tables.
+__device__ __forceinline__ int64_t chunk_slot(const GlaParams& p, int64_t n, int64_t h, int64_t chunk) {
+  return (n * p.H + h) * p.max_chunks + chunk;
+}
+
 // Where block (value block, head, sequence × segment) reads and writes: its tokens, the
 // chunks of its segment, and its slots of the state tables.
 struct BlockPlan {
@@ -902,8 +907,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     phases.mark(kGlaPhaseDecays);
     if constexpr (kCopyStates) {
       if (tid < KD) {
-        const int64_t slot = (plan.n * p.H + h) * p.max_chunks + chunk;
-        E* const row = static_cast<E*>(p.chunk_states) + kb.state(p, slot) + tid * p.V;
+        E* const row = static_cast<E*>(p.chunk_states) + kb.state(p, chunk_slot(p, plan.n, h, chunk)) + tid * p.V;
         tma::store_bytes(row, s.state + tid * PV, VB * sizeof(E));
         tma::bulk_commit();
       }

@@ -185,10 +185,9 @@ void launch_outputs(GlaParams p, cudaStream_t stream) {
         }
       }
       launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
-      if (save) launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
-      return;
+    } else {
+      launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
     }
-    launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
   } else {
     launch_pass<E, KD, VB, Pass::outputs>(p, stream);
   }
