@@ -191,37 +191,40 @@ static __global__ void chain_segment_grads_kernel(const GlaParams p) {
 // The split backward's segment decays when the forward kept its chunk states: e^{Σ g} per key
 // channel over each segment's tokens, into p.workspace's decay table ([N, H, segments, K], as the
 // segment_ends walk leaves it), which is all the dL/dS chain needs of the segment tables then.
-// A block per (segment, head, sequence): kDecayLanes lanes over the tokens × K/8 groups of 8
-// channels (16-byte loads); the lanes' sums are added in a fixed order.
-constexpr int kDecayLanes = 16;
+// A block of kDecayThreads per (segment, head, sequence): K/8 groups of 8 channels (16-byte
+// loads) × the lanes over the tokens that fill the block (64 at K = 128); the lanes' sums are
+// added in a fixed order. One block an SM, so the block's width is what the loads in flight
+// are (NOTES.md v25).
+constexpr int kDecayThreads = 1024;
 
 template <class E>
-__global__ void segment_decays_kernel(const GlaParams p) {
-  __shared__ float lane_sums[kDecayLanes][256];
+__global__ void __launch_bounds__(kDecayThreads) segment_decays_kernel(const GlaParams p) {
+  // [lane][channel], rows K + 1 apart: a warp's 32 lanes of one channel fall in 32 banks.
+  __shared__ float lane_sums[kDecayThreads * 8 + kDecayThreads / 8];
   const int64_t seg = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
   const Span seq = sequence_span(p, n);
   const int64_t first = seg * p.segment_chunks * kChunk;
   const int64_t end = min(seq.length, first + p.segment_chunks * kChunk);
-  const int lane = threadIdx.x % kDecayLanes, c0 = 8 * (threadIdx.x / kDecayLanes);
+  const int lanes = kDecayThreads / (p.K / 8), pitch = p.K + 1;
+  const int lane = threadIdx.x % lanes, c0 = 8 * (threadIdx.x / lanes);
   const E* const g = static_cast<const E*>(p.g.data) + seq.batch * p.g.stride_batch +
                      seq.start * p.g.stride_time + h * p.g.stride_head + c0;
   float sums[8] = {};
 #pragma unroll 4
-  for (int64_t t = first + lane; t < end; t += kDecayLanes) {
+  for (int64_t t = first + lane; t < end; t += lanes) {
     const uint4 raw = *reinterpret_cast<const uint4*>(g + t * p.g.stride_time);
     const E* const eight = reinterpret_cast<const E*>(&raw);
 #pragma unroll
     for (int u = 0; u < 8; ++u) sums[u] += to_float(eight[u]);
   }
 #pragma unroll
-  for (int u = 0; u < 8; ++u) lane_sums[lane][c0 + u] = sums[u];
+  for (int u = 0; u < 8; ++u) lane_sums[lane * pitch + c0 + u] = sums[u];
   __syncthreads();
   float* const decays = p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V;
   const int64_t slot = (n * p.H + h) * p.segments + seg;
   for (int c = threadIdx.x; c < p.K; c += blockDim.x) {
     float total = 0.0f;
-#pragma unroll
-    for (int l = 0; l < kDecayLanes; ++l) total += lane_sums[l][c];
+    for (int l = 0; l < lanes; ++l) total += lane_sums[l * pitch + c];
     decays[slot * p.K + c] = __expf(total);
   }
 }
@@ -1037,9 +1040,8 @@ template <class E>
 void segment_decays(const GlaParams& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>(p.segments), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences));
-  const unsigned threads = static_cast<unsigned>(kDecayLanes * p.K / 8);  // K ≤ 256: ≤ 512
   timed_launch(stream, "gla backward segment decays",
-               [&] { segment_decays_kernel<E><<<grid, threads, 0, stream>>>(p); });
+               [&] { segment_decays_kernel<E><<<grid, kDecayThreads, 0, stream>>>(p); });
 }
 
 template <class Kernel>
