@@ -484,9 +484,16 @@ __device__ __forceinline__ void quad_gradient_dk(Sm& s, float (&acc)[NT][4], int
 // pairs (four 16-byte rows, one address for every lane), and channel c's e^{g}, q, k and the
 // two partial tiles this side finishes (dq: q_side; dk: k_pairs, k_state). Rows past the
 // sequence's end hold zeros in dA, q, k and e^{0} = 1 in e^{g}, so their terms add zero.
-struct QuadRows {
-  float dA[4][4], eg[4], q[4], k[4], first[4], second[4];
+struct QuadRows {  // a channel pair's rows of one quad
+  float dA[4][4], eg[4][2], q[4][2], k[4][2], first[4][2], second[4][2];
 };
+
+template <class E>
+__device__ __forceinline__ float2 to_float2(const E* two) {
+  const uint32_t raw = *reinterpret_cast<const uint32_t*>(two);
+  const E* const e = reinterpret_cast<const E*>(&raw);
+  return make_float2(to_float(e[0]), to_float(e[1]));
+}
 
 template <class Sm>
 __device__ __forceinline__ QuadRows read_quad(const Sm& s, int low, int c, bool dq_side, const float* q_side,
@@ -498,77 +505,98 @@ __device__ __forceinline__ QuadRows read_quad(const Sm& s, int low, int c, bool 
     const int row = low + r;
     const float4 a = *reinterpret_cast<const float4*>(s.dA + row * PA + low);
     x.dA[r][0] = a.x, x.dA[r][1] = a.y, x.dA[r][2] = a.z, x.dA[r][3] = a.w;
-    x.eg[r] = s.u.eg[row * KD + c];
-    x.q[r] = to_float(s.q[row * PK + c]);
-    x.k[r] = to_float(s.k[row * PK + c]);
-    x.first[r] = dq_side ? q_side[row * PF + c] : k_pairs[row * PF + c];
-    x.second[r] = dq_side ? 0.0f : k_state[row * PF + c];
+    const float2 eg = *reinterpret_cast<const float2*>(s.u.eg + row * KD + c);
+    const float2 q = to_float2(s.q + row * PK + c), k = to_float2(s.k + row * PK + c);
+    const float2 first = *reinterpret_cast<const float2*>((dq_side ? q_side : k_pairs) + row * PF + c);
+    const float2 second = dq_side ? make_float2(0.0f, 0.0f) : *reinterpret_cast<const float2*>(k_state + row * PF + c);
+    x.eg[r][0] = eg.x, x.eg[r][1] = eg.y, x.q[r][0] = q.x, x.q[r][1] = q.y, x.k[r][0] = k.x, x.k[r][1] = k.y;
+    x.first[r][0] = first.x, x.first[r][1] = first.y, x.second[r][0] = second.x, x.second[r][1] = second.y;
   }
   return x;
 }
 
-// dq's side of one quad (thread c < KD): rows i = low + r, partners j < i in the quad,
+// dq's side of one quad: rows i = low + r, partners j < i in the quad,
 //   dq_i = Σ_j dA_ij k_j e^{b_i − b_j} + q_side_i · e^{b_i − b_low} + dA_ii k_i;
-// dk's side (thread KD + c): rows j, partners i > j in the quad, r the quad's last token,
+// dk's side: rows j, partners i > j in the quad, r the quad's last token,
 //   dk_j = Σ_i dA_ij q_i e^{b_i − b_j} + (k_pairs_j + k_state_j) · e^{b_r − b_j} + dA_jj q_j.
-// Both leave what dg sums in the tiles, as the row walk does (same products, same order).
+// Both leave what dg sums in the tiles, as the row walk does (same products, same order),
+// for channels c and c + 1.
 template <class E, class Sm>
 __device__ __forceinline__ void finish_quad(const QuadRows& x, int low, int valid, int c, bool dq_side, E* dq,
                                             int64_t dq_stride, E* dk, int64_t dk_stride, float* q_side,
                                             float* k_pairs, float* k_state) {
   constexpr int PF = Sm::PF;
   if (dq_side) {
-    float decay = 1.0f;  // e^{b_i − b_low}
+    float decay[2] = {1.0f, 1.0f};  // e^{b_i − b_low}
 #pragma unroll
     for (int r = 0; r < 4; ++r) {
-      float pairs = 0.0f, w = 1.0f;
+      float out[2], side[2];
 #pragma unroll
-      for (int j = r - 1; j >= 0; --j) {
-        w *= x.eg[j + 1];
-        pairs += x.dA[r][j] * x.k[j] * w;
+      for (int h = 0; h < 2; ++h) {
+        float pairs = 0.0f, w = 1.0f;
+#pragma unroll
+        for (int j = r - 1; j >= 0; --j) {
+          w *= x.eg[j + 1][h];
+          pairs += x.dA[r][j] * x.k[j][h] * w;
+        }
+        if (r > 0) decay[h] *= x.eg[r][h];
+        const float part = pairs + x.first[r][h] * decay[h];
+        out[h] = part + x.dA[r][r] * x.k[r][h];
+        side[h] = x.q[r][h] * part;
       }
-      if (r > 0) decay *= x.eg[r];
-      const float part = pairs + x.first[r] * decay;
       const int row = low + r;
       if (row < valid) {
-        dq[row * dq_stride + c] = from_float<E>(part + x.dA[r][r] * x.k[r]);
-        q_side[row * PF + c] = x.q[r] * part;
+        *reinterpret_cast<uint32_t*>(dq + row * dq_stride + c) = pack2<E>(out[0], out[1]);
+        *reinterpret_cast<float2*>(q_side + row * PF + c) = make_float2(side[0], side[1]);
       }
     }
   } else {
-    float decay = 1.0f;  // e^{b_r − b_j}
+    float decay[2] = {1.0f, 1.0f};  // e^{b_r − b_j}
 #pragma unroll
     for (int r = 3; r >= 0; --r) {
-      float pairs = 0.0f, w = 1.0f;
+      float out[2], state[2], later[2];
 #pragma unroll
-      for (int i = r + 1; i < 4; ++i) {
-        w *= x.eg[i];
-        pairs += x.dA[i][r] * x.q[i] * w;
+      for (int h = 0; h < 2; ++h) {
+        float pairs = 0.0f, w = 1.0f;
+#pragma unroll
+        for (int i = r + 1; i < 4; ++i) {
+          w *= x.eg[i][h];
+          pairs += x.dA[i][r] * x.q[i][h] * w;
+        }
+        const float all_pairs = pairs + x.first[r][h] * decay[h], carried = x.second[r][h] * decay[h];
+        out[h] = all_pairs + carried + x.dA[r][r] * x.q[r][h];
+        state[h] = x.k[r][h] * carried;
+        later[h] = -x.k[r][h] * all_pairs;
+        decay[h] *= x.eg[r][h];
       }
-      const float all_pairs = pairs + x.first[r] * decay, carried = x.second[r] * decay;
       const int row = low + r;
       if (row < valid) {
-        dk[row * dk_stride + c] = from_float<E>(all_pairs + carried + x.dA[r][r] * x.q[r]);
-        k_state[row * PF + c] = x.k[r] * carried;
-        k_pairs[row * PF + c] = -x.k[r] * all_pairs;
+        *reinterpret_cast<uint32_t*>(dk + row * dk_stride + c) = pack2<E>(out[0], out[1]);
+        *reinterpret_cast<float2*>(k_state + row * PF + c) = make_float2(state[0], state[1]);
+        *reinterpret_cast<float2*>(k_pairs + row * PF + c) = make_float2(later[0], later[1]);
       }
-      decay *= x.eg[r];
     }
   }
 }
 
-// The token walks by quads (GlaBackwardWalk::quads), threads < 2·KD: two quads a step, both
-// read before either is finished (the stores may alias the next reads for the compiler).
+// The token walks by quads (GlaBackwardWalk::quads), every thread: a channel pair, a side (dq
+// or dk) and every kParts-th step of two quads (the quads are independent: each starts its
+// decays afresh), the two quads read before either is finished (the stores may alias the
+// next reads for the compiler). A warp's lanes share their rows: dA's row is one broadcast.
+// dq and dk are 16-byte aligned tensors (core/gla.cpp tokens), so a pair is one 4-byte store.
 template <class E, class Sm>
 __device__ __forceinline__ void quad_token_walks(const Sm& s, int valid, int tid, E* dq, int64_t dq_stride, E* dk,
                                                  int64_t dk_stride, float* q_side, float* k_pairs, float* k_state) {
-  constexpr int KD = Sm::kKeys;
+  constexpr int KD = Sm::kKeys, kPairs = KD / 2, kParts = kThreads / (2 * kPairs);
   static_assert(offsetof(Sm, dA) % 16 == 0 && Sm::PA % 4 == 0, "dA's quad rows are 16-byte aligned");
-  if (tid >= 2 * KD) return;
-  const int c = tid % KD;
-  const bool dq_side = tid < KD;
+  static_assert(kThreads % (2 * kPairs) == 0 && kPairs % 32 == 0, "whole warps a side and step group");
+  static_assert(Sm::PK % 2 == 0 && Sm::PF % 2 == 0 && offsetof(Sm, q) % 4 == 0 && offsetof(Sm, k) % 4 == 0,
+                "a channel pair's q, k and tile entries are aligned");
+  const int c = 2 * (tid % kPairs), group = tid / kPairs;
+  const bool dq_side = group % 2 == 0;
+  const int part = group / 2;
 #pragma unroll 1
-  for (int low = 0; low < valid; low += 8) {  // low + 7 ≤ 63: both quads inside the tiles
+  for (int low = 8 * part; low < valid; low += 8 * kParts) {  // low + 7 ≤ 63: both quads inside the tiles
     const QuadRows a = read_quad(s, low, c, dq_side, q_side, k_pairs, k_state);
     const QuadRows b = read_quad(s, low + 4, c, dq_side, q_side, k_pairs, k_state);
     finish_quad<E, Sm>(a, low, valid, c, dq_side, dq, dq_stride, dk, dk_stride, q_side, k_pairs, k_state);
@@ -576,63 +604,75 @@ __device__ __forceinline__ void quad_token_walks(const Sm& s, int valid, int tid
   }
 }
 
-// dg with every thread of the block (GlaBackwardTail::wide): kParts = kThreads / KD threads a
-// channel, each a run of kChunk / kParts tokens. Each run's totals go through the e^{g} tile's
-// bytes (free once the token walks are done), then each thread sums its run from the totals
-// of the runs after it (the suffix sums) and before it (the prefix sums of k ⊙ dk state):
-// the sums of the narrow form, regrouped by run. Every thread calls it (one barrier).
+// dg with every thread of the block (GlaBackwardTail::wide): a channel pair and one of kParts =
+// kThreads / (K/2) runs of kChunk / kParts tokens a thread (16 at K = 128). Each run's totals go
+// through the e^{g} tile's bytes (free once the token walks are done), then each thread sums its
+// run from the totals of the runs after it (the suffix sums) and before it (the prefix sums of
+// k ⊙ dk state): the sums of the narrow form, regrouped by run. Every thread calls it (one
+// barrier).
 template <class E, class Sm>
 __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid, float spans, E* dg,
                                                        int64_t dg_stride, const float* q_side, float* k_pairs,
                                                        const float* k_state) {
-  constexpr int KD = Sm::kKeys, PF = Sm::PF, kParts = kThreads / KD, kRun = kChunk / kParts;
-  static_assert(kThreads % KD == 0 && kChunk % kParts == 0 && kRun % kSub == 0, "runs of whole sub-chunks");
+  constexpr int KD = Sm::kKeys, PF = Sm::PF, kPairs = KD / 2, kParts = kThreads / kPairs, kRun = kChunk / kParts;
+  constexpr int kBatch = kRun < kSub ? kRun : kSub;  // tokens read before any is stored
+  static_assert(kThreads % kPairs == 0 && kChunk % kParts == 0, "whole runs");
   static_assert((2 * kParts + 1) * KD <= kChunk * KD, "the run totals fit in the e^{g} tile");
-  const int c = tid % KD, part = tid / KD, lo = part * kRun, hi = min(lo + kRun, valid);
-  float* const run_after = s.u.eg;                 // [kParts][KD]: Σ over the run of q_side + k_pairs
-  float* const run_state = s.u.eg + kParts * KD;   // [kParts][KD]: Σ over the run of k_state
-  float* const channel_spans = s.u.eg + 2 * kParts * KD;  // e^{b_last} Σ_v H ⊙ S_0 (part 0 holds it)
-  float after = 0.0f, state = 0.0f;
+  static_assert(PF % 2 == 0, "a channel pair's tile entries are 8-byte aligned");
+  const int c = 2 * (tid % kPairs), part = tid / kPairs, lo = part * kRun, hi = min(lo + kRun, valid);
+  float* const run_after = s.u.eg;                        // [kParts][KD]: Σ over the run of q_side + k_pairs
+  float* const run_state = s.u.eg + kParts * KD;          // [kParts][KD]: Σ over the run of k_state
+  float* const channel_spans = s.u.eg + 2 * kParts * KD;  // e^{b_last} Σ_v H ⊙ S_0 (thread c holds channel c's)
+  auto pair_at = [&](const float* tile, int t) { return *reinterpret_cast<const float2*>(tile + t * PF + c); };
+  float2 after = make_float2(0.0f, 0.0f), state = make_float2(0.0f, 0.0f);
 #pragma unroll 8
   for (int t = lo; t < hi; ++t) {
-    after += q_side[t * PF + c] + k_pairs[t * PF + c];
-    state += k_state[t * PF + c];
+    const float2 q2 = pair_at(q_side, t), k2 = pair_at(k_pairs, t), s2 = pair_at(k_state, t);
+    after.x += q2.x + k2.x, after.y += q2.y + k2.y;
+    state.x += s2.x, state.y += s2.y;
   }
-  run_after[part * KD + c] = after;
-  run_state[part * KD + c] = state;
-  if (part == 0) channel_spans[c] = spans;
+  *reinterpret_cast<float2*>(run_after + part * KD + c) = after;
+  *reinterpret_cast<float2*>(run_state + part * KD + c) = state;
+  if (tid < KD) channel_spans[tid] = spans;
   __syncthreads();
-  after = 0.0f;
-  float before = 0.0f;
-  for (int later = kParts - 1; later > part; --later) after += run_after[later * KD + c];
-  for (int earlier = 0; earlier < part; ++earlier) before += run_state[earlier * KD + c];
-  const float span_term = channel_spans[c];
-  for (int top = hi - 1; top >= lo; top -= kSub) {  // 16 tokens at a time, read before stored
-    float q_part[kSub], k_part[kSub];
+  after = make_float2(0.0f, 0.0f);
+  float2 before = make_float2(0.0f, 0.0f);
+  for (int later = kParts - 1; later > part; --later) {
+    const float2 x = *reinterpret_cast<const float2*>(run_after + later * KD + c);
+    after.x += x.x, after.y += x.y;
+  }
+  for (int earlier = 0; earlier < part; ++earlier) {
+    const float2 x = *reinterpret_cast<const float2*>(run_state + earlier * KD + c);
+    before.x += x.x, before.y += x.y;
+  }
+  const float2 span_term = *reinterpret_cast<const float2*>(channel_spans + c);
+  for (int top = hi - 1; top >= lo; top -= kBatch) {  // kBatch tokens at a time, read before stored
+    float2 q_part[kBatch], k_part[kBatch];
 #pragma unroll
-    for (int u = 0; u < kSub; ++u) {
+    for (int u = 0; u < kBatch; ++u) {
       const int t = max(top - u, lo);
-      q_part[u] = q_side[t * PF + c], k_part[u] = k_pairs[t * PF + c];
+      q_part[u] = pair_at(q_side, t), k_part[u] = pair_at(k_pairs, t);
     }
 #pragma unroll
-    for (int u = 0; u < kSub; ++u) {
+    for (int u = 0; u < kBatch; ++u) {
       if (top - u < lo) break;
-      after += q_part[u] + k_part[u];
-      k_pairs[(top - u) * PF + c] = after;
+      after.x += q_part[u].x + k_part[u].x, after.y += q_part[u].y + k_part[u].y;
+      *reinterpret_cast<float2*>(k_pairs + (top - u) * PF + c) = after;
     }
   }
-  for (int t0 = lo; t0 < hi; t0 += kSub) {
-    float summed[kSub], carried[kSub];
+  for (int t0 = lo; t0 < hi; t0 += kBatch) {
+    float2 summed[kBatch], carried[kBatch];
 #pragma unroll
-    for (int u = 0; u < kSub; ++u) {
+    for (int u = 0; u < kBatch; ++u) {
       const int t = min(t0 + u, hi - 1);
-      summed[u] = k_pairs[t * PF + c], carried[u] = k_state[t * PF + c];
+      summed[u] = pair_at(k_pairs, t), carried[u] = pair_at(k_state, t);
     }
 #pragma unroll
-    for (int u = 0; u < kSub; ++u) {
+    for (int u = 0; u < kBatch; ++u) {
       if (t0 + u >= hi) break;
-      dg[(t0 + u) * dg_stride + c] = from_float<E>(summed[u] + before + span_term);
-      before += carried[u];
+      *reinterpret_cast<uint32_t*>(dg + (t0 + u) * dg_stride + c) =
+          pack2<E>(summed[u].x + before.x + span_term.x, summed[u].y + before.y + span_term.y);
+      before.x += carried[u].x, before.y += carried[u].y;
     }
   }
 }
