@@ -617,12 +617,13 @@ __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid
   constexpr int KD = Sm::kKeys, PF = Sm::PF, kPairs = KD / 2, kParts = kThreads / kPairs, kRun = kChunk / kParts;
   constexpr int kBatch = kRun < kSub ? kRun : kSub;  // tokens read before any is stored
   static_assert(kThreads % kPairs == 0 && kChunk % kParts == 0, "whole runs");
-  static_assert((2 * kParts + 1) * KD <= kChunk * KD, "the run totals fit in the e^{g} tile");
+  static_assert(2 * kParts * KD + kThreads <= kChunk * KD, "the run totals and span parts fit in the e^{g} tile");
   static_assert(PF % 2 == 0, "a channel pair's tile entries are 8-byte aligned");
   const int c = 2 * (tid % kPairs), part = tid / kPairs, lo = part * kRun, hi = min(lo + kRun, valid);
   float* const run_after = s.u.eg;                        // [kParts][KD]: Σ over the run of q_side + k_pairs
   float* const run_state = s.u.eg + kParts * KD;          // [kParts][KD]: Σ over the run of k_state
-  float* const channel_spans = s.u.eg + 2 * kParts * KD;  // e^{b_last} Σ_v H ⊙ S_0 (thread c holds channel c's)
+  // e^{b_last} Σ_v H ⊙ S_0 of channel tid % KD over the tid / KD-th part of the columns (the value loop's split)
+  float* const span_parts = s.u.eg + 2 * kParts * KD;
   auto pair_at = [&](const float* tile, int t) { return *reinterpret_cast<const float2*>(tile + t * PF + c); };
   float2 after = make_float2(0.0f, 0.0f), state = make_float2(0.0f, 0.0f);
 #pragma unroll 8
@@ -633,7 +634,7 @@ __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid
   }
   *reinterpret_cast<float2*>(run_after + part * KD + c) = after;
   *reinterpret_cast<float2*>(run_state + part * KD + c) = state;
-  if (tid < KD) channel_spans[tid] = spans;
+  span_parts[tid] = spans;
   __syncthreads();
   after = make_float2(0.0f, 0.0f);
   float2 before = make_float2(0.0f, 0.0f);
@@ -645,7 +646,12 @@ __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid
     const float2 x = *reinterpret_cast<const float2*>(run_state + earlier * KD + c);
     before.x += x.x, before.y += x.y;
   }
-  const float2 span_term = *reinterpret_cast<const float2*>(channel_spans + c);
+  float2 span_term = make_float2(0.0f, 0.0f);
+#pragma unroll
+  for (int q = 0; q < kThreads / KD; ++q) {
+    const float2 x = *reinterpret_cast<const float2*>(span_parts + q * KD + c);
+    span_term.x += x.x, span_term.y += x.y;
+  }
   for (int top = hi - 1; top >= lo; top -= kBatch) {  // kBatch tokens at a time, read before stored
     float2 q_part[kBatch], k_part[kBatch];
 #pragma unroll
@@ -785,7 +791,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   const int rb = warp % 4, side = warp / 4;
   constexpr int NK = KD / 16;  // 8-column tiles in half of KD
   float dA_acc[4][4] = {}, dq_state[NK][4] = {}, dk_state[NK][4] = {};
-  float spans = 0.0f;  // threads < KD: Σ_v H ⊙ S_0 of channel tid
+  float spans = 0.0f;  // Σ_v H ⊙ S_0 of channel tid % KD (with the wide tail a part of the columns)
   for (int v0 = 0, stage = 0; v0 < p.V; v0 += kSlice, stage ^= kTwoStages ? 1 : 0) {
     if (v0 > 0) {
       if (!kTwoStages) issue_slice(v0, 0);
@@ -815,13 +821,18 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
         store_pair(dv, dv_partial, (r + 8) * dv_stride + c, p.scale * attention[nt][2] + carried[nt][2],
                    p.scale * attention[nt][3] + carried[nt][3]);
     }
-    if (tid < KD) {
+    // Σ H ⊙ S_0 over the slice's columns, channel tid % KD: with the wide tail every thread
+    // takes a kSpanParts-th of the columns (dg adds the parts), else threads < KD all of them.
+    constexpr int kSpanParts = kWideTail ? kThreads / KD : 1, kSpanColumns = kSlice / kSpanParts;
+    static_assert(kSpanColumns % 8 == 0, "whole 16-byte pieces a part");
+    if (kWideTail || tid < KD) {
       if constexpr (kQuadWalk) {  // 8 elements a load: lanes 80 bytes apart then hit distinct banks
         static_assert(PS % 8 == 0, "slice rows are 16-byte aligned");
+        const int row = tid % KD, first = tid / KD * kSpanColumns;
 #pragma unroll
-        for (int c0 = 0; c0 < kSlice; c0 += 8) {
-          const uint4 hv = *reinterpret_cast<const uint4*>(t.H + tid * PS + c0);
-          const uint4 sv = *reinterpret_cast<const uint4*>(t.S0 + tid * PS + c0);
+        for (int c0 = first; c0 < first + kSpanColumns; c0 += 8) {
+          const uint4 hv = *reinterpret_cast<const uint4*>(t.H + row * PS + c0);
+          const uint4 sv = *reinterpret_cast<const uint4*>(t.S0 + row * PS + c0);
           const E* const h8 = reinterpret_cast<const E*>(&hv);
           const E* const s8 = reinterpret_cast<const E*>(&sv);
 #pragma unroll
@@ -864,7 +875,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
         make_float4(__expf(to_float(four[0])), __expf(to_float(four[1])), __expf(to_float(four[2])),
                     __expf(to_float(four[3])));
   }
-  if (tid < KD) spans *= s.decay_all[tid];
+  if (kWideTail || tid < KD) spans *= s.decay_all[tid % KD];
 
   // The per-channel tiles the token walks below finish:
   //   q_side:  the q-side gradient not yet multiplied by the decay inside its sub-chunk;
