@@ -54,9 +54,16 @@ __device__ __forceinline__ void load_rows(E* dst, const E* src, int64_t stride, 
     const int r = i / kVectors, c = (i % kVectors) * 8;
     copy16_async(dst + r * PITCH + c, src + r * stride + c, true);
   };
-  if constexpr (kRolled) {
+  if constexpr (kRolled) {  // the addresses stepped, as load_chunk's
+    static_assert(kThreads % kVectors == 0, "a thread's pieces share their column");
+    constexpr int kRowStep = kThreads / kVectors;
+    const int c = tid % kVectors * 8;
+    int r = tid / kVectors;
+    E* to = dst + r * PITCH + c;
+    const E* from = src + r * stride + c;
+    const int64_t from_step = kRowStep * stride;
 #pragma unroll 1
-    for (int i = tid; i < ROWS * kVectors; i += kThreads) copy(i);
+    for (; r < ROWS; r += kRowStep, to += kRowStep * PITCH, from += from_step) copy16_async(to, from, true);
   } else {
 #pragma unroll
     for (int i = tid; i < ROWS * kVectors; i += kThreads) copy(i);

@@ -96,9 +96,17 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
     const bool ok = r < valid;
     copy16_async(dst + r * PITCH + c, row0 + (ok ? r * stride_time : 0) + c, ok);
   };
-  if constexpr (kRolled) {
+  if constexpr (kRolled) {  // the row and both addresses stepped, not formed again a piece (NOTES.md v31)
+    static_assert(kThreads % kVectors == 0, "a thread's pieces share their column");
+    constexpr int kRowStep = kThreads / kVectors;
+    const int c = tid % kVectors * 8;
+    int r = tid / kVectors;
+    E* to = dst + r * PITCH + c;
+    const E* from = row0 + r * stride_time + c;
+    const int64_t from_step = kRowStep * stride_time;
 #pragma unroll 1
-    for (int i = tid; i < kChunk * kVectors; i += kThreads) copy(i);
+    for (; r < kChunk; r += kRowStep, to += kRowStep * PITCH, from += from_step)
+      copy16_async(to, r < valid ? from : row0 + c, r < valid);
   } else {
 #pragma unroll
     for (int i = tid; i < kChunk * kVectors; i += kThreads) copy(i);
