@@ -46,27 +46,18 @@ __device__ __forceinline__ void mma_block(float (&acc)[NT][4], const E* a, int p
 }
 
 // ROWS × COLS of a row-major global array (row stride `stride`) into a shared tile.
-// kRolled: one copy of the loop body, as load_chunk's.
+// kRolled: load_rows_rolled (forward.cuh), as load_chunk's.
 template <int ROWS, int COLS, int PITCH, bool kRolled = false, class E>
 __device__ __forceinline__ void load_rows(E* dst, const E* src, int64_t stride, int tid) {
-  constexpr int kVectors = COLS / 8;
-  auto copy = [&](int i) {
-    const int r = i / kVectors, c = (i % kVectors) * 8;
-    copy16_async(dst + r * PITCH + c, src + r * stride + c, true);
-  };
-  if constexpr (kRolled) {  // the addresses stepped, as load_chunk's
-    static_assert(kThreads % kVectors == 0, "a thread's pieces share their column");
-    constexpr int kRowStep = kThreads / kVectors;
-    const int c = tid % kVectors * 8;
-    int r = tid / kVectors;
-    E* to = dst + r * PITCH + c;
-    const E* from = src + r * stride + c;
-    const int64_t from_step = kRowStep * stride;
-#pragma unroll 1
-    for (; r < ROWS; r += kRowStep, to += kRowStep * PITCH, from += from_step) copy16_async(to, from, true);
+  if constexpr (kRolled) {
+    load_rows_rolled<ROWS, COLS, PITCH>(dst, src, stride, ROWS, tid);
   } else {
+    constexpr int kVectors = COLS / 8;
 #pragma unroll
-    for (int i = tid; i < ROWS * kVectors; i += kThreads) copy(i);
+    for (int i = tid; i < ROWS * kVectors; i += kThreads) {
+      const int r = i / kVectors, c = (i % kVectors) * 8;
+      copy16_async(dst + r * PITCH + c, src + r * stride + c, true);
+    }
   }
 }
 

@@ -84,32 +84,39 @@ __device__ inline Span sequence_span(const GlaParams& p, int64_t n) {
   return {0, a, b - a};
 }
 
+// Rows [0, ROWS) × cols [0, COLS) of a row-major global array (row stride `stride`) into a
+// shared tile of pitch PITCH, rows past `valid` zero-filled, in one rolled loop whose row and
+// addresses are stepped, not formed again a piece (the backward's gradient kernel, whose code
+// outgrows the instruction caches: NOTES.md v11, v31).
+template <int ROWS, int COLS, int PITCH, class E>
+__device__ __forceinline__ void load_rows_rolled(E* dst, const E* src, int64_t stride, int valid, int tid) {
+  constexpr int kVectors = COLS / 8, kRowStep = kThreads / kVectors;
+  static_assert(kThreads % kVectors == 0, "a thread's pieces share their column");
+  const int c = tid % kVectors * 8;
+  int r = tid / kVectors;
+  E* to = dst + r * PITCH + c;
+  const E* from = src + r * stride + c;
+  const int64_t from_step = kRowStep * stride;
+#pragma unroll 1
+  for (; r < ROWS; r += kRowStep, to += kRowStep * PITCH, from += from_step)
+    copy16_async(to, r < valid ? from : src + c, r < valid);
+}
+
 // Rows [0, 64) × cols [0, COLS) of a chunk into a shared tile of pitch PITCH; rows past
 // `valid` are zero-filled (a zero key or value adds nothing, a zero decay keeps e^{g} = 1).
-// kRolled: one copy of the loop body (the backward's gradient kernel, whose code outgrows the
-// instruction caches: NOTES.md v11); otherwise unrolled.
+// kRolled: load_rows_rolled; otherwise unrolled.
 template <int COLS, int PITCH, bool kRolled = false, class E>
 __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride_time, int valid, int tid) {
-  constexpr int kVectors = COLS / 8;
-  auto copy = [&](int i) {
-    const int r = i / kVectors, c = (i % kVectors) * 8;
-    const bool ok = r < valid;
-    copy16_async(dst + r * PITCH + c, row0 + (ok ? r * stride_time : 0) + c, ok);
-  };
-  if constexpr (kRolled) {  // the row and both addresses stepped, not formed again a piece (NOTES.md v31)
-    static_assert(kThreads % kVectors == 0, "a thread's pieces share their column");
-    constexpr int kRowStep = kThreads / kVectors;
-    const int c = tid % kVectors * 8;
-    int r = tid / kVectors;
-    E* to = dst + r * PITCH + c;
-    const E* from = row0 + r * stride_time + c;
-    const int64_t from_step = kRowStep * stride_time;
-#pragma unroll 1
-    for (; r < kChunk; r += kRowStep, to += kRowStep * PITCH, from += from_step)
-      copy16_async(to, r < valid ? from : row0 + c, r < valid);
+  if constexpr (kRolled) {
+    load_rows_rolled<kChunk, COLS, PITCH>(dst, row0, stride_time, valid, tid);
   } else {
+    constexpr int kVectors = COLS / 8;
 #pragma unroll
-    for (int i = tid; i < kChunk * kVectors; i += kThreads) copy(i);
+    for (int i = tid; i < kChunk * kVectors; i += kThreads) {
+      const int r = i / kVectors, c = (i % kVectors) * 8;
+      const bool ok = r < valid;
+      copy16_async(dst + r * PITCH + c, row0 + (ok ? r * stride_time : 0) + c, ok);
+    }
   }
 }
 
