@@ -479,10 +479,10 @@ __device__ __forceinline__ void quad_gradient_dk(Sm& s, float (&acc)[NT][4], int
 // sub-chunk are left to the CUDA cores, or with kQuads only those within a 4-token quad
 // (the rest through the quad boundaries above).
 // One quad (4 tokens from `low`) as the token walks read it: the dA block of its in-quad
-// pairs (four 16-byte rows, one address for every lane), and channel c's e^{g}, q, k and the
-// two partial tiles this side finishes (dq: q_side; dk: k_pairs, k_state). Rows past the
-// sequence's end hold zeros in dA, q, k and e^{0} = 1 in e^{g}, so their terms add zero.
-struct QuadRows {  // a channel pair's rows of one quad
+// pairs (four 16-byte rows, one address for every lane), and channels c and c + 1's e^{g}, q,
+// k and the two partial tiles this side finishes (dq: q_side; dk: k_pairs, k_state). Rows past
+// the sequence's end hold zeros in dA, q, k and e^{0} = 1 in e^{g}, so their terms add zero.
+struct QuadRows {
   float dA[4][4], eg[4][2], q[4][2], k[4][2], first[4][2], second[4][2];
 };
 
@@ -644,10 +644,10 @@ __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid
     const float2 x = *reinterpret_cast<const float2*>(run_state + earlier * KD + c);
     before.x += x.x, before.y += x.y;
   }
-  float2 span_term = make_float2(0.0f, 0.0f);
+  float2 span_term = make_float2(0.0f, 0.0f);  // the value loop's kThreads / KD shares, in order
 #pragma unroll
-  for (int q = 0; q < kThreads / KD; ++q) {
-    const float2 x = *reinterpret_cast<const float2*>(span_parts + q * KD + c);
+  for (int share = 0; share < kThreads / KD; ++share) {
+    const float2 x = *reinterpret_cast<const float2*>(span_parts + share * KD + c);
     span_term.x += x.x, span_term.y += x.y;
   }
   for (int top = hi - 1; top >= lo; top -= kBatch) {  // kBatch tokens at a time, read before stored
