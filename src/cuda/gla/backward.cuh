@@ -236,6 +236,9 @@ struct GradSmem {
   static constexpr int PK = KD + 8, PA = kChunk + 8;
   static constexpr int kSlice = 32, PS = kSlice + 8;  // value slices
   static constexpr int PF = KD + 4;                   // float [64, KD] tiles
+  // With the wide tail, Σ_v H ⊙ S_0 of a channel in this many shares of the value columns
+  // (thread share·KD + c holds channel c's), summed by dg (decay_gradient_by_runs).
+  static constexpr int kSpanShares = kThreads / KD;
   E q[kChunk * PK], k[kChunk * PK];
   // Read until the value loop ends (the first four) or until the sub-chunk pair products
   // are done (q_sub, k_pair); the same bytes then hold three float [64, KD] tiles: tile(0)
@@ -644,9 +647,9 @@ __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid
     const float2 x = *reinterpret_cast<const float2*>(run_state + earlier * KD + c);
     before.x += x.x, before.y += x.y;
   }
-  float2 span_term = make_float2(0.0f, 0.0f);  // the value loop's kThreads / KD shares, in order
+  float2 span_term = make_float2(0.0f, 0.0f);  // the value loop's shares, in order
 #pragma unroll
-  for (int share = 0; share < kThreads / KD; ++share) {
+  for (int share = 0; share < Sm::kSpanShares; ++share) {
     const float2 x = *reinterpret_cast<const float2*>(span_parts + share * KD + c);
     span_term.x += x.x, span_term.y += x.y;
   }
@@ -821,7 +824,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     }
     // Σ H ⊙ S_0 over the slice's columns, channel tid % KD: with the wide tail every thread
     // takes a kSpanParts-th of the columns (dg adds the parts), else threads < KD all of them.
-    constexpr int kSpanParts = kWideTail ? kThreads / KD : 1, kSpanColumns = kSlice / kSpanParts;
+    constexpr int kSpanParts = kWideTail ? Sm::kSpanShares : 1, kSpanColumns = kSlice / kSpanParts;
     static_assert(kSpanColumns % 8 == 0, "whole 16-byte pieces a part");
     if (kWideTail || tid < KD) {
       if constexpr (kQuadWalk) {  // 8 elements a load: lanes 80 bytes apart then hit distinct banks
