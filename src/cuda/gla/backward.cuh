@@ -78,7 +78,8 @@ struct StateGradSmem {
 // One block walks one segment (the whole sequence when not split) backwards.
 // kOwn (split sequences, first): the segment's own contribution to dL/dS at its start, from
 // zero at its end, into the segment's slot of p.workspace (the forward's tables, free again
-// once the chunk states are written; the forward's pass left each segment's total decay).
+// once the chunk states are written), and the segment's total decay e^{Σ g} per key channel
+// into the decay table after them, all the chain needs besides (NOTES.md v33).
 // Otherwise: from dL/dS at the segment's end (p.d_final_state, or the chained slot), every
 // chunk's dL/dS_end into p.chunk_state_grads, and d initial state after the first chunk.
 // kStages (params.hpp gla_backward_state_stages): the copies run kStages − 1 chunks ahead.
@@ -102,6 +103,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   StateTile<E, KD, VB> D(warp, lane);  // dL/dS after the chunk being walked
   if constexpr (kOwn) D.load(nullptr, p.V);
   else D.load(p.segments > 1 ? segment_state : p.d_final_state ? p.d_final_state + state_offset : nullptr, p.V);
+  float segment_log_decay = 0.0f;  // kOwn: Σ g of channel key0 + tid over the segment's tokens
   // The stage of a chunk: the walk goes from the last chunk down.
   auto stage_of = [&](int64_t chunk) { return static_cast<int>((plan.end_chunk - 1 - chunk) % kStages); };
   // One commit group a call, empty past the segment's first chunk, so that each step waits on
@@ -144,7 +146,9 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
 #pragma unroll
         for (int tt = 0; tt < kSub; ++tt) {
           const int at = (t0 + tt) * PK + tid;
-          e[tt] = __expf(to_float(g[at]));
+          const float log_decay = to_float(g[at]);
+          if constexpr (kOwn) segment_log_decay += log_decay;
+          e[tt] = __expf(log_decay);
           qs[tt] = to_float(q[at]);
         }
 #pragma unroll
@@ -162,7 +166,11 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
     }
     __syncthreads();  // q_start and e^{b_last} are read before the next step writes them
   }
-  if constexpr (kOwn) D.store(segment_state, p.V);  // zeros for a segment past the sequence's end
+  if constexpr (kOwn) {
+    D.store(segment_state, p.V);  // zeros for a segment past the sequence's end
+    if (tid < KD && vb0 == 0)     // the value blocks' decays are the same: one writes them
+      segment_decay_table(p)[plan.state_slot * p.K + key0 + tid] = __expf(segment_log_decay);
+  }
   else if (p.d_initial_state && plan.first_chunk == 0) D.store(p.d_initial_state + state_offset, p.V);
 }
 
@@ -175,7 +183,7 @@ static __global__ void chain_segment_grads_kernel(const GlaParams p) {
   if (element >= p.K * p.V) return;
   const int64_t pair = static_cast<int64_t>(blockIdx.z) * p.H + blockIdx.y;  // n·H + h
   const int64_t row = element / p.V;
-  const float* decays = p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V;
+  const float* decays = segment_decay_table(p);
   float D = p.d_final_state ? p.d_final_state[pair * p.K * p.V + element] : 0.0f;
   for (int64_t seg = p.segments - 1; seg >= 0; --seg) {
     const int64_t slot = pair * p.segments + seg;
@@ -183,47 +191,6 @@ static __global__ void chain_segment_grads_kernel(const GlaParams p) {
     const float own = *at;
     *at = D;
     D = decays[slot * p.K + row] * D + own;
-  }
-}
-
-// The split backward's segment decays when the forward kept its chunk states: e^{Σ g} per key
-// channel over each segment's tokens, into p.workspace's decay table ([N, H, segments, K], as the
-// segment_ends walk leaves it), which is all the dL/dS chain needs of the segment tables then.
-// A block of kDecayThreads per (segment, head, sequence): K/8 groups of 8 channels (16-byte
-// loads) × the lanes over the tokens that fill the block (64 at K = 128); the lanes' sums are
-// added in a fixed order. One block an SM, so the block's width is what the loads in flight
-// are (NOTES.md v25).
-constexpr int kDecayThreads = 1024;
-
-template <class E>
-__global__ void __launch_bounds__(kDecayThreads) segment_decays_kernel(const GlaParams p) {
-  // [lane][channel], rows K + 1 apart: a warp's 32 lanes of one channel fall in 32 banks.
-  __shared__ float lane_sums[kDecayThreads * 8 + kDecayThreads / 8];
-  const int64_t seg = blockIdx.x, h = blockIdx.y, n = blockIdx.z;
-  const Span seq = sequence_span(p, n);
-  const int64_t first = seg * p.segment_chunks * kChunk;
-  const int64_t end = min(seq.length, first + p.segment_chunks * kChunk);
-  const int lanes = kDecayThreads / (p.K / 8), pitch = p.K + 1;
-  const int lane = threadIdx.x % lanes, c0 = 8 * (threadIdx.x / lanes);
-  const E* const g = static_cast<const E*>(p.g.data) + seq.batch * p.g.stride_batch +
-                     seq.start * p.g.stride_time + h * p.g.stride_head + c0;
-  float sums[8] = {};
-#pragma unroll 4
-  for (int64_t t = first + lane; t < end; t += lanes) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(g + t * p.g.stride_time);
-    const E* const eight = reinterpret_cast<const E*>(&raw);
-#pragma unroll
-    for (int u = 0; u < 8; ++u) sums[u] += to_float(eight[u]);
-  }
-#pragma unroll
-  for (int u = 0; u < 8; ++u) lane_sums[lane * pitch + c0 + u] = sums[u];
-  __syncthreads();
-  float* const decays = p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V;
-  const int64_t slot = (n * p.H + h) * p.segments + seg;
-  for (int c = threadIdx.x; c < p.K; c += blockDim.x) {
-    float total = 0.0f;
-    for (int l = 0; l < lanes; ++l) total += lane_sums[l * pitch + c];
-    decays[slot * p.K + c] = __expf(total);
   }
 }
 
@@ -700,6 +667,43 @@ struct GradientClock {
   }
 };
 
+// dv's two products for one value slice, the warp's rows 16·rb and the slice's columns
+// 16·side: Aᵀ do (unscaled) and k_end H, in one unrolled loop so that their chains of
+// dependent products overlap (NOTES.md v32). Aᵀ do runs over all kChunk tokens: A is zero
+// above its diagonal, so the blocks before 16·rb add exact zeros, and a fixed trip count
+// leaves nothing for the loop to branch on. k_end H runs over KD in two halves: two chains of
+// KD/32 products instead of one of KD/16.
+template <class Sm, class E = typename Sm::Element>
+__device__ __forceinline__ void dv_products(float (&attention)[2][4], float (&carried)[2][4], const Sm& s,
+                                            const E* d_o, const E* H, int rb, int side, int lane) {
+  constexpr int KD = Sm::kKeys, PK = Sm::PK, PA = Sm::PA, PS = Sm::PS;
+  constexpr int kTokenSteps = kChunk / 16, kHalfSteps = KD / 32;
+  constexpr int kSteps = kTokenSteps > kHalfSteps ? kTokenSteps : kHalfSteps;
+  float upper[2][4] = {};  // k_end H over the upper half of the channels
+#pragma unroll
+  for (int step = 0; step < kSteps; ++step) {
+    if (step < kTokenSteps) {
+      uint32_t a[4], b[4];
+      load_a_transposed(a, s.scores, PA, 16 * step, 16 * rb, lane);
+      load_b(b, d_o, PS, 16 * step, 16 * side, lane);
+      mma_pair<E>(attention[0], attention[1], a, b);
+    }
+    if (step < kHalfSteps) {
+      uint32_t a_low[4], b_low[4], a_high[4], b_high[4];
+      load_a(a_low, s.k_end, PK, 16 * rb, 16 * step, lane);
+      load_b(b_low, H, PS, 16 * step, 16 * side, lane);
+      load_a(a_high, s.k_end, PK, 16 * rb, KD / 2 + 16 * step, lane);
+      load_b(b_high, H, PS, KD / 2 + 16 * step, 16 * side, lane);
+      mma_pair<E>(carried[0], carried[1], a_low, b_low);
+      mma_pair<E>(upper[0], upper[1], a_high, b_high);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) carried[nt][e] += upper[nt][e];
+}
+
 // kQuadWalk (with kQuads only): the token walks by quads and the Σ H ⊙ S_0 reads 16 bytes a
 // load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
 // thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
@@ -793,6 +797,10 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   constexpr int NK = KD / 16;  // 8-column tiles in half of KD
   float dA_acc[4][4] = {}, dq_state[NK][4] = {}, dk_state[NK][4] = {};
   float spans = 0.0f;  // Σ_v H ⊙ S_0 of channel tid % KD (with the wide tail a part of the columns)
+  // dv at value column 0 (the loop adds v0); with key blocks this block's float share.
+  E* const dv_columns = row0(p.dv, 0);
+  float* const dv_partial_columns = kb.partial(p, seq.batch, seq.start + t0, h, 0);
+  const int64_t dv_stride = dv_partial_columns ? p.H * p.V : p.dv.stride_time;
   for (int v0 = 0, stage = 0; v0 < p.V; v0 += kSlice, stage ^= kTwoStages ? 1 : 0) {
     if (v0 > 0) {
       if (!kTwoStages) issue_slice(v0, 0);
@@ -806,11 +814,9 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     mma_block<false, true>(dq_state, t.d_o, PS, t.S0, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);  // do S_0ᵀ
     mma_block<false, true>(dk_state, t.v, PS, t.H, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);     // v Hᵀ
     float attention[2][4] = {}, carried[2][4] = {};
-    mma_block<true, false>(attention, s.scores, PA, t.d_o, PS, 16 * rb, 16 * side, 16 * rb, kChunk, lane);  // Aᵀ do
-    mma_block<false, false>(carried, s.k_end, PK, t.H, PS, 16 * rb, 16 * side, 0, KD, lane);  // k_end H
-    E* const dv = row0(p.dv, v0);
-    float* const dv_partial = kb.partial(p, seq.batch, seq.start + t0, h, v0);  // key blocks: this block's share
-    const int64_t dv_stride = dv_partial ? p.H * p.V : p.dv.stride_time;
+    dv_products(attention, carried, s, t.d_o, t.H, rb, side, lane);
+    E* const dv = dv_columns + v0;
+    float* const dv_partial = dv_partial_columns ? dv_partial_columns + v0 : nullptr;
     const int r = 16 * rb + lane / 4;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
@@ -1096,15 +1102,6 @@ inline size_t backward_scratch_bytes(GlaParams p) {
   return scratch_state_tables(p) * state_table_bytes(p) + segment_table_floats(p) * sizeof(float) + partial_bytes(p);
 }
 
-// With p.segments > 1 and the forward's chunk states: the segments' decays, for the dL/dS chain.
-template <class E>
-void segment_decays(const GlaParams& p, cudaStream_t stream) {
-  const dim3 grid(static_cast<unsigned>(p.segments), static_cast<unsigned>(p.H),
-                  static_cast<unsigned>(p.num_sequences));
-  timed_launch(stream, "gla backward segment decays",
-               [&] { segment_decays_kernel<E><<<grid, kDecayThreads, 0, stream>>>(p); });
-}
-
 template <class Kernel>
 void allow_shared(Kernel kernel, size_t bytes, const char* what) {
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)), what);
@@ -1150,11 +1147,9 @@ void launch_backward(GlaParams p) {
   if (p.key_blocks > 1) use_partial(p, base + tables + segment_bytes, stream);
 
   // The forward's saved chunk states when the caller kept them (GlaParams::saved_chunk_states),
-  // else the chunk-state pass from each segment's entering state. The dL/dS walk's chain reads
-  // the segments' decays either way; with the table they need no walk (NOTES.md v23).
-  if (p.saved_chunk_states) {
-    if (p.segments > 1) segment_decays<E>(p, stream);
-  } else {
+  // else the chunk-state pass from each segment's entering state. The segments' decays for
+  // the dL/dS chain come from its own walk of them either way (NOTES.md v33).
+  if (!p.saved_chunk_states) {
     if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
     launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
   }

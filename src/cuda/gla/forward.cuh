@@ -727,6 +727,12 @@ __device__ __forceinline__ int64_t chunk_slot(const GlaParams& p, int64_t n, int
   return (n * p.H + h) * p.max_chunks + chunk;
 }
 
+// The decay table of the segment tables in p.workspace: [N, H, segments, K, V] states, then
+// [N, H, segments, K] decays e^{Σ g} over each segment's tokens.
+__device__ __forceinline__ float* segment_decay_table(const GlaParams& p) {
+  return p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V;
+}
+
 // Where block (value block, head, sequence × segment) reads and writes: its tokens, the
 // chunks of its segment, and its slots of the state tables.
 struct BlockPlan {
@@ -833,8 +839,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int64_t h = plan.h;
   float* const segment_state = p.workspace ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
   float* const segment_decay =
-      p.workspace ? p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V + plan.state_slot * p.K + key0
-                  : nullptr;
+      p.workspace ? segment_decay_table(p) + plan.state_slot * p.K + key0 : nullptr;
   StateTile<E, KD, VB, kRowBlocks> S(warp, lane);
   if (plan.first_chunk >= plan.end_chunk) {  // a segment past a short sequence's end
     if constexpr (kEnds) {

@@ -18,7 +18,7 @@ static __global__ void chain_segments_kernel(const GlaParams p) {
   if (element >= p.K * p.V) return;
   const int64_t pair = static_cast<int64_t>(blockIdx.z) * p.H + blockIdx.y;  // n·H + h
   const int64_t row = element / p.V;
-  const float* decays = p.workspace + p.num_sequences * p.H * p.segments * p.K * p.V;
+  const float* decays = segment_decay_table(p);
   float S = p.initial_state ? p.initial_state[pair * p.K * p.V + element] : 0.0f;
   for (int64_t seg = 0; seg < p.segments; ++seg) {
     const int64_t slot = pair * p.segments + seg;
