@@ -667,43 +667,6 @@ struct GradientClock {
   }
 };
 
-// dv's two products for one value slice, the warp's rows 16·rb and the slice's columns
-// 16·side: Aᵀ do (unscaled) and k_end H, in one unrolled loop so that their chains of
-// dependent products overlap (NOTES.md v32). Aᵀ do runs over all kChunk tokens: A is zero
-// above its diagonal, so the blocks before 16·rb add exact zeros, and a fixed trip count
-// leaves nothing for the loop to branch on. k_end H runs over KD in two halves: two chains of
-// KD/32 products instead of one of KD/16.
-template <class Sm, class E = typename Sm::Element>
-__device__ __forceinline__ void dv_products(float (&attention)[2][4], float (&carried)[2][4], const Sm& s,
-                                            const E* d_o, const E* H, int rb, int side, int lane) {
-  constexpr int KD = Sm::kKeys, PK = Sm::PK, PA = Sm::PA, PS = Sm::PS;
-  constexpr int kTokenSteps = kChunk / 16, kHalfSteps = KD / 32;
-  constexpr int kSteps = kTokenSteps > kHalfSteps ? kTokenSteps : kHalfSteps;
-  float upper[2][4] = {};  // k_end H over the upper half of the channels
-#pragma unroll
-  for (int step = 0; step < kSteps; ++step) {
-    if (step < kTokenSteps) {
-      uint32_t a[4], b[4];
-      load_a_transposed(a, s.scores, PA, 16 * step, 16 * rb, lane);
-      load_b(b, d_o, PS, 16 * step, 16 * side, lane);
-      mma_pair<E>(attention[0], attention[1], a, b);
-    }
-    if (step < kHalfSteps) {
-      uint32_t a_low[4], b_low[4], a_high[4], b_high[4];
-      load_a(a_low, s.k_end, PK, 16 * rb, 16 * step, lane);
-      load_b(b_low, H, PS, 16 * step, 16 * side, lane);
-      load_a(a_high, s.k_end, PK, 16 * rb, KD / 2 + 16 * step, lane);
-      load_b(b_high, H, PS, KD / 2 + 16 * step, 16 * side, lane);
-      mma_pair<E>(carried[0], carried[1], a_low, b_low);
-      mma_pair<E>(upper[0], upper[1], a_high, b_high);
-    }
-  }
-#pragma unroll
-  for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) carried[nt][e] += upper[nt][e];
-}
-
 // kQuadWalk (with kQuads only): the token walks by quads and the Σ H ⊙ S_0 reads 16 bytes a
 // load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
 // thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
@@ -797,10 +760,6 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   constexpr int NK = KD / 16;  // 8-column tiles in half of KD
   float dA_acc[4][4] = {}, dq_state[NK][4] = {}, dk_state[NK][4] = {};
   float spans = 0.0f;  // Σ_v H ⊙ S_0 of channel tid % KD (with the wide tail a part of the columns)
-  // dv at value column 0 (the loop adds v0); with key blocks this block's float share.
-  E* const dv_columns = row0(p.dv, 0);
-  float* const dv_partial_columns = kb.partial(p, seq.batch, seq.start + t0, h, 0);
-  const int64_t dv_stride = dv_partial_columns ? p.H * p.V : p.dv.stride_time;
   for (int v0 = 0, stage = 0; v0 < p.V; v0 += kSlice, stage ^= kTwoStages ? 1 : 0) {
     if (v0 > 0) {
       if (!kTwoStages) issue_slice(v0, 0);
@@ -814,9 +773,11 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     mma_block<false, true>(dq_state, t.d_o, PS, t.S0, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);  // do S_0ᵀ
     mma_block<false, true>(dk_state, t.v, PS, t.H, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);     // v Hᵀ
     float attention[2][4] = {}, carried[2][4] = {};
-    dv_products(attention, carried, s, t.d_o, t.H, rb, side, lane);
-    E* const dv = dv_columns + v0;
-    float* const dv_partial = dv_partial_columns ? dv_partial_columns + v0 : nullptr;
+    mma_block<true, false>(attention, s.scores, PA, t.d_o, PS, 16 * rb, 16 * side, 16 * rb, kChunk, lane);  // Aᵀ do
+    mma_block<false, false>(carried, s.k_end, PK, t.H, PS, 16 * rb, 16 * side, 0, KD, lane);  // k_end H
+    E* const dv = row0(p.dv, v0);
+    float* const dv_partial = kb.partial(p, seq.batch, seq.start + t0, h, v0);  // key blocks: this block's share
+    const int64_t dv_stride = dv_partial ? p.H * p.V : p.dv.stride_time;
     const int r = 16 * rb + lane / 4;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
