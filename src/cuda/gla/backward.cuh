@@ -75,15 +75,16 @@ struct StateGradSmem {
   float decay_all[KD];   // e^{b_last}
 };
 
-// One block walks one segment (the whole sequence when not split) backwards.
-// kOwn (split sequences, first): the segment's own contribution to dL/dS at its start, from
-// zero at its end, into the segment's slot of p.workspace (the forward's tables, free again
-// once the chunk states are written), and the segment's total decay e^{Σ g} per key channel
-// into the decay table after them, all the chain needs besides (NOTES.md v33).
-// Otherwise: from dL/dS at the segment's end (p.d_final_state, or the chained slot), every
-// chunk's dL/dS_end into p.chunk_state_grads, and d initial state after the first chunk.
+// One block walks one segment (the whole sequence when not split) backwards, from dL/dS at
+// the sequence's end (p.d_final_state) in its last segment and from zero in the others, and
+// writes every chunk's dL/dS_end into p.chunk_state_grads; unsplit, d initial state after the
+// first chunk. Split (NOTES.md v34), the parts carried in from later segments are added by
+// the gradient kernel, e^{Σ g from a chunk's end to its segment's} ⊙ dL/dS at the segment's
+// end: this walk writes those decays of every chunk (p.decay_to_segment_end), the segment's
+// own dL/dS at its start into its slot of p.workspace and its total decay into the decay
+// table, for the chain (chain_segment_grads_kernel) that finds each segment's end.
 // kStages (params.hpp gla_backward_state_stages): the copies run kStages − 1 chunks ahead.
-template <class E, int KD, int VB, bool kOwn, int kStages = 2>
+template <class E, int KD, int VB, int kStages = 2>
 __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams p) {
   using Sm = StateGradSmem<E, KD, VB, kStages>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -95,15 +96,16 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   const BlockPlan plan(p);
   const int64_t h = plan.h, n = plan.n;
   const int64_t state_offset = kb.state(p, n * p.H + h);
-  float* const segment_state = p.segments > 1 ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
+  const bool split = p.segments > 1, last_segment = plan.seg == p.segments - 1;
+  // The value blocks' decays are the same: block 0 writes them.
+  const bool writes_decays = split && tid < KD && vb0 == 0;
   auto row0 = [&](const GlaTokens& x, int64_t t, int64_t col) {
     return static_cast<const E*>(x.data) + plan.seq.batch * x.stride_batch + (plan.seq.start + t) * x.stride_time +
            h * x.stride_head + col;
   };
   StateTile<E, KD, VB> D(warp, lane);  // dL/dS after the chunk being walked
-  if constexpr (kOwn) D.load(nullptr, p.V);
-  else D.load(p.segments > 1 ? segment_state : p.d_final_state ? p.d_final_state + state_offset : nullptr, p.V);
-  float segment_log_decay = 0.0f;  // kOwn: Σ g of channel key0 + tid over the segment's tokens
+  D.load(last_segment && p.d_final_state ? p.d_final_state + state_offset : nullptr, p.V);
+  float to_segment_end = 1.0f;  // split: e^{Σ g} of channel key0 + tid from the chunk's end to the segment's
   // The stage of a chunk: the walk goes from the last chunk down.
   auto stage_of = [&](int64_t chunk) { return static_cast<int>((plan.end_chunk - 1 - chunk) % kStages); };
   // One commit group a call, empty past the segment's first chunk, so that each step waits on
@@ -122,18 +124,16 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   for (int ahead = 0; ahead < kStages - 1; ++ahead) issue_loads(plan.end_chunk - 1 - ahead);
   for (int64_t chunk = plan.end_chunk - 1; chunk >= plan.first_chunk; --chunk) {
     const int stage = stage_of(chunk);
-    if constexpr (!kOwn) {  // dL/dS into the table through grad_rows: one bulk copy a row (NOTES.md v20)
-      D.store_pairs(s.grad_rows, PV);
-      fence_async_shared();
-    }
+    // dL/dS into the table through grad_rows: one bulk copy a row (NOTES.md v20)
+    D.store_pairs(s.grad_rows, PV);
+    fence_async_shared();
     copy_async_wait_pending<kStages - 2>();
     __syncthreads();  // this chunk's tiles are in; the stage issued next was read by the last step
-    if constexpr (!kOwn) {
-      if (tid < KD) {
-        E* const row = static_cast<E*>(p.chunk_state_grads) + kb.state(p, chunk_slot(p, n, h, chunk)) + tid * p.V;
-        tma::store_bytes(row, s.grad_rows + tid * PV, VB * sizeof(E));
-        tma::bulk_commit();
-      }
+    const int64_t slot = chunk_slot(p, n, h, chunk);
+    if (tid < KD) {
+      E* const row = static_cast<E*>(p.chunk_state_grads) + kb.state(p, slot) + tid * p.V;
+      tma::store_bytes(row, s.grad_rows + tid * PV, VB * sizeof(E));
+      tma::bulk_commit();
     }
     issue_loads(chunk - (kStages - 1));
     if (tid < KD) {  // rows past the sequence's end hold zeros: e^{0} = 1, q = 0
@@ -146,9 +146,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
 #pragma unroll
         for (int tt = 0; tt < kSub; ++tt) {
           const int at = (t0 + tt) * PK + tid;
-          const float log_decay = to_float(g[at]);
-          if constexpr (kOwn) segment_log_decay += log_decay;
-          e[tt] = __expf(log_decay);
+          e[tt] = __expf(to_float(g[at]));
           qs[tt] = to_float(q[at]);
         }
 #pragma unroll
@@ -158,40 +156,44 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
         }
       }
       s.decay_all[tid] = from_start;
+      if (writes_decays) {
+        p.decay_to_segment_end[slot * p.K + key0 + tid] = to_segment_end;
+        to_segment_end *= from_start;
+      }
     }
     __syncthreads();
     D.advance(s.q_start, s.decay_all, s.d_o[stage], lane);
-    if constexpr (!kOwn) {
-      if (tid < KD) tma::bulk_wait_read();  // grad_rows is rewritten at the next step's top
-    }
+    if (tid < KD) tma::bulk_wait_read();  // grad_rows is rewritten at the next step's top
     __syncthreads();  // q_start and e^{b_last} are read before the next step writes them
   }
-  if constexpr (kOwn) {
-    D.store(segment_state, p.V);  // zeros for a segment past the sequence's end
-    if (tid < KD && vb0 == 0)     // the value blocks' decays are the same: one writes them
-      segment_decay_table(p)[plan.state_slot * p.K + key0 + tid] = __expf(segment_log_decay);
+  if (split) {  // dL/dS at the segment's start (zeros for a segment past the sequence's end)
+    D.store(p.workspace + kb.state(p, plan.state_slot), p.V);
+    if (writes_decays) segment_decay_table(p)[plan.state_slot * p.K + key0 + tid] = to_segment_end;
+  } else if (p.d_initial_state) {
+    D.store(p.d_initial_state + state_offset, p.V);
   }
-  else if (p.d_initial_state && plan.first_chunk == 0) D.store(p.d_initial_state + state_offset, p.V);
 }
 
-// Chains the segments backwards: slot s holds segment s's own contribution on entry and
-// dL/dS at its end on exit,
-//   at the end of the last = d final state,  at the end of s − 1 = D(s) ⊙ (that of s) + own(s),
-// D(s) the segment's total decay (the forward's table). One thread per state element.
+// Chains the segments backwards. Slot s holds, on entry, dL/dS at segment s's start from its
+// own walk (from zero at its end; the last segment's from d final state), and on exit (s below
+// the last) dL/dS at its end:
+//   end(last − 1) = start(last),  end(s − 1) = D(s) ⊙ end(s) + start(s),  d initial = D(0) ⊙ end(0) + start(0),
+// D(s) the segment's total decay. One thread per state element.
 static __global__ void chain_segment_grads_kernel(const GlaParams p) {
   const int64_t element = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (element >= p.K * p.V) return;
   const int64_t pair = static_cast<int64_t>(blockIdx.z) * p.H + blockIdx.y;  // n·H + h
   const int64_t row = element / p.V;
   const float* decays = segment_decay_table(p);
-  float D = p.d_final_state ? p.d_final_state[pair * p.K * p.V + element] : 0.0f;
-  for (int64_t seg = p.segments - 1; seg >= 0; --seg) {
+  float D = p.workspace[(pair * p.segments + p.segments - 1) * p.K * p.V + element];
+  for (int64_t seg = p.segments - 2; seg >= 0; --seg) {
     const int64_t slot = pair * p.segments + seg;
     float* at = p.workspace + slot * p.K * p.V + element;
     const float own = *at;
     *at = D;
     D = decays[slot * p.K + row] * D + own;
   }
+  if (p.d_initial_state) p.d_initial_state[pair * p.K * p.V + element] = D;
 }
 
 // ---- Pass 3: the gradients of one chunk ----
@@ -667,6 +669,50 @@ struct GradientClock {
   }
 };
 
+// Split sequences (NOTES.md v34): a chunk before its sequence's last segment has dL/dS at its
+// end from a walk that started the segment from zero. The part carried in from the later
+// segments, e^{Σ g from the chunk's end to the segment's} ⊙ dL/dS at the segment's end (per key
+// channel), is added to each value slice of H once it lands. Thread tid takes key row
+// tid / kRowThreads and kColumns columns of the slice; the next slice's floats (from L2: the
+// chain's table is read by every chunk of the segment) load while this slice's products run.
+template <class E, int KD, int kSlice>
+struct CarriedIn {
+  static constexpr int kColumns = KD * kSlice / kThreads, kRowThreads = kSlice / kColumns;
+  static_assert(kColumns % 8 == 0, "whole 16-byte pieces of a slice row a thread");
+  const float* at_end = nullptr;  // this row's dL/dS at the segment's end, at the thread's column 0; nullptr: none
+  float decay = 0.0f;             // e^{Σ g} from the chunk's end to the segment's, this row's channel
+  int row, col, columns;
+  float next[kColumns];
+
+  __device__ CarriedIn(const GlaParams& p, const KeyBlock& kb, int64_t n, int64_t h, int64_t chunk, int tid)
+      : row(tid / kRowThreads), col(tid % kRowThreads * kColumns), columns(static_cast<int>(p.V)) {
+    const int64_t segment = p.segments > 1 ? chunk / p.segment_chunks : 0;
+    if (segment + 1 >= p.segments) return;  // unsplit, or the last segment: its walk started from d final state
+    at_end = p.workspace + kb.state(p, (n * p.H + h) * p.segments + segment) + row * p.V + col;
+    decay = p.decay_to_segment_end[chunk_slot(p, n, h, chunk) * p.K + kb.key0 + row];
+  }
+  __device__ void fetch(int v0) {
+    if (!at_end || v0 >= columns) return;
+#pragma unroll
+    for (int j = 0; j < kColumns; j += 4) {
+      const float4 x = *reinterpret_cast<const float4*>(at_end + v0 + j);
+      next[j] = x.x, next[j + 1] = x.y, next[j + 2] = x.z, next[j + 3] = x.w;
+    }
+  }
+  // H: the slice's [KD, kSlice] tile, rows `pitch` elements apart.
+  __device__ void add(E* H, int pitch) const {
+    E* const at = H + row * pitch + col;
+#pragma unroll
+    for (int j = 0; j < kColumns; j += 8) {
+      uint4 raw = *reinterpret_cast<const uint4*>(at + j);
+      E* const eight = reinterpret_cast<E*>(&raw);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) eight[u] = from_float<E>(to_float(eight[u]) + decay * next[j + u]);
+      *reinterpret_cast<uint4*>(at + j) = raw;
+    }
+  }
+};
+
 // kQuadWalk (with kQuads only): the token walks by quads and the Σ H ⊙ S_0 reads 16 bytes a
 // load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
 // thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
@@ -746,6 +792,8 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   else diagonal_scores(s, warp, lane);
   pair_scores(s, warp, lane);
   phases.mark(kGlaGradientPairs);
+  CarriedIn<E, KD, kSlice> carried_in(p, kb, n, h, chunk, tid);
+  carried_in.fetch(0);
   copy_async_wait_all();
   __syncthreads();
   phases.mark(kGlaGradientSlice);
@@ -769,6 +817,11 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     // The next slice into the other stage: the last slice read it, and A is formed.
     if (kTwoStages && v0 + kSlice < p.V) issue_slice(v0 + kSlice, stage ^ 1);
     const SliceView t = slice_view(stage);
+    if (carried_in.at_end) {
+      carried_in.add(t.H, PS);
+      __syncthreads();  // H whole before the products read it
+      carried_in.fetch(v0 + kSlice);
+    }
     mma_block<false, true>(dA_acc, t.d_o, PS, t.v, PS, 16 * rb, 32 * side, 0, kSlice, lane);            // do vᵀ
     mma_block<false, true>(dq_state, t.d_o, PS, t.S0, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);  // do S_0ᵀ
     mma_block<false, true>(dk_state, t.v, PS, t.H, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);     // v Hᵀ
@@ -1055,12 +1108,18 @@ inline size_t state_table_bytes(const GlaParams& p) {
 // State tables in the scratch: dL/dS, and the chunk states unless the forward saved them.
 inline int scratch_state_tables(const GlaParams& p) { return p.saved_chunk_states ? 1 : 2; }
 
-// Scratch: the state tables, the segment tables when the state pass is split, then the key
-// blocks' partials of dv (K = 256).
+// Split: the segment tables, then every chunk's decay to its segment's end ([N, H,
+// max_chunks, K] floats, GlaParams::decay_to_segment_end).
+inline size_t split_table_bytes(const GlaParams& p) {
+  const size_t to_end = p.segments > 1 ? static_cast<size_t>(p.num_sequences * p.H * p.max_chunks * p.K) : 0;
+  return (segment_table_floats(p) + to_end) * sizeof(float);
+}
+
+// Scratch: the state tables, the split's tables, then the key blocks' partials of dv (K = 256).
 inline size_t backward_scratch_bytes(GlaParams p) {
   p.key_blocks = p.K == 256 ? 2 : 1;
   plan_segments(p, p.V / (p.V % 128 == 0 ? 128 : 64) * p.key_blocks);
-  return scratch_state_tables(p) * state_table_bytes(p) + segment_table_floats(p) * sizeof(float) + partial_bytes(p);
+  return scratch_state_tables(p) * state_table_bytes(p) + split_table_bytes(p) + partial_bytes(p);
 }
 
 template <class Kernel>
@@ -1069,25 +1128,21 @@ void allow_shared(Kernel kernel, size_t bytes, const char* what) {
 }
 
 // Pass 2 (the dL/dS walk, split like the forward when the grid is small) with kStages stages
-// of copies.
+// of copies; split, the chain of the segments after it.
 template <class E, int KD, int VB, int kStages>
 void state_gradients(const GlaParams& p, cudaStream_t stream) {
   const size_t state_smem = sizeof(StateGradSmem<E, KD, VB, kStages>);
   const dim3 state_grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                         static_cast<unsigned>(p.num_sequences * p.segments));
+  auto walk = state_grad_kernel<E, KD, VB, kStages>;
+  allow_shared(walk, state_smem, "gla backward state gradients shared memory");
+  timed_launch(stream, "gla backward state gradients", [&] { walk<<<state_grid, kThreads, state_smem, stream>>>(p); });
   if (p.segments > 1) {
-    auto own = state_grad_kernel<E, KD, VB, true, kStages>;
-    allow_shared(own, state_smem, "gla backward state gradients shared memory");
-    timed_launch(stream, "gla backward segment state gradients",
-                 [&] { own<<<state_grid, kThreads, state_smem, stream>>>(p); });
     const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
                     static_cast<unsigned>(p.num_sequences));
     timed_launch(stream, "gla backward chain segments",
                  [&] { chain_segment_grads_kernel<<<grid, 256, 0, stream>>>(p); });
   }
-  auto walk = state_grad_kernel<E, KD, VB, false, kStages>;
-  allow_shared(walk, state_smem, "gla backward state gradients shared memory");
-  timed_launch(stream, "gla backward state gradients", [&] { walk<<<state_grid, kThreads, state_smem, stream>>>(p); });
 }
 
 template <class E, int KD, int VB>
@@ -1095,9 +1150,9 @@ void launch_backward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   p.key_blocks = p.K / KD;
   plan_segments(p, column_blocks<VB>(p));
-  const size_t table = state_table_bytes(p), segment_bytes = segment_table_floats(p) * sizeof(float);
+  const size_t table = state_table_bytes(p), split_bytes = split_table_bytes(p);
   const size_t tables = scratch_state_tables(p) * table;
-  const size_t bytes = tables + segment_bytes + partial_bytes(p);
+  const size_t bytes = tables + split_bytes + partial_bytes(p);
   void* scratch = p.scratch;
   const bool owned = scratch == nullptr || p.scratch_bytes < bytes;
   if (owned) check(cudaMallocAsync(&scratch, bytes, stream), "gla backward workspace");
@@ -1105,11 +1160,12 @@ void launch_backward(GlaParams p) {
   p.chunk_state_grads = base;
   p.chunk_states = p.saved_chunk_states ? p.saved_chunk_states : base + table;
   p.workspace = p.segments > 1 ? reinterpret_cast<float*>(base + tables) : nullptr;
-  if (p.key_blocks > 1) use_partial(p, base + tables + segment_bytes, stream);
+  p.decay_to_segment_end = p.segments > 1 ? p.workspace + segment_table_floats(p) : nullptr;
+  if (p.key_blocks > 1) use_partial(p, base + tables + split_bytes, stream);
 
   // The forward's saved chunk states when the caller kept them (GlaParams::saved_chunk_states),
-  // else the chunk-state pass from each segment's entering state. The segments' decays for
-  // the dL/dS chain come from its own walk of them either way (NOTES.md v33).
+  // else the chunk-state pass from each segment's entering state (the forward's segment
+  // tables in p.workspace, which the dL/dS walk takes over after it).
   if (!p.saved_chunk_states) {
     if (p.segments > 1) segment_entering_states<E, KD, VB>(p, stream);
     launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);

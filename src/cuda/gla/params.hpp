@@ -56,6 +56,9 @@ struct GlaParams {
   // the input type, [N, H, max_chunks, K, V] each.
   void* chunk_states = nullptr;
   void* chunk_state_grads = nullptr;
+  // Set by the backward's launcher when split: e^{Σ g} per key channel from each chunk's end to
+  // its segment's end, [N, H, max_chunks, K] floats (backward.cuh state_grad_kernel).
+  float* decay_to_segment_end = nullptr;
 
   // The state entering every chunk, rounded to the input type, [N, H, max_chunks, K, V]
   // contiguous (the backward's chunk_states layout), or nullptr. Forward: written as well as
