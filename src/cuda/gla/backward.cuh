@@ -672,43 +672,49 @@ struct GradientClock {
 // Split sequences (NOTES.md v34): a chunk before its sequence's last segment has dL/dS at its
 // end from a walk that started the segment from zero. The part carried in from the later
 // segments, e^{Σ g from the chunk's end to the segment's} ⊙ dL/dS at the segment's end (per key
-// channel), is added to each value slice of H once it lands. Thread tid takes key row
-// tid / kRowThreads and kColumns columns of the slice; the next slice's floats (from L2: the
-// chain's table is read by every chunk of the segment) load while this slice's products run.
+// channel), is added to each value slice of H once it lands. Each thread adds it to the pieces
+// its own copies brought in (load_rows_rolled's: rows tid / kVectors + kRowStep·i, 8 columns from
+// tid % kVectors · 8), so its own wait covers them and the slice's barrier the rest; the floats
+// (from L2: every chunk of the segment reads the chain's table) load a slice ahead.
 template <class E, int KD, int kSlice>
 struct CarriedIn {
-  static constexpr int kColumns = KD * kSlice / kThreads, kRowThreads = kSlice / kColumns;
-  static_assert(kColumns % 8 == 0, "whole 16-byte pieces of a slice row a thread");
-  const float* at_end = nullptr;  // this row's dL/dS at the segment's end, at the thread's column 0; nullptr: none
-  float decay = 0.0f;             // e^{Σ g} from the chunk's end to the segment's, this row's channel
+  static constexpr int kVectors = kSlice / 8, kRowStep = kThreads / kVectors, kRows = KD / kRowStep;
+  static_assert(kThreads % kVectors == 0 && KD % kRowStep == 0, "load_rows_rolled's pieces, whole rows a thread");
+  const float* at_end = nullptr;  // dL/dS at the segment's end, the thread's first row and column; nullptr: none
+  float decay[kRows];             // e^{Σ g} from the chunk's end to the segment's, the rows' channels
+  float next[kRows][8];           // the next slice's dL/dS at the segment's end
   int row, col, columns;
-  float next[kColumns];
 
   __device__ CarriedIn(const GlaParams& p, const KeyBlock& kb, int64_t n, int64_t h, int64_t chunk, int tid)
-      : row(tid / kRowThreads), col(tid % kRowThreads * kColumns), columns(static_cast<int>(p.V)) {
+      : row(tid / kVectors), col(tid % kVectors * 8), columns(static_cast<int>(p.V)) {
     const int64_t segment = p.segments > 1 ? chunk / p.segment_chunks : 0;
     if (segment + 1 >= p.segments) return;  // unsplit, or the last segment: its walk started from d final state
     at_end = p.workspace + kb.state(p, (n * p.H + h) * p.segments + segment) + row * p.V + col;
-    decay = p.decay_to_segment_end[chunk_slot(p, n, h, chunk) * p.K + kb.key0 + row];
+    const float* const to_end = p.decay_to_segment_end + chunk_slot(p, n, h, chunk) * p.K + kb.key0 + row;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) decay[i] = to_end[i * kRowStep];
   }
   __device__ void fetch(int v0) {
     if (!at_end || v0 >= columns) return;
 #pragma unroll
-    for (int j = 0; j < kColumns; j += 4) {
-      const float4 x = *reinterpret_cast<const float4*>(at_end + v0 + j);
-      next[j] = x.x, next[j + 1] = x.y, next[j + 2] = x.z, next[j + 3] = x.w;
-    }
-  }
-  // H: the slice's [KD, kSlice] tile, rows `pitch` elements apart.
-  __device__ void add(E* H, int pitch) const {
-    E* const at = H + row * pitch + col;
+    for (int i = 0; i < kRows; ++i)
 #pragma unroll
-    for (int j = 0; j < kColumns; j += 8) {
-      uint4 raw = *reinterpret_cast<const uint4*>(at + j);
+      for (int j = 0; j < 8; j += 4) {
+        const float4 x = *reinterpret_cast<const float4*>(at_end + static_cast<int64_t>(i) * kRowStep * columns + v0 + j);
+        next[i][j] = x.x, next[i][j + 1] = x.y, next[i][j + 2] = x.z, next[i][j + 3] = x.w;
+      }
+  }
+  // H: the slice's [KD, kSlice] tile, rows `pitch` elements apart; after this thread's copies landed.
+  __device__ void add(E* H, int pitch) const {
+    if (!at_end) return;
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) {
+      E* const at = H + (row + i * kRowStep) * pitch + col;
+      uint4 raw = *reinterpret_cast<const uint4*>(at);
       E* const eight = reinterpret_cast<E*>(&raw);
 #pragma unroll
-      for (int u = 0; u < 8; ++u) eight[u] = from_float<E>(to_float(eight[u]) + decay * next[j + u]);
-      *reinterpret_cast<uint4*>(at + j) = raw;
+      for (int u = 0; u < 8; ++u) eight[u] = from_float<E>(to_float(eight[u]) + decay[i] * next[i][u]);
+      *reinterpret_cast<uint4*>(at) = raw;
     }
   }
 };
@@ -777,6 +783,8 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   load_chunk<KD, PK, true>(s.g, row0(p.g, key0), p.g.stride_time, valid, tid);
   copy_async_commit();
   issue_slice(0, 0);  // lands while A is formed
+  CarriedIn<E, KD, kSlice> carried_in(p, kb, n, h, chunk, tid);
+  carried_in.fetch(0);
   copy_async_wait_pending<1>();
   __syncthreads();
   phases.mark(kGlaGradientLoads);
@@ -792,9 +800,8 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   else diagonal_scores(s, warp, lane);
   pair_scores(s, warp, lane);
   phases.mark(kGlaGradientPairs);
-  CarriedIn<E, KD, kSlice> carried_in(p, kb, n, h, chunk, tid);
-  carried_in.fetch(0);
   copy_async_wait_all();
+  carried_in.add(slice_view(0).H, PS);
   __syncthreads();
   phases.mark(kGlaGradientSlice);
   if constexpr (kQuads) {  // the raw q and k again (the quads' operands replaced them): they land during the value loop
@@ -809,19 +816,16 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   float dA_acc[4][4] = {}, dq_state[NK][4] = {}, dk_state[NK][4] = {};
   float spans = 0.0f;  // Σ_v H ⊙ S_0 of channel tid % KD (with the wide tail a part of the columns)
   for (int v0 = 0, stage = 0; v0 < p.V; v0 += kSlice, stage ^= kTwoStages ? 1 : 0) {
+    const SliceView t = slice_view(stage);
     if (v0 > 0) {
       if (!kTwoStages) issue_slice(v0, 0);
       copy_async_wait_all();
+      carried_in.add(t.H, PS);
       __syncthreads();
     }
     // The next slice into the other stage: the last slice read it, and A is formed.
     if (kTwoStages && v0 + kSlice < p.V) issue_slice(v0 + kSlice, stage ^ 1);
-    const SliceView t = slice_view(stage);
-    if (carried_in.at_end) {
-      carried_in.add(t.H, PS);
-      __syncthreads();  // H whole before the products read it
-      carried_in.fetch(v0 + kSlice);
-    }
+    carried_in.fetch(v0 + kSlice);
     mma_block<false, true>(dA_acc, t.d_o, PS, t.v, PS, 16 * rb, 32 * side, 0, kSlice, lane);            // do vᵀ
     mma_block<false, true>(dq_state, t.d_o, PS, t.S0, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);  // do S_0ᵀ
     mma_block<false, true>(dk_state, t.v, PS, t.H, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);     // v Hᵀ
