@@ -676,7 +676,8 @@ struct GradientClock {
 // its own copies brought in (load_rows_rolled's: rows tid / kVectors + kRowStep·i, 8 columns from
 // tid % kVectors · 8), so its own wait covers them and the slice's barrier the rest; the floats
 // (from L2: every chunk of the segment reads the chain's table) load a slice ahead.
-template <class E, int KD, int kSlice>
+// !kEnabled: nothing (the unsplit form of the gradient kernel).
+template <class E, int KD, int kSlice, bool kEnabled = true>
 struct CarriedIn {
   static constexpr int kVectors = kSlice / 8, kRowStep = kThreads / kVectors, kRows = KD / kRowStep;
   static_assert(kThreads % kVectors == 0 && KD % kRowStep == 0, "load_rows_rolled's pieces, whole rows a thread");
@@ -688,33 +689,37 @@ struct CarriedIn {
   __device__ CarriedIn(const GlaParams& p, const KeyBlock& kb, int64_t n, int64_t h, int64_t chunk, int tid)
       : row(tid / kVectors), col(tid % kVectors * 8), columns(static_cast<int>(p.V)) {
     const int64_t segment = p.segments > 1 ? chunk / p.segment_chunks : 0;
-    if (segment + 1 >= p.segments) return;  // unsplit, or the last segment: its walk started from d final state
+    if (!kEnabled || segment + 1 >= p.segments) return;  // unsplit, or the last segment: its walk started from d final state
     at_end = p.workspace + kb.state(p, (n * p.H + h) * p.segments + segment) + row * p.V + col;
     const float* const to_end = p.decay_to_segment_end + chunk_slot(p, n, h, chunk) * p.K + kb.key0 + row;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) decay[i] = to_end[i * kRowStep];
   }
   __device__ void fetch(int v0) {
-    if (!at_end || v0 >= columns) return;
+    if constexpr (kEnabled) {
+      if (!at_end || v0 >= columns) return;
 #pragma unroll
-    for (int i = 0; i < kRows; ++i)
+      for (int i = 0; i < kRows; ++i)
 #pragma unroll
-      for (int j = 0; j < 8; j += 4) {
-        const float4 x = *reinterpret_cast<const float4*>(at_end + static_cast<int64_t>(i) * kRowStep * columns + v0 + j);
-        next[i][j] = x.x, next[i][j + 1] = x.y, next[i][j + 2] = x.z, next[i][j + 3] = x.w;
-      }
+        for (int j = 0; j < 8; j += 4) {
+          const float4 x = *reinterpret_cast<const float4*>(at_end + static_cast<int64_t>(i) * kRowStep * columns + v0 + j);
+          next[i][j] = x.x, next[i][j + 1] = x.y, next[i][j + 2] = x.z, next[i][j + 3] = x.w;
+        }
+    }
   }
   // H: the slice's [KD, kSlice] tile, rows `pitch` elements apart; after this thread's copies landed.
   __device__ void add(E* H, int pitch) const {
-    if (!at_end) return;
+    if constexpr (kEnabled) {
+      if (!at_end) return;
 #pragma unroll
-    for (int i = 0; i < kRows; ++i) {
-      E* const at = H + (row + i * kRowStep) * pitch + col;
-      uint4 raw = *reinterpret_cast<const uint4*>(at);
-      E* const eight = reinterpret_cast<E*>(&raw);
+      for (int i = 0; i < kRows; ++i) {
+        E* const at = H + (row + i * kRowStep) * pitch + col;
+        uint4 raw = *reinterpret_cast<const uint4*>(at);
+        E* const eight = reinterpret_cast<E*>(&raw);
 #pragma unroll
-      for (int u = 0; u < 8; ++u) eight[u] = from_float<E>(to_float(eight[u]) + decay[i] * next[i][u]);
-      *reinterpret_cast<uint4*>(at) = raw;
+        for (int u = 0; u < 8; ++u) eight[u] = from_float<E>(to_float(eight[u]) + decay[i] * next[i][u]);
+        *reinterpret_cast<uint4*>(at) = raw;
+      }
     }
   }
 };
@@ -722,7 +727,9 @@ struct CarriedIn {
 // kQuadWalk (with kQuads only): the token walks by quads and the Σ H ⊙ S_0 reads 16 bytes a
 // load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
 // thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
-template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false>
+// kCarryIn: split sequences' chunks before their last segment take the carry-in (CarriedIn);
+// without it every chunk must be unsplit.
+template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false, bool kCarryIn = true>
 __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
   static_assert(kQuads || !kQuadWalk, "the quad walk takes the tensor-core diagonal");
   static_assert(kQuadWalk || !kWideTail, "the wide tail comes with the quad walk");
@@ -783,7 +790,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   load_chunk<KD, PK, true>(s.g, row0(p.g, key0), p.g.stride_time, valid, tid);
   copy_async_commit();
   issue_slice(0, 0);  // lands while A is formed
-  CarriedIn<E, KD, kSlice> carried_in(p, kb, n, h, chunk, tid);
+  CarriedIn<E, KD, kSlice, kCarryIn> carried_in(p, kb, n, h, chunk, tid);
   carried_in.fetch(0);
   copy_async_wait_pending<1>();
   __syncthreads();
@@ -1184,22 +1191,21 @@ void launch_backward(GlaParams p) {
                        static_cast<unsigned>(p.num_sequences));
   const bool quad_walk =
       gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores && gla_backward_walk() == GlaBackwardWalk::quads;
+  auto launch_gradients = [&](auto kernel, const char* name) {
+    allow_shared(kernel, grad_smem, "gla backward shared memory");
+    timed_launch(stream, name, [&] { kernel<<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+  };
+  // The default form has one without the split's carry-in for unsplit sequences: its code and
+  // registers cost ≈ 2 % even where it adds nothing (NOTES.md v34b).
   if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide) {
-    allow_shared(gradient_kernel<E, KD, true, true, true>, grad_smem, "gla backward shared memory");
-    timed_launch(stream, "gla backward (quad walk, wide tail)",
-                 [&] { gradient_kernel<E, KD, true, true, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+    if (p.segments > 1) launch_gradients(gradient_kernel<E, KD, true, true, true>, "gla backward (quad walk, wide tail)");
+    else launch_gradients(gradient_kernel<E, KD, true, true, true, false>, "gla backward (quad walk, wide tail)");
   } else if (quad_walk) {
-    allow_shared(gradient_kernel<E, KD, true, true>, grad_smem, "gla backward shared memory");
-    timed_launch(stream, "gla backward (tensor-core diagonal, quad walk)",
-                 [&] { gradient_kernel<E, KD, true, true><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+    launch_gradients(gradient_kernel<E, KD, true, true>, "gla backward (tensor-core diagonal, quad walk)");
   } else if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores) {
-    allow_shared(gradient_kernel<E, KD, true, false>, grad_smem, "gla backward shared memory");
-    timed_launch(stream, "gla backward (tensor-core diagonal)",
-                 [&] { gradient_kernel<E, KD, true, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+    launch_gradients(gradient_kernel<E, KD, true, false>, "gla backward (tensor-core diagonal)");
   } else {
-    allow_shared(gradient_kernel<E, KD, false, false>, grad_smem, "gla backward shared memory");
-    timed_launch(stream, "gla backward",
-                 [&] { gradient_kernel<E, KD, false, false><<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+    launch_gradients(gradient_kernel<E, KD, false, false>, "gla backward");
   }
   if (p.key_blocks > 1) sum_key_blocks<E>(p, p.dv, stream);
 
