@@ -329,7 +329,8 @@ TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
 // The forward saving every chunk's entering state (GlaOutputs::chunk_states) and the backward
 // reading it instead of its chunk-state pass: o, the final state and every gradient against
 // the oracle, and no walk of the forward's states in the backward (neither the chunk-state
-// pass nor, when split, the segments' own end states: the chain's decays come from g).
+// pass nor, when split, the segments' own end states), and one walk of dL/dS, split or not
+// (the split's carried-in parts are added by the gradient kernel).
 TEST_P(GlaCuda, SavedStatesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const std::vector<std::string> launches = backward_matches_oracle(GetParam(), true);
@@ -338,6 +339,8 @@ TEST_P(GlaCuda, SavedStatesMatchesOracle) {
     EXPECT_NE(kernel, "gla chunk states") << "the backward walked its states";
     EXPECT_NE(kernel, "gla forward segment states") << "the backward walked its segments";
   }
+  EXPECT_EQ(std::count(launches.begin(), launches.end(), std::string("gla backward state gradients")), 1)
+      << "walks of dL/dS";
 }
 
 // The same with the token walks a row at a time.

@@ -166,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
     if (tid < KD) tma::bulk_wait_read();  // grad_rows is rewritten at the next step's top
     __syncthreads();  // q_start and e^{b_last} are read before the next step writes them
   }
-  if (split) {  // dL/dS at the segment's start (zeros for a segment past the sequence's end)
+  if (split) {  // dL/dS at the segment's start (a segment past the sequence's end passes on its start)
     D.store(p.workspace + kb.state(p, plan.state_slot), p.V);
     if (writes_decays) segment_decay_table(p)[plan.state_slot * p.K + key0 + tid] = to_segment_end;
   } else if (p.d_initial_state) {
