@@ -673,11 +673,11 @@ struct GradientClock {
 // end from a walk that started the segment from zero. The part carried in from the later
 // segments, e^{Σ g from the chunk's end to the segment's} ⊙ dL/dS at the segment's end (per key
 // channel), is added to each value slice of H once it lands. Each thread adds it to the pieces
-// its own copies brought in (load_rows_rolled's: rows rolled_row(tid) + kRowStep·i, 8 columns
-// from tid % kVectors · 8), so its own wait covers them and the slice's barrier the rest; the floats
+// its own copies brought in (load_rows_rolled's: rows tid / kVectors + kRowStep·i, 8 columns from
+// tid % kVectors · 8), so its own wait covers them and the slice's barrier the rest; the floats
 // (from L2: every chunk of the segment reads the chain's table) load a slice ahead.
 // !kEnabled: nothing (the unsplit form of the gradient kernel).
-template <class E, int KD, int kSlice, int kPitch, bool kEnabled = true>
+template <class E, int KD, int kSlice, bool kEnabled = true>
 struct CarriedIn {
   static constexpr int kVectors = kSlice / 8, kRowStep = kThreads / kVectors, kRows = KD / kRowStep;
   static_assert(kThreads % kVectors == 0 && KD % kRowStep == 0, "load_rows_rolled's pieces, whole rows a thread");
@@ -687,7 +687,7 @@ struct CarriedIn {
   int row, col, columns;
 
   __device__ CarriedIn(const GlaParams& p, const KeyBlock& kb, int64_t n, int64_t h, int64_t chunk, int tid)
-      : row(rolled_row<kVectors, kPitch, E>(tid)), col(tid % kVectors * 8), columns(static_cast<int>(p.V)) {
+      : row(tid / kVectors), col(tid % kVectors * 8), columns(static_cast<int>(p.V)) {
     const int64_t segment = p.segments > 1 ? chunk / p.segment_chunks : 0;
     if (!kEnabled || segment + 1 >= p.segments) return;  // unsplit, or the last segment: its walk started from d final state
     at_end = p.workspace + kb.state(p, (n * p.H + h) * p.segments + segment) + row * p.V + col;
@@ -707,13 +707,13 @@ struct CarriedIn {
         }
     }
   }
-  // H: the slice's [KD, kSlice] tile (pitch kPitch); after this thread's copies landed.
-  __device__ void add(E* H) const {
+  // H: the slice's [KD, kSlice] tile, rows `pitch` elements apart; after this thread's copies landed.
+  __device__ void add(E* H, int pitch) const {
     if constexpr (kEnabled) {
       if (!at_end) return;
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        E* const at = H + (row + i * kRowStep) * kPitch + col;
+        E* const at = H + (row + i * kRowStep) * pitch + col;
         uint4 raw = *reinterpret_cast<const uint4*>(at);
         E* const eight = reinterpret_cast<E*>(&raw);
 #pragma unroll
@@ -790,7 +790,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   load_chunk<KD, PK, true>(s.g, row0(p.g, key0), p.g.stride_time, valid, tid);
   copy_async_commit();
   issue_slice(0, 0);  // lands while A is formed
-  CarriedIn<E, KD, kSlice, PS, kCarryIn> carried_in(p, kb, n, h, chunk, tid);
+  CarriedIn<E, KD, kSlice, kCarryIn> carried_in(p, kb, n, h, chunk, tid);
   carried_in.fetch(0);
   copy_async_wait_pending<1>();
   __syncthreads();
@@ -808,7 +808,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   pair_scores(s, warp, lane);
   phases.mark(kGlaGradientPairs);
   copy_async_wait_all();
-  carried_in.add(slice_view(0).H);
+  carried_in.add(slice_view(0).H, PS);
   __syncthreads();
   phases.mark(kGlaGradientSlice);
   if constexpr (kQuads) {  // the raw q and k again (the quads' operands replaced them): they land during the value loop
@@ -827,7 +827,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     if (v0 > 0) {
       if (!kTwoStages) issue_slice(v0, 0);
       copy_async_wait_all();
-      carried_in.add(t.H);
+      carried_in.add(t.H, PS);
       __syncthreads();
     }
     // The next slice into the other stage: the last slice read it, and A is formed.

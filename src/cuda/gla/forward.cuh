@@ -84,18 +84,6 @@ __device__ inline Span sequence_span(const GlaParams& p, int64_t n) {
   return {0, a, b - a};
 }
 
-// The first row of thread tid's pieces in load_rows_rolled (kVectors 16-byte pieces a row,
-// then every kThreads / kVectors rows). With four pieces a row, the 8 lanes whose stores share a
-// shared-memory wavefront took rows r and r + 1, which at an 80-byte pitch (the value slices)
-// overlap by 16 bytes in the banks: two wavefronts a store. They take rows r and r + 4 of
-// their warp's 8 instead, which such a pitch puts in opposite halves of the banks (NOTES.md v35).
-template <int kVectors, int PITCH, class E>
-__device__ __forceinline__ int rolled_row(int tid) {
-  const int slot = tid / kVectors;
-  if constexpr (kVectors == 4 && 4 * PITCH * sizeof(E) % 128 == 64) return (slot & ~7) + (slot & 7) / 2 + 4 * (slot & 1);
-  else return slot;
-}
-
 // Rows [0, ROWS) × cols [0, COLS) of a row-major global array (row stride `stride`) into a
 // shared tile of pitch PITCH, rows past `valid` zero-filled, in one rolled loop whose row and
 // addresses are stepped, not formed again a piece (the backward's gradient kernel, whose code
@@ -103,9 +91,9 @@ __device__ __forceinline__ int rolled_row(int tid) {
 template <int ROWS, int COLS, int PITCH, class E>
 __device__ __forceinline__ void load_rows_rolled(E* dst, const E* src, int64_t stride, int valid, int tid) {
   constexpr int kVectors = COLS / 8, kRowStep = kThreads / kVectors;
-  static_assert(kThreads % kVectors == 0 && ROWS % 8 == 0, "a thread's pieces share their column; whole warps' rows");
+  static_assert(kThreads % kVectors == 0, "a thread's pieces share their column");
   const int c = tid % kVectors * 8;
-  int r = rolled_row<kVectors, PITCH, E>(tid);
+  int r = tid / kVectors;
   E* to = dst + r * PITCH + c;
   const E* from = src + r * stride + c;
   const int64_t from_step = kRowStep * stride;
