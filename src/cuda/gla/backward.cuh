@@ -45,22 +45,6 @@ __device__ __forceinline__ void mma_block(float (&acc)[NT][4], const E* a, int p
   }
 }
 
-// ROWS × COLS of a row-major global array (row stride `stride`) into a shared tile.
-// kRolled: load_rows_rolled (forward.cuh), as load_chunk's.
-template <int ROWS, int COLS, int PITCH, bool kRolled = false, class E>
-__device__ __forceinline__ void load_rows(E* dst, const E* src, int64_t stride, int tid) {
-  if constexpr (kRolled) {
-    load_rows_rolled<ROWS, COLS, PITCH>(dst, src, stride, ROWS, tid);
-  } else {
-    constexpr int kVectors = COLS / 8;
-#pragma unroll
-    for (int i = tid; i < ROWS * kVectors; i += kThreads) {
-      const int r = i / kVectors, c = (i % kVectors) * 8;
-      copy16_async(dst + r * PITCH + c, src + r * stride + c, true);
-    }
-  }
-}
-
 // ---- Pass 2: dL/dS at every chunk's end ----
 
 // kStages stages of q, g, do: the chunk kStages − 1 ahead lands during this one (two stages:
@@ -690,7 +674,7 @@ struct CarriedIn {
       : row(tid / kVectors), col(tid % kVectors * 8), columns(static_cast<int>(p.V)) {
     const int64_t segment = p.segments > 1 ? chunk / p.segment_chunks : 0;
     if (!kEnabled || segment + 1 >= p.segments) return;  // unsplit, or the last segment: its walk started from d final state
-    at_end = p.workspace + kb.state(p, (n * p.H + h) * p.segments + segment) + row * p.V + col;
+    at_end = p.workspace + kb.state(p, segment_slot(p, n, h, segment)) + row * p.V + col;
     const float* const to_end = p.decay_to_segment_end + chunk_slot(p, n, h, chunk) * p.K + kb.key0 + row;
 #pragma unroll
     for (int i = 0; i < kRows; ++i) decay[i] = to_end[i * kRowStep];
@@ -775,8 +759,8 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     const SliceView t = slice_view(stage);
     load_chunk<kSlice, PS, true>(t.v, row0(p.v, v0), p.v.stride_time, valid, tid);
     load_chunk<kSlice, PS, true>(t.d_o, row0(p.d_o, v0), p.d_o.stride_time, valid, tid);
-    load_rows<KD, kSlice, PS, true>(t.S0, S0_all + v0, p.V, tid);
-    load_rows<KD, kSlice, PS, true>(t.H, H_all + v0, p.V, tid);
+    load_rows_rolled<KD, kSlice, PS>(t.S0, S0_all + v0, p.V, KD, tid);
+    load_rows_rolled<KD, kSlice, PS>(t.H, H_all + v0, p.V, KD, tid);
     copy_async_commit();
   };
 

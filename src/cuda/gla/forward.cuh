@@ -727,6 +727,11 @@ __device__ __forceinline__ int64_t chunk_slot(const GlaParams& p, int64_t n, int
   return (n * p.H + h) * p.max_chunks + chunk;
 }
 
+// Slot of segment `seg` of sequence n, head h, in the segment tables of p.workspace.
+__device__ __forceinline__ int64_t segment_slot(const GlaParams& p, int64_t n, int64_t h, int64_t seg) {
+  return (n * p.H + h) * p.segments + seg;
+}
+
 // The decay table of the segment tables in p.workspace: [N, H, segments, K, V] states, then
 // [N, H, segments, K] decays e^{Σ g} over each segment's tokens.
 __device__ __forceinline__ float* segment_decay_table(const GlaParams& p) {
@@ -738,14 +743,14 @@ __device__ __forceinline__ float* segment_decay_table(const GlaParams& p) {
 struct BlockPlan {
   Span seq;
   int64_t h, n, seg, first_chunk, end_chunk, chunks;
-  int64_t state_slot;  // (n·H + h)·segments + seg
+  int64_t state_slot;  // segment_slot(n, h, seg)
   __device__ BlockPlan(const GlaParams& p) {
     h = blockIdx.y, n = blockIdx.z / p.segments, seg = blockIdx.z % p.segments;
     seq = sequence_span(p, n);
     chunks = (seq.length + kChunk - 1) / kChunk;
     first_chunk = p.segments > 1 ? seg * p.segment_chunks : 0;
     end_chunk = p.segments > 1 ? min(chunks, first_chunk + p.segment_chunks) : chunks;
-    state_slot = (n * p.H + h) * p.segments + seg;
+    state_slot = segment_slot(p, n, h, seg);
   }
   // Tokens of chunk `c` that exist (the rest is zero-filled).
   __device__ int valid(int64_t c) const {
