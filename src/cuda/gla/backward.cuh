@@ -657,21 +657,22 @@ struct GradientClock {
 // end from a walk that started the segment from zero. The part carried in from the later
 // segments, e^{Σ g from the chunk's end to the segment's} ⊙ dL/dS at the segment's end (per key
 // channel), is added to each value slice of H once it lands. Each thread adds it to the pieces
-// its own copies brought in (load_rows_rolled's: rows tid / kVectors + kRowStep·i, 8 columns from
-// tid % kVectors · 8), so its own wait covers them and the slice's barrier the rest; the floats
+// its own copies brought in (RolledPieces: a first row, then every kRowStep rows, 8 columns),
+// so its own wait covers them and the slice's barrier the rest; the floats
 // (from L2: every chunk of the segment reads the chain's table) load a slice ahead.
 // !kEnabled: nothing (the unsplit form of the gradient kernel).
 template <class E, int KD, int kSlice, bool kEnabled = true>
 struct CarriedIn {
-  static constexpr int kVectors = kSlice / 8, kRowStep = kThreads / kVectors, kRows = KD / kRowStep;
-  static_assert(kThreads % kVectors == 0 && KD % kRowStep == 0, "load_rows_rolled's pieces, whole rows a thread");
+  using Pieces = RolledPieces<kSlice / 8>;  // load_rows_rolled's, for the slice's [KD, kSlice] tiles
+  static constexpr int kRowStep = Pieces::kRowStep, kRows = KD / kRowStep;
+  static_assert(KD % kRowStep == 0, "whole rows a thread");
   const float* at_end = nullptr;  // dL/dS at the segment's end, the thread's first row and column; nullptr: none
   float decay[kRows];             // e^{Σ g} from the chunk's end to the segment's, the rows' channels
   float next[kRows][8];           // the next slice's dL/dS at the segment's end
   int row, col, columns;
 
   __device__ CarriedIn(const GlaParams& p, const KeyBlock& kb, int64_t n, int64_t h, int64_t chunk, int tid)
-      : row(tid / kVectors), col(tid % kVectors * 8), columns(static_cast<int>(p.V)) {
+      : row(Pieces(tid).row), col(Pieces(tid).col), columns(static_cast<int>(p.V)) {
     const int64_t segment = p.segments > 1 ? chunk / p.segment_chunks : 0;
     if (!kEnabled || segment + 1 >= p.segments) return;  // unsplit, or the last segment: its walk started from d final state
     at_end = p.workspace + kb.state(p, segment_slot(p, n, h, segment)) + row * p.V + col;

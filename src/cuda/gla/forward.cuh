@@ -84,16 +84,28 @@ __device__ inline Span sequence_span(const GlaParams& p, int64_t n) {
   return {0, a, b - a};
 }
 
+// Thread tid's 16-byte pieces in load_rows_rolled, kVectors a row: its first row and its
+// column; the rows then step by kThreads / kVectors. (The gradient kernel's carry-in works on
+// the pieces each thread copied, so it takes them from here too.)
+template <int kVectors>
+struct RolledPieces {
+  static constexpr int kRowStep = kThreads / kVectors;
+  static_assert(kThreads % kVectors == 0, "a thread's pieces share their column");
+  int row, col;
+  __device__ explicit RolledPieces(int tid) : row(tid / kVectors), col(tid % kVectors * 8) {}
+};
+
 // Rows [0, ROWS) × cols [0, COLS) of a row-major global array (row stride `stride`) into a
 // shared tile of pitch PITCH, rows past `valid` zero-filled, in one rolled loop whose row and
 // addresses are stepped, not formed again a piece (the backward's gradient kernel, whose code
 // outgrows the instruction caches: NOTES.md v11, v31).
 template <int ROWS, int COLS, int PITCH, class E>
 __device__ __forceinline__ void load_rows_rolled(E* dst, const E* src, int64_t stride, int valid, int tid) {
-  constexpr int kVectors = COLS / 8, kRowStep = kThreads / kVectors;
-  static_assert(kThreads % kVectors == 0, "a thread's pieces share their column");
-  const int c = tid % kVectors * 8;
-  int r = tid / kVectors;
+  using Pieces = RolledPieces<COLS / 8>;
+  constexpr int kRowStep = Pieces::kRowStep;
+  const Pieces pieces(tid);
+  const int c = pieces.col;
+  int r = pieces.row;
   E* to = dst + r * PITCH + c;
   const E* from = src + r * stride + c;
   const int64_t from_step = kRowStep * stride;
