@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 namespace seqmix::cuda {
 
@@ -23,20 +24,17 @@ __device__ __forceinline__ void fence_registers(float (&r)[N]) {
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
 }
 
-template <int N, int M>
-__device__ __forceinline__ void fence_registers(uint32_t (&r)[N][M]) {
+// The same for a two-dimensional array of accumulators (float) or fragments (uint32_t).
+template <class T, int N, int M>
+__device__ __forceinline__ void fence_registers(T (&r)[N][M]) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, uint32_t>, "32-bit registers");
 #pragma unroll
   for (int i = 0; i < N; ++i)
 #pragma unroll
-    for (int j = 0; j < M; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
-}
-
-template <int N, int M>
-__device__ __forceinline__ void fence_registers(float (&r)[N][M]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int j = 0; j < M; ++j) asm volatile("" : "+f"(r[i][j])::"memory");
+    for (int j = 0; j < M; ++j) {
+      if constexpr (std::is_same_v<T, float>) asm volatile("" : "+f"(r[i][j])::"memory");
+      else asm volatile("" : "+r"(r[i][j])::"memory");
+    }
 }
 
 }  // namespace seqmix::cuda
