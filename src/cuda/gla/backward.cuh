@@ -852,30 +852,30 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       fence_async_shared();
       __syncthreads();
     }
-    // The next slice into the other stage: the last slice read it, and A is formed.
+    // The next slice into the other stage: the last slice read it, and A is formed. Issued
+    // before the products: after them, the slices landed later (NOTES.md v39).
     if (kTwoStages && v0 + kSlice < p.V) issue_slice(v0 + kSlice, stage ^ 1);
     carried_in.fetch(v0 + kSlice);
     float attention[2][4] = {}, carried[2][4] = {};  // (overwritten by their first step)
     wgmma_fence();
+    const CoreOperand<kSlice> d_o(t.d_o), v(t.v), S0(t.S0), H(t.H);
 #pragma unroll
     for (int kk = 0; kk < kSlice / 16; ++kk) {  // over the slice's value columns
-      const uint64_t d_o = k_major<kSlice>(t.d_o + Tile::offset(0, 16 * kk));
-      const uint64_t v = k_major<kSlice>(t.v + Tile::offset(0, 16 * kk));
-      Wgmma<E, 32>::template ss<0>(reinterpret_cast<Flat32>(dA_acc), d_o,  // do vᵀ
-                                   k_major<kSlice>(t.v + Tile::offset(32 * side, 16 * kk)), true);
-      Wgmma<E, KD / 2>::template ss<0>(reinterpret_cast<FlatState>(dq_state), d_o,  // do S_0ᵀ
-                                       k_major<kSlice>(t.S0 + Tile::offset((KD / 2) * side, 16 * kk)), true);
-      Wgmma<E, KD / 2>::template ss<0>(reinterpret_cast<FlatState>(dk_state), v,  // v Hᵀ
-                                       k_major<kSlice>(t.H + Tile::offset((KD / 2) * side, 16 * kk)), true);
+      Wgmma<E, 32>::template ss<0>(reinterpret_cast<Flat32>(dA_acc), d_o.k_major(0, 16 * kk),  // do vᵀ
+                                   v.k_major(32 * side, 16 * kk), true);
+      Wgmma<E, KD / 2>::template ss<0>(reinterpret_cast<FlatState>(dq_state), d_o.k_major(0, 16 * kk),  // do S_0ᵀ
+                                       S0.k_major((KD / 2) * side, 16 * kk), true);
+      Wgmma<E, KD / 2>::template ss<0>(reinterpret_cast<FlatState>(dk_state), v.k_major(0, 16 * kk),  // v Hᵀ
+                                       H.k_major((KD / 2) * side, 16 * kk), true);
     }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)  // Aᵀ do, over the chunk's tokens
-      Wgmma<E, 16>::template rs<1>(reinterpret_cast<float(&)[8]>(attention), scores_t[kk],
-                                   n_major<kSlice>(t.d_o + Tile::offset(16 * kk, 16 * side)), kk > 0);
+      Wgmma<E, 16>::template rs<1>(reinterpret_cast<float(&)[8]>(attention), scores_t[kk], d_o.n_major(16 * kk, 16 * side),
+                                   kk > 0);
 #pragma unroll
     for (int kk = 0; kk < NK; ++kk)  // k_end H, over the key channels
-      Wgmma<E, 16>::template rs<1>(reinterpret_cast<float(&)[8]>(carried), keys_end[kk],
-                                   n_major<kSlice>(t.H + Tile::offset(16 * kk, 16 * side)), kk > 0);
+      Wgmma<E, 16>::template rs<1>(reinterpret_cast<float(&)[8]>(carried), keys_end[kk], H.n_major(16 * kk, 16 * side),
+                                   kk > 0);
     wgmma_commit();
     // Σ H ⊙ S_0 over the slice's columns, channel tid % KD: with the wide tail every thread
     // takes a kSpanParts-th of the columns (dg adds the parts), else threads < KD all of them.

@@ -32,24 +32,26 @@ struct CoreTile {
   }
 };
 
-// Descriptor of a no-swizzle operand: `leading` bytes between core matrices along K,
-// `stride` bytes between core matrices along M or N.
-__device__ __forceinline__ uint64_t core_descriptor(const void* start, uint32_t leading, uint32_t stride) {
-  uint64_t desc = (smem_address(start) & 0x3FFFF) >> 4;
-  desc |= static_cast<uint64_t>((leading >> 4) & 0x3FFF) << 16;
-  desc |= static_cast<uint64_t>((stride >> 4) & 0x3FFF) << 32;
-  return desc;  // layout type 0: no swizzle
-}
-// A CoreTile whose columns run along K (K-major): rows are M or N.
+// A CoreTile in shared memory as wgmma descriptors (no swizzle) of its parts: the tile's start in
+// the descriptors' 16-byte units, so that each descriptor is one add of a constant to it
+// (shared addresses stay below 2^18 bytes: the 14-bit field never carries).
 template <int kCols>
-__device__ __forceinline__ uint64_t k_major(const void* start) {
-  return core_descriptor(start, 128, CoreTile<kCols>::kGroupBytes);
-}
-// A CoreTile whose rows run along K and columns along N (MN-major B).
-template <int kCols>
-__device__ __forceinline__ uint64_t n_major(const void* start) {
-  return core_descriptor(start, CoreTile<kCols>::kGroupBytes, 128);
-}
+struct CoreOperand {
+  uint32_t unit;
+  __device__ explicit CoreOperand(const void* tile) : unit(smem_address(tile) >> 4) {}
+  // From (row, col) on, columns along K and rows along M or N (K-major).
+  __device__ uint64_t k_major(int row, int col) const { return descriptor(row, col, 128, kGroupBytes); }
+  // From (row, col) on, rows along K and columns along N (an MN-major B).
+  __device__ uint64_t n_major(int row, int col) const { return descriptor(row, col, kGroupBytes, 128); }
+
+ private:
+  static constexpr uint32_t kGroupBytes = CoreTile<kCols>::kGroupBytes;
+  // `leading` bytes between core matrices along K, `stride` along M or N; layout type 0.
+  __device__ uint64_t descriptor(int row, int col, uint32_t leading, uint32_t stride) const {
+    const uint32_t low = unit + static_cast<uint32_t>(CoreTile<kCols>::offset(row, col) * 2 / 16) + ((leading / 16) << 16);
+    return (static_cast<uint64_t>(stride / 16) << 32) | low;
+  }
+};
 
 // d (+)= A·B for a 64 × N × 16 step. ss: A and B from descriptors (A K-major; B K-major, or
 // MN-major with kBTransposed); rs: A from registers. accumulate = false overwrites d.
