@@ -13,7 +13,6 @@
 #include <cute/arch/mma_sm90_gmma_ext.hpp>  // N = 112 and 176 (not powers of two)
 
 #include "cuda/common/tma.cuh"
-#include "cuda/common/wgmma.cuh"
 
 namespace seqmix::cuda::attn {
 
@@ -49,11 +48,27 @@ __device__ __forceinline__ uint64_t smem_descriptor(const void* p, uint32_t lead
   return desc;
 }
 
-// Fences, commit and wait, and the accumulators' compiler barrier: cuda/common/wgmma.cuh.
-using cuda::fence_registers;
-using cuda::wgmma_commit;
-using cuda::wgmma_fence;
-using cuda::wgmma_wait;
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of accumulators across a wgmma wait.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+template <int N, int M>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < M; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
 
 // The m64nNk16 instructions for element type T: SS (A and B K-major in shared memory)
 // and RS (A in registers, B MN-major in shared memory).

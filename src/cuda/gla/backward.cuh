@@ -20,9 +20,7 @@
 //     (nothing overflows).
 #pragma once
 
-#include "cuda/common/proxy.cuh"
 #include "cuda/gla/launch.cuh"
-#include "cuda/gla/wgmma.cuh"
 
 namespace seqmix::cuda::gla {
 
@@ -189,7 +187,7 @@ struct GradSmem {
   using Element = E;  // the members and pitches decay_operands / *_scores read
   static constexpr int kKeys = KD;
   static constexpr int PK = KD + 8, PA = kChunk + 8;
-  static constexpr int kSlice = 32;                   // value slices, CoreTile<kSlice> (wgmma's operands)
+  static constexpr int kSlice = 32, PS = kSlice + 8;  // value slices
   static constexpr int PF = KD + 4;                   // float [64, KD] tiles
   // With the wide tail, Σ_v H ⊙ S_0 of a channel in this many shares of the value columns
   // (thread share·KD + c holds channel c's), summed by dg (decay_gradient_by_runs).
@@ -206,8 +204,8 @@ struct GradSmem {
   E dA_operand[kChunk * PA];   // the same, rounded, for the tensor cores
   union {
     struct {
-      E v[kChunk * kSlice], d_o[kChunk * kSlice], S0[KD * kSlice], H[KD * kSlice];
-    } slice;                   // in the value loop (CoreTile<kSlice> each)
+      E v[kChunk * PS], d_o[kChunk * PS], S0[KD * PS], H[KD * PS];
+    } slice;                   // in the value loop
     float eg[kChunk * KD];     // after it: e^{g}
   } u;
   // Per sub-chunk and key channel (I, J sub-chunks, i0 first and r last token of one):
@@ -655,32 +653,17 @@ struct GradientClock {
   }
 };
 
-// The value slices' copies into CoreTile<COLS> (load_rows_laid_out): the 8 lanes of one
-// 128-byte store phase take the 8 rows of one core matrix (one column of 8), so the stores
-// meet no bank conflicts; a warp then reads 8 whole rows of COLS elements.
-template <int COLS>
-struct SliceRows {
-  struct Pieces {
-    static constexpr int kVectors = COLS / 8, kRowStep = kThreads / kVectors;
-    static_assert(kThreads % (8 * kVectors) == 0 && kRowStep % 8 == 0, "whole core matrices a step");
-    int row, col;
-    __device__ explicit Pieces(int tid) : row(tid % 8 + 8 * (tid / (8 * kVectors))), col(tid / 8 % kVectors * 8) {}
-  };
-  static constexpr int kStepElements = Pieces::kRowStep / 8 * CoreTile<COLS>::kGroupElements;
-  __device__ static constexpr int offset(int row, int col) { return CoreTile<COLS>::offset(row, col); }
-};
-
 // Split sequences (NOTES.md v34): a chunk before its sequence's last segment has dL/dS at its
 // end from a walk that started the segment from zero. The part carried in from the later
 // segments, e^{Σ g from the chunk's end to the segment's} ⊙ dL/dS at the segment's end (per key
 // channel), is added to each value slice of H once it lands. Each thread adds it to the pieces
-// its own copies brought in (SliceRows' pieces: a first row, then every kRowStep rows, 8 columns),
+// its own copies brought in (RolledPieces: a first row, then every kRowStep rows, 8 columns),
 // so its own wait covers them and the slice's barrier the rest; the floats
 // (from L2: every chunk of the segment reads the chain's table) load a slice ahead.
 // !kEnabled: nothing (the unsplit form of the gradient kernel).
 template <class E, int KD, int kSlice, bool kEnabled = true>
 struct CarriedIn {
-  using Pieces = typename SliceRows<kSlice>::Pieces;  // the slice's [KD, kSlice] tiles' copies
+  using Pieces = RolledPieces<kSlice / 8>;  // load_rows_rolled's, for the slice's [KD, kSlice] tiles
   static constexpr int kRowStep = Pieces::kRowStep, kRows = KD / kRowStep;
   static_assert(KD % kRowStep == 0, "whole rows a thread");
   const float* at_end = nullptr;  // dL/dS at the segment's end, the thread's first row and column; nullptr: none
@@ -709,13 +692,13 @@ struct CarriedIn {
         }
     }
   }
-  // H: the slice's [KD, kSlice] tile; after this thread's copies landed.
-  __device__ void add(E* H) const {
+  // H: the slice's [KD, kSlice] tile, rows `pitch` elements apart; after this thread's copies landed.
+  __device__ void add(E* H, int pitch) const {
     if constexpr (kEnabled) {
       if (!at_end) return;
 #pragma unroll
       for (int i = 0; i < kRows; ++i) {
-        E* const at = H + CoreTile<kSlice>::offset(row + i * kRowStep, col);
+        E* const at = H + (row + i * kRowStep) * pitch + col;
         uint4 raw = *reinterpret_cast<const uint4*>(at);
         E* const eight = reinterpret_cast<E*>(&raw);
 #pragma unroll
@@ -738,7 +721,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   using Sm = GradSmem<E, KD>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
-  constexpr int PK = Sm::PK, PA = Sm::PA, PF = Sm::PF, kSlice = Sm::kSlice;
+  constexpr int PK = Sm::PK, PA = Sm::PA, PS = Sm::PS, PF = Sm::PF, kSlice = Sm::kSlice;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // blockIdx.x = chunk · key blocks + key block (forward.cuh KeyBlock; no value blocks here).
   const int64_t chunk = blockIdx.x / p.key_blocks, h = blockIdx.y, n = blockIdx.z;
@@ -759,10 +742,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   // which nothing reads once A is formed ({v, S_0} and {do, H}, 15 KB of 17 KB each), so
   // each slice lands during the one before; at K = 64 one stage (no room for that split).
   constexpr bool kTwoStages = KD == 128;
-  static_assert(!kTwoStages || (kChunk + KD) * kSlice * sizeof(E) <= sizeof(s.decay), "a stage's half fits");
-  static_assert(offsetof(Sm, decay) % 16 == 0 && offsetof(Sm, q_start) % 16 == 0 && offsetof(Sm, u) % 16 == 0,
-                "wgmma's operands start on 16 bytes");
-  using Tile = CoreTile<kSlice>;
+  static_assert(!kTwoStages || (kChunk + KD) * PS * sizeof(E) <= sizeof(s.decay), "a stage's half fits");
   struct SliceView {
     E *v, *d_o, *S0, *H;
   };
@@ -772,17 +752,16 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     const bool second = kTwoStages && stage != 0;
     E* const a = second ? reinterpret_cast<E*>(s.decay) : s.u.slice.v;
     E* const b = second ? s.q_start : s.u.slice.d_o;
-    E* const a2 = second ? a + kChunk * kSlice : s.u.slice.S0;
-    E* const b2 = second ? b + kChunk * kSlice : s.u.slice.H;
+    E* const a2 = second ? a + kChunk * PS : s.u.slice.S0;
+    E* const b2 = second ? b + kChunk * PS : s.u.slice.H;
     return {a, b, a2, b2};
   };
   auto issue_slice = [&](int v0, int stage) {
     const SliceView t = slice_view(stage);
-    using Rows = SliceRows<kSlice>;
-    load_rows_laid_out<kChunk, kSlice, Rows>(t.v, row0(p.v, v0), p.v.stride_time, valid, tid);
-    load_rows_laid_out<kChunk, kSlice, Rows>(t.d_o, row0(p.d_o, v0), p.d_o.stride_time, valid, tid);
-    load_rows_laid_out<KD, kSlice, Rows>(t.S0, S0_all + v0, p.V, KD, tid);
-    load_rows_laid_out<KD, kSlice, Rows>(t.H, H_all + v0, p.V, KD, tid);
+    load_chunk<kSlice, PS, true>(t.v, row0(p.v, v0), p.v.stride_time, valid, tid);
+    load_chunk<kSlice, PS, true>(t.d_o, row0(p.d_o, v0), p.d_o.stride_time, valid, tid);
+    load_rows_rolled<KD, kSlice, PS>(t.S0, S0_all + v0, p.V, KD, tid);
+    load_rows_rolled<KD, kSlice, PS>(t.H, H_all + v0, p.V, KD, tid);
     copy_async_commit();
   };
 
@@ -814,8 +793,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   pair_scores(s, warp, lane);
   phases.mark(kGlaGradientPairs);
   copy_async_wait_all();
-  carried_in.add(slice_view(0).H);
-  fence_async_shared();  // the slice's copies (and the carry-in) before wgmma reads them
+  carried_in.add(slice_view(0).H, PS);
   __syncthreads();
   phases.mark(kGlaGradientSlice);
   if constexpr (kQuads) {  // the raw q and k again (the quads' operands replaced them): they land during the value loop
@@ -824,88 +802,28 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     copy_async_commit();
   }
 
-  // The products over V, slice by slice, on wgmma: warpgroup `side` (warps 4·side to
-  // 4·side + 3) takes its half of each product's columns, warp w's accumulators rows
-  // 16·(w % 4) (the mma.sync layout, as the code after the loop reads them).
+  // The products over V, slice by slice. Warp w: rows 16·(w % 4); columns by w / 4.
   const int rb = warp % 4, side = warp / 4;
-  constexpr int NK = KD / 16;  // 8-column tiles in half of KD; also the k steps of k_end H
+  constexpr int NK = KD / 16;  // 8-column tiles in half of KD
   float dA_acc[4][4] = {}, dq_state[NK][4] = {}, dk_state[NK][4] = {};
   float spans = 0.0f;  // Σ_v H ⊙ S_0 of channel tid % KD (with the wide tail a part of the columns)
-  // The register operands of Aᵀ do and k_end H, the same for every slice: Aᵀ's rows of this
-  // warp (zero below the diagonal block: A_ij = 0 for i < j), k_end's.
-  uint32_t scores_t[4][4], keys_end[NK][4];
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    if (kk >= rb) load_a_transposed(scores_t[kk], s.scores, PA, 16 * kk, 16 * rb, lane);
-    else scores_t[kk][0] = scores_t[kk][1] = scores_t[kk][2] = scores_t[kk][3] = 0u;
-  }
-#pragma unroll
-  for (int kk = 0; kk < NK; ++kk) load_a(keys_end[kk], s.k_end, PK, 16 * rb, 16 * kk, lane);
-  using Flat32 = float(&)[16];
-  using FlatState = float(&)[4 * NK];
   for (int v0 = 0, stage = 0; v0 < p.V; v0 += kSlice, stage ^= kTwoStages ? 1 : 0) {
     const SliceView t = slice_view(stage);
     if (v0 > 0) {
       if (!kTwoStages) issue_slice(v0, 0);
       copy_async_wait_all();
-      carried_in.add(t.H);
-      fence_async_shared();
+      carried_in.add(t.H, PS);
       __syncthreads();
     }
-    // The next slice into the other stage: the last slice read it, and A is formed. Issued
-    // before the products: after them, the slices landed later (NOTES.md v39).
+    // The next slice into the other stage: the last slice read it, and A is formed.
     if (kTwoStages && v0 + kSlice < p.V) issue_slice(v0 + kSlice, stage ^ 1);
     carried_in.fetch(v0 + kSlice);
-    float attention[2][4] = {}, carried[2][4] = {};  // (overwritten by their first step)
-    wgmma_fence();
-    const CoreOperand<kSlice> d_o(t.d_o), v(t.v), S0(t.S0), H(t.H);
-#pragma unroll
-    for (int kk = 0; kk < kSlice / 16; ++kk) {  // over the slice's value columns
-      Wgmma<E, 32>::template ss<0>(reinterpret_cast<Flat32>(dA_acc), d_o.k_major(0, 16 * kk),  // do vᵀ
-                                   v.k_major(32 * side, 16 * kk), true);
-      Wgmma<E, KD / 2>::template ss<0>(reinterpret_cast<FlatState>(dq_state), d_o.k_major(0, 16 * kk),  // do S_0ᵀ
-                                       S0.k_major((KD / 2) * side, 16 * kk), true);
-      Wgmma<E, KD / 2>::template ss<0>(reinterpret_cast<FlatState>(dk_state), v.k_major(0, 16 * kk),  // v Hᵀ
-                                       H.k_major((KD / 2) * side, 16 * kk), true);
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)  // Aᵀ do, over the chunk's tokens
-      Wgmma<E, 16>::template rs<1>(reinterpret_cast<float(&)[8]>(attention), scores_t[kk], d_o.n_major(16 * kk, 16 * side),
-                                   kk > 0);
-#pragma unroll
-    for (int kk = 0; kk < NK; ++kk)  // k_end H, over the key channels
-      Wgmma<E, 16>::template rs<1>(reinterpret_cast<float(&)[8]>(carried), keys_end[kk], H.n_major(16 * kk, 16 * side),
-                                   kk > 0);
-    wgmma_commit();
-    // Σ H ⊙ S_0 over the slice's columns, channel tid % KD: with the wide tail every thread
-    // takes a kSpanParts-th of the columns (dg adds the parts), else threads < KD all of them.
-    constexpr int kSpanParts = kWideTail ? Sm::kSpanShares : 1, kSpanColumns = kSlice / kSpanParts;
-    static_assert(kSpanColumns % 8 == 0, "whole 16-byte pieces a part");
-    if (kWideTail || tid < KD) {
-      if constexpr (kQuadWalk) {  // 8 elements a load: 8 lanes read one core matrix, no bank conflicts
-        const int row = tid % KD, first = tid / KD * kSpanColumns;
-#pragma unroll
-        for (int c0 = first; c0 < first + kSpanColumns; c0 += 8) {
-          const uint4 hv = *reinterpret_cast<const uint4*>(t.H + Tile::offset(row, c0));
-          const uint4 sv = *reinterpret_cast<const uint4*>(t.S0 + Tile::offset(row, c0));
-          const E* const h8 = reinterpret_cast<const E*>(&hv);
-          const E* const s8 = reinterpret_cast<const E*>(&sv);
-#pragma unroll
-          for (int u = 0; u < 8; ++u) spans += to_float(h8[u]) * to_float(s8[u]);
-        }
-      } else {
-#pragma unroll 8
-        for (int c = 0; c < kSlice; ++c)
-          spans += to_float(t.H[Tile::offset(tid, c)]) * to_float(t.S0[Tile::offset(tid, c)]);
-      }
-    }
-    wgmma_wait<0>();
-    fence_registers(dA_acc);
-    fence_registers(dq_state);
-    fence_registers(dk_state);
-    fence_registers(attention);
-    fence_registers(carried);
-    // dv = scale·Aᵀ do + k_end H, this warp's 16 rows of the warpgroup's 16 columns.
+    mma_block<false, true>(dA_acc, t.d_o, PS, t.v, PS, 16 * rb, 32 * side, 0, kSlice, lane);            // do vᵀ
+    mma_block<false, true>(dq_state, t.d_o, PS, t.S0, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);  // do S_0ᵀ
+    mma_block<false, true>(dk_state, t.v, PS, t.H, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);     // v Hᵀ
+    float attention[2][4] = {}, carried[2][4] = {};
+    mma_block<true, false>(attention, s.scores, PA, t.d_o, PS, 16 * rb, 16 * side, 16 * rb, kChunk, lane);  // Aᵀ do
+    mma_block<false, false>(carried, s.k_end, PK, t.H, PS, 16 * rb, 16 * side, 0, KD, lane);  // k_end H
     E* const dv = row0(p.dv, v0);
     float* const dv_partial = kb.partial(p, seq.batch, seq.start + t0, h, v0);  // key blocks: this block's share
     const int64_t dv_stride = dv_partial ? p.H * p.V : p.dv.stride_time;
@@ -919,6 +837,28 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
       if (r + 8 < valid)
         store_pair(dv, dv_partial, (r + 8) * dv_stride + c, p.scale * attention[nt][2] + carried[nt][2],
                    p.scale * attention[nt][3] + carried[nt][3]);
+    }
+    // Σ H ⊙ S_0 over the slice's columns, channel tid % KD: with the wide tail every thread
+    // takes a kSpanParts-th of the columns (dg adds the parts), else threads < KD all of them.
+    constexpr int kSpanParts = kWideTail ? Sm::kSpanShares : 1, kSpanColumns = kSlice / kSpanParts;
+    static_assert(kSpanColumns % 8 == 0, "whole 16-byte pieces a part");
+    if (kWideTail || tid < KD) {
+      if constexpr (kQuadWalk) {  // 8 elements a load: lanes 80 bytes apart then hit distinct banks
+        static_assert(PS % 8 == 0, "slice rows are 16-byte aligned");
+        const int row = tid % KD, first = tid / KD * kSpanColumns;
+#pragma unroll
+        for (int c0 = first; c0 < first + kSpanColumns; c0 += 8) {
+          const uint4 hv = *reinterpret_cast<const uint4*>(t.H + row * PS + c0);
+          const uint4 sv = *reinterpret_cast<const uint4*>(t.S0 + row * PS + c0);
+          const E* const h8 = reinterpret_cast<const E*>(&hv);
+          const E* const s8 = reinterpret_cast<const E*>(&sv);
+#pragma unroll
+          for (int u = 0; u < 8; ++u) spans += to_float(h8[u]) * to_float(s8[u]);
+        }
+      } else {
+#pragma unroll 8
+        for (int c = 0; c < kSlice; ++c) spans += to_float(t.H[tid * PS + c]) * to_float(t.S0[tid * PS + c]);
+      }
     }
     __syncthreads();  // the slices are read before the next ones land (or the space is reused)
   }

@@ -84,8 +84,9 @@ __device__ inline Span sequence_span(const GlaParams& p, int64_t n) {
   return {0, a, b - a};
 }
 
-// Thread tid's 16-byte pieces in a row-major tile, kVectors a row: its first row and its
-// column; the rows then step by kThreads / kVectors.
+// Thread tid's 16-byte pieces in load_rows_rolled, kVectors a row: its first row and its
+// column; the rows then step by kThreads / kVectors. (The gradient kernel's carry-in works on
+// the pieces each thread copied, so it takes them from here too.)
 template <int kVectors>
 struct RolledPieces {
   static constexpr int kRowStep = kThreads / kVectors;
@@ -94,39 +95,23 @@ struct RolledPieces {
   __device__ explicit RolledPieces(int tid) : row(tid / kVectors), col(tid % kVectors * 8) {}
 };
 
-// Where load_rows_rolled puts rows: a row-major tile of pitch PITCH elements.
-template <int COLS, int PITCH>
-struct PitchedRows {
-  using Pieces = RolledPieces<COLS / 8>;
-  static constexpr int kStepElements = Pieces::kRowStep * PITCH;  // between a thread's pieces
-  __device__ static constexpr int offset(int row, int col) { return row * PITCH + col; }
-};
-
 // Rows [0, ROWS) × cols [0, COLS) of a row-major global array (row stride `stride`) into a
-// shared tile laid out as Layout says (PitchedRows, or the backward's wgmma tiles), rows past
-// `valid` zero-filled, in one rolled loop whose row and addresses are stepped, not formed
-// again a piece (the backward's gradient kernel, whose code outgrows the instruction caches:
-// NOTES.md v11, v31; unrolled, its copies were issued sooner and the kernel was slower: v37).
-// Thread tid copies Layout::Pieces(tid)'s pieces (the gradient kernel's carry-in works on the
-// pieces each thread copied, so it takes them from there too).
-template <int ROWS, int COLS, class Layout, class E>
-__device__ __forceinline__ void load_rows_laid_out(E* dst, const E* src, int64_t stride, int valid, int tid) {
-  using Pieces = typename Layout::Pieces;
+// shared tile of pitch PITCH, rows past `valid` zero-filled, in one rolled loop whose row and
+// addresses are stepped, not formed again a piece (the backward's gradient kernel, whose code
+// outgrows the instruction caches: NOTES.md v11, v31).
+template <int ROWS, int COLS, int PITCH, class E>
+__device__ __forceinline__ void load_rows_rolled(E* dst, const E* src, int64_t stride, int valid, int tid) {
+  using Pieces = RolledPieces<COLS / 8>;
   constexpr int kRowStep = Pieces::kRowStep;
   const Pieces pieces(tid);
   const int c = pieces.col;
   int r = pieces.row;
-  E* to = dst + Layout::offset(r, c);
+  E* to = dst + r * PITCH + c;
   const E* from = src + r * stride + c;
   const int64_t from_step = kRowStep * stride;
 #pragma unroll 1
-  for (; r < ROWS; r += kRowStep, to += Layout::kStepElements, from += from_step)
+  for (; r < ROWS; r += kRowStep, to += kRowStep * PITCH, from += from_step)
     copy16_async(to, r < valid ? from : src + c, r < valid);
-}
-
-template <int ROWS, int COLS, int PITCH, class E>
-__device__ __forceinline__ void load_rows_rolled(E* dst, const E* src, int64_t stride, int valid, int tid) {
-  load_rows_laid_out<ROWS, COLS, PitchedRows<COLS, PITCH>>(dst, src, stride, valid, tid);
 }
 
 // Rows [0, 64) × cols [0, COLS) of a chunk into a shared tile of pitch PITCH; rows past
