@@ -166,18 +166,17 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
 static __global__ void chain_segment_grads_kernel(const GlaParams p) {
   const int64_t element = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (element >= p.K * p.V) return;
-  const int64_t pair = static_cast<int64_t>(blockIdx.z) * p.H + blockIdx.y;  // n·H + h
-  const int64_t row = element / p.V;
+  const int64_t n = blockIdx.z, h = blockIdx.y, row = element / p.V;
   const float* decays = segment_decay_table(p);
-  float D = p.workspace[(pair * p.segments + p.segments - 1) * p.K * p.V + element];
+  float D = p.workspace[segment_slot(p, n, h, p.segments - 1) * p.K * p.V + element];
   for (int64_t seg = p.segments - 2; seg >= 0; --seg) {
-    const int64_t slot = pair * p.segments + seg;
+    const int64_t slot = segment_slot(p, n, h, seg);
     float* at = p.workspace + slot * p.K * p.V + element;
     const float own = *at;
     *at = D;
     D = decays[slot * p.K + row] * D + own;
   }
-  if (p.d_initial_state) p.d_initial_state[pair * p.K * p.V + element] = D;
+  if (p.d_initial_state) p.d_initial_state[(n * p.H + h) * p.K * p.V + element] = D;
 }
 
 // ---- Pass 3: the gradients of one chunk ----
