@@ -122,6 +122,32 @@ void time_projection_backward(const Layer& layer, int64_t tokens) {
   EXPECT_TRUE(dx.finite_prefix(64 * kD));
 }
 
+// The projection backward with dz in pieces (the default) against the backward that gathers
+// dz first (SEQMIX_CHAINS_BACKWARD_PIECES=0), alternated twice on the same operands.
+void time_backward_pieces(const Layer& layer, int64_t tokens) {
+  const int64_t W = layer.width();
+  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), dy(tokens * W, 1.f), dx(tokens * kD, 0.f),
+      dweight(W * kD, 0.f);
+  const std::vector<Tensor> d_outputs = column_views(dy.view({tokens, W}), layer.segments);
+  const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
+  const ProjectionChainGrads grads{dx.view({tokens, kD}), dweight.view({W, kD}), std::nullopt};
+  const auto backward = [&] { projection_chain_backward(xt, wt, std::nullopt, layer.segments, d_outputs, grads); };
+  float pieces[2], gathered[2];
+  for (int round = 0; round < 2; ++round) {
+    pieces[round] = median_ms(backward);
+    setenv("SEQMIX_CHAINS_BACKWARD_PIECES", "0", 1);
+    gathered[round] = median_ms(backward);
+    unsetenv("SEQMIX_CHAINS_BACKWARD_PIECES");
+  }
+  const double flop = 4.0 * tokens * W * kD;
+  std::printf("  %-15s %6lld  backward: pieces %.4f / %.4f ms (%.1f TFLOP/s), gathered %.4f / %.4f ms; "
+              "pieces / gathered %.3f\n",
+              layer.name, static_cast<long long>(tokens), pieces[0], pieces[1],
+              flop / (std::min(pieces[0], pieces[1]) * 1e-3) / 1e12, gathered[0], gathered[1],
+              (pieces[0] + pieces[1]) / (gathered[0] + gathered[1]));
+  EXPECT_TRUE(dx.finite_prefix(64 * kD));
+}
+
 void time_output(const char* name, int64_t heads, int64_t dv, int64_t tokens) {
   const int64_t width = heads * dv;
   const double flop = 2.0 * tokens * width * kD;
@@ -321,6 +347,12 @@ TEST(ChainsCudaTiming, ProjectionBackward) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const Layer* layer : {&kGla, &kGatedDeltaNet})
     for (int64_t tokens : {2048, 8192, 32768}) time_projection_backward(*layer, tokens);
+}
+
+TEST(ChainsCudaTiming, BackwardPieces) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const Layer* layer : {&kGla, &kGatedDeltaNet})
+    for (int64_t tokens : {2048, 8192, 32768}) time_backward_pieces(*layer, tokens);
 }
 
 TEST(ChainsCudaTiming, LowRankGate) {

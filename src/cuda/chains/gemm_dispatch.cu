@@ -50,6 +50,8 @@ using ActivationTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, Gem
                                    GemmTile::pingpong_128x128_cluster2x1>;
 using TnTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_256x128_cluster2x1,
                            GemmTile::cooperative_128x256_cluster1x2, GemmTile::pingpong_128x128_cluster2x1>;
+// The two tiles backward_tn_schedule picks between.
+using TnPiecesTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_128x256_cluster1x2>;
 
 }  // namespace
 
@@ -127,6 +129,16 @@ void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows o
   GemmSchedule s = backward_tn_schedule(M, N, K);
   s.programmatic = programmatic && programmatic_launch_enabled();
   gemm_tn_bf16_scheduled(s, M, N, K, a, b, out, stream);
+}
+
+// A tile forced by SEQMIX_CHAINS_TN_TILE that has no pieces kernel runs in the default.
+void gemm_tn_bf16_pieces(int64_t M, int64_t N, int64_t K, const RowPieces& a, Rows b, MutableRows out,
+                         void* stream) {
+  GemmSchedule s = backward_tn_schedule(M, N, K);
+  if (!TnPiecesTiles::contains(s.tile)) s = {};
+  TnPiecesTiles::launch(s.tile, [&](auto tile) {
+    gemm_tn_bf16_pieces_tiled<decltype(tile)::value>(M, N, K, a, b, out, s, stream);
+  });
 }
 
 // Measured on the H100 (ChainsCudaTiming.ForwardTiles, NOTES.md "Tile choice, measured"),

@@ -33,6 +33,7 @@
 #include <string>
 
 #include "cuda/chains/gemm_tiles.hpp"
+#include "cuda/chains/pieces_mainloop.cuh"
 #include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "seqmix/error.hpp"
@@ -75,9 +76,14 @@ struct TileConfig<GemmTile::pingpong_128x128_cluster1x1>
 
 constexpr GemmTile kDefaultTile = GemmTile::cooperative_128x256_cluster2x1;
 
+// The mainloop CUTLASS's builder makes, used as it is (every GEMM but the pieces ones).
+template <class Built>
+using AsBuilt = Built;
+
 // Element: A and B (16-bit); ElementD: the output (Element, or float for an f32 segment).
+// MainloopOf: the builder's mainloop as used (AsBuilt), or wrapped (PiecesMainloop).
 template <GemmTile kTile, class Element, class LayoutA, class LayoutB, class ElementC, class Fusion,
-          class ElementD = Element>
+          class ElementD = Element, template <class> class MainloopOf = AsBuilt>
 struct Sm90Gemm {
   using TileShape = typename TileConfig<kTile>::TileShape;
   using ClusterShape = typename TileConfig<kTile>::ClusterShape;
@@ -92,26 +98,16 @@ struct Sm90Gemm {
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, RowMajor, kAlign, ElementD, RowMajor,
       kAlignD, typename TileConfig<kTile>::EpilogueSchedule, Fusion>::CollectiveOp;
-  using Mainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+  using Mainloop = MainloopOf<typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element, LayoutB, kAlign, float,
       TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
-      typename TileConfig<kTile>::MainloopSchedule>::CollectiveOp;
+      typename TileConfig<kTile>::MainloopSchedule>::CollectiveOp>;
   using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
                                                       cutlass::gemm::PersistentScheduler>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Gemm::Arguments;
   using FusionArguments = typename Epilogue::FusionCallbacks::Arguments;
-
-  // The stride of a matrix whose leading (non-unit) dimension is `ld` elements, batch 0:
-  // (ld, 1, 0) for a row-major-stored operand of this role, (1, ld, 0) for a transposed one.
-  template <class Stride>
-  static Stride strided(int64_t ld) {
-    Stride s{};
-    if constexpr (cute::is_static_v<cute::remove_cvref_t<decltype(get<0>(s))>>) get<1>(s) = ld;
-    else get<0>(s) = ld;
-    return s;
-  }
 
   // D = epilogue(A·B, C); C may be nullptr when the fusion reads no source. `schedule`
   // gives the tile scheduler's raster order and swizzle (its tile is kTile's).
@@ -119,12 +115,16 @@ struct Sm90Gemm {
                              const void* c, int64_t ldc, void* d, int64_t ldd, const FusionArguments& fusion,
                              GemmSchedule schedule = {}) {
     using CElement = cute::conditional_t<cute::is_void_v<ElementC>, Element, ElementC>;
-    Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                   {static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1},
-                   {static_cast<const Element*>(a), strided<typename Kernel::StrideA>(lda),
-                    static_cast<const Element*>(b), strided<typename Kernel::StrideB>(ldb)},
-                   {fusion, static_cast<const CElement*>(c), strided<typename Kernel::StrideC>(ldc),
-                    static_cast<ElementD*>(d), strided<typename Kernel::StrideD>(ldd)}};
+    // Member by member: a wrapped mainloop's Arguments extend the builder's.
+    Arguments args{};
+    args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
+    args.problem_shape = {static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1};
+    args.mainloop.ptr_A = static_cast<const Element*>(a);
+    args.mainloop.dA = with_leading_dimension<typename Kernel::StrideA>(lda);
+    args.mainloop.ptr_B = static_cast<const Element*>(b);
+    args.mainloop.dB = with_leading_dimension<typename Kernel::StrideB>(ldb);
+    args.epilogue = {fusion, static_cast<const CElement*>(c), with_leading_dimension<typename Kernel::StrideC>(ldc),
+                     static_cast<ElementD*>(d), with_leading_dimension<typename Kernel::StrideD>(ldd)};
     args.hw_info = hardware();
     using Order = cutlass::gemm::kernel::detail::RasterOrderOptions;
     args.scheduler.raster_order = schedule.raster == Raster::along_m   ? Order::AlongM

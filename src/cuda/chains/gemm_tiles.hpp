@@ -75,13 +75,16 @@ bool tn_tile_built(GemmTile tile);
 GemmSchedule backward_tn_schedule(int64_t M, int64_t N, int64_t K);
 
 // One instantiation per tile, each in its own .cu (gemm_nt_bf16*.cu, gemm_tn_bf16*.cu,
-// projection_gemm_bf16*.cu).
+// gemm_tn_bf16_pieces*.cu, projection_gemm_bf16*.cu).
 template <GemmTile kTile>
 void gemm_nt_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, GemmSchedule schedule,
                         void* stream);
 template <GemmTile kTile>
 void gemm_tn_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, GemmSchedule schedule,
                         void* stream);
+template <GemmTile kTile>
+void gemm_tn_bf16_pieces_tiled(int64_t M, int64_t N, int64_t K, const RowPieces& a, Rows b, MutableRows out,
+                               GemmSchedule schedule, void* stream);
 template <GemmTile kTile>
 void activation_gemm_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
                                 ColumnEpilogue columns, GemmSchedule schedule, void* stream);

@@ -51,20 +51,21 @@ __global__ void fill_columns(SegmentTable t, const bf16* bias, int64_t columns, 
   }
 }
 
-// dz [tokens, ld] bf16 = the segments' gradients side by side; 8 columns (one 16-byte
-// store) per step; the padding columns get 0.
-__global__ void gather_gradients(SegmentTable t, int64_t tokens, int64_t columns, int64_t ld, bf16* dz) {
+// dz [tokens, ld] bf16 = the segments' gradients over columns [first_column, first_column + ld)
+// side by side; 8 columns (one 16-byte store) per step; the columns from `columns` on get 0.
+__global__ void gather_gradients(SegmentTable t, int64_t tokens, int64_t first_column, int64_t columns, int64_t ld,
+                                 bf16* dz) {
   const int64_t groups = ld / 8;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < tokens * groups;
        i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t row = i / groups, first = (i % groups) * 8;
+    const int64_t row = i / groups, at_dz = (i % groups) * 8, first = first_column + at_dz;
     int s = segment_from(t, 0, first);
     // The whole group inside one bf16 segment at a 16-byte aligned address (segment widths
     // and gradient strides multiples of 8, as in every layer of issue 6): one 16-byte copy.
     // The element loop below left the gather at about a third of the copy rate.
     const int64_t vector_at = row * t.gradient_stride[s] + first - t.offset[s];
     if (t.vector[s] && first + 8 <= (s + 1 < t.count ? t.offset[s + 1] : columns)) {
-      *reinterpret_cast<uint4*>(dz + row * ld + first) =
+      *reinterpret_cast<uint4*>(dz + row * ld + at_dz) =
           *reinterpret_cast<const uint4*>(static_cast<const bf16*>(t.gradient[s]) + vector_at);
       continue;
     }
@@ -79,7 +80,7 @@ __global__ void gather_gradients(SegmentTable t, int64_t tokens, int64_t columns
                                               : __bfloat162float(static_cast<const bf16*>(t.gradient[s])[at]);
       v[j] = __float2bfloat16(value);
     }
-    *reinterpret_cast<uint4*>(dz + row * ld + first) = *reinterpret_cast<const uint4*>(v);
+    *reinterpret_cast<uint4*>(dz + row * ld + at_dz) = *reinterpret_cast<const uint4*>(v);
   }
 }
 
@@ -271,6 +272,138 @@ void split_at_activations(const ProjectionChainProblem& p, const OutputRun& run,
   gemm(at, run.first + run.width, false);
 }
 
+// ---- the backward ----
+
+// The segments' gradients as gather_gradients reads them.
+SegmentTable gradient_table(const ProjectionChainProblem& p, const ProjectionChainGradients& g) {
+  SegmentTable table = segment_table(p);
+  for (int s = 0; s < table.count; ++s) {
+    table.gradient[s] = g.d_outputs[s].data;
+    table.gradient_stride[s] = g.d_outputs[s].stride;
+    table.gradient_f32[s] = g.d_outputs[s].f32;
+    table.vector[s] = !g.d_outputs[s].f32 && table.offset[s] % 8 == 0 && g.d_outputs[s].stride % 8 == 0 &&
+                      reinterpret_cast<uintptr_t>(g.d_outputs[s].data) % 16 == 0;
+  }
+  return table;
+}
+
+// dz ⊙= act'(z) over each run of consecutive non-identity segments that starts in columns
+// [first_column, end_column), dz holding those columns from first_column on (ld elements a
+// row), z recomputed over the run's columns only. A run is widened to multiples of 8 columns
+// (16-byte TMA bases, widths the GEMM accepts); the identity columns it takes in keep dz
+// (factor 1).
+void apply_derivatives(const ProjectionChainProblem& p, const ColumnVectors& vectors, int64_t first_column,
+                       int64_t end_column, bf16* dz, int64_t ld) {
+  for (size_t s = 0; s < p.segments.size();) {
+    if (p.segments[s].code == 0 || p.segments[s].offset < first_column || p.segments[s].offset >= end_column) {
+      ++s;
+      continue;
+    }
+    size_t end = s;
+    while (end < p.segments.size() && p.segments[end].code != 0) ++end;
+    const int64_t first = p.segments[s].offset / 8 * 8;
+    const int64_t last =
+        std::min(round_up(p.segments[end - 1].offset + p.segments[end - 1].width, 8), first_column + ld);
+    const Rows dy{dz + (first - first_column), ld}, weight{element(p.weight, first, 0), p.weight.stride};
+    const MutableRows dz_run{dz + (first - first_column), ld};
+    // Narrow K: the recompute on the tensor cores without a GEMM pipeline (NOTES.md, "Narrow K").
+    // Few columns over a deep K (Gated DeltaNet's gates): the narrow-column kernel.
+    if (p.d <= kNarrowProjectionMaxK)
+      narrow_derivative_bf16(p.tokens, last - first, p.d, p.x, weight, dz_run, vectors.from(first), p.stream);
+    else if (narrow_fits(p, first, last))
+      narrow_columns_derivative_bf16(p.tokens, last - first, p.d, p.x, weight, dz_run, vectors.from(first),
+                                     p.stream);
+    else derivative_gemm_bf16(p.tokens, last - first, p.d, p.x, weight, dy, dz_run, vectors.from(first), p.stream);
+    s = end;
+  }
+}
+
+// dbias: f32 column sums of dz, added piece by piece, then written as bf16.
+class BiasSums {
+ public:
+  BiasSums(int64_t columns, cudaStream_t stream) : columns_(columns), sums_(columns, stream) {
+    check(cudaMemsetAsync(sums_.get(), 0, columns * sizeof(float), stream), "projection chain: dbias");
+  }
+  // Columns [first_column, first_column + width) from dz (its column 0 is first_column).
+  void add(Rows dz, int64_t first_column, int64_t width, int64_t tokens, cudaStream_t stream) const {
+    const dim3 grid(static_cast<unsigned>((width + 31) / 32),
+                    static_cast<unsigned>(std::clamp<int64_t>((tokens + 255) / 256, 1, 64)));
+    column_sum<<<grid, dim3(32, 8), 0, stream>>>(static_cast<const bf16*>(dz.data), dz.stride, tokens, width,
+                                                  sums_.get() + first_column);
+    check_launch("projection chain: dbias");
+  }
+  void write(void* dbias, cudaStream_t stream) const {
+    to_bf16<<<grid_for(columns_, 256), 256, 0, stream>>>(sums_.get(), columns_, static_cast<bf16*>(dbias));
+    check_launch("projection chain: dbias");
+  }
+
+ private:
+  int64_t columns_;
+  Scratch<float> sums_;
+};
+
+bool backward_pieces_enabled() { return flag_from_environment("SEQMIX_CHAINS_BACKWARD_PIECES", true); }
+
+// The gradient GEMMs' operand dz in pieces (NOTES.md, "The backward without the gather"):
+// an identity segment whose bf16 gradient TMA can read (16-byte base and stride) and whose
+// first column is a multiple of kPieceAlignment is a piece of its own, read where autograd
+// left it; every other segment joins the gathered piece before it, or starts one at such a
+// column. None when a piece would have to start elsewhere or there are over kMaxPieces.
+struct PiecePlan {
+  RowPieces pieces;
+  bool gathered[kMaxPieces] = {};
+};
+
+std::optional<PiecePlan> plan_pieces(const ProjectionChainProblem& p, const ProjectionChainGradients& g) {
+  PiecePlan plan;
+  RowPieces& r = plan.pieces;
+  for (size_t s = 0; s < p.segments.size(); ++s) {
+    const SegmentGradient& gradient = g.d_outputs[s];
+    const bool aligned = p.segments[s].offset % kPieceAlignment == 0;
+    const bool direct = aligned && p.segments[s].code == 0 && !gradient.f32 && gradient.stride % 8 == 0 &&
+                        reinterpret_cast<uintptr_t>(gradient.data) % 16 == 0;
+    if (!direct && r.count > 0 && plan.gathered[r.count - 1]) continue;
+    if (!aligned || r.count == kMaxPieces) return std::nullopt;
+    r.piece[r.count] = direct ? Rows{gradient.data, gradient.stride} : Rows{};
+    r.first[r.count] = p.segments[s].offset;
+    plan.gathered[r.count++] = !direct;
+  }
+  r.first[r.count] = p.columns;
+  return plan;
+}
+
+// The backward with dz in pieces: the gathered pieces copied into scratch and their
+// activations' derivatives applied there, dbias from every piece, then the two GEMMs reading
+// the pieces where they are.
+void backward_in_pieces(const ProjectionChainProblem& p, const ProjectionChainGradients& g, PiecePlan plan) {
+  const auto stream = static_cast<cudaStream_t>(p.stream);
+  RowPieces& r = plan.pieces;
+  int64_t gathered_elements = 0;
+  for (int q = 0; q < r.count; ++q)
+    if (plan.gathered[q]) gathered_elements += p.tokens * round_up(r.first[q + 1] - r.first[q], 8);
+  const Scratch<bf16> gathered(gathered_elements, stream);
+  std::optional<ColumnVectors> vectors;
+  if (has_activation(p)) vectors.emplace(p, stream);
+  bf16* next = gathered.get();
+  for (int q = 0; q < r.count; ++q) {
+    if (!plan.gathered[q]) continue;
+    const int64_t ld = round_up(r.first[q + 1] - r.first[q], 8);
+    gather_gradients<<<grid_for(p.tokens * (ld / 8), 256), 256, 0, stream>>>(gradient_table(p, g), p.tokens,
+                                                                           r.first[q], r.first[q + 1], ld, next);
+    check_launch("projection chain: gather_gradients");
+    if (vectors) apply_derivatives(p, *vectors, r.first[q], r.first[q + 1], next, ld);
+    r.piece[q] = Rows{next, ld};
+    next += p.tokens * ld;
+  }
+  if (g.dbias) {
+    const BiasSums sums(p.columns, stream);
+    for (int q = 0; q < r.count; ++q) sums.add(r.piece[q], r.first[q], r.first[q + 1] - r.first[q], p.tokens, stream);
+    sums.write(g.dbias, stream);
+  }
+  gemm_nn_bf16_pieces(p.tokens, p.d, p.columns, r, p.weight, g.dx, p.stream);
+  gemm_tn_bf16_pieces(p.columns, p.d, p.tokens, r, p.x, g.dweight, p.stream);
+}
+
 }  // namespace
 }  // namespace seqmix::cuda::chains
 
@@ -321,23 +454,14 @@ void projection_chain_backward(const ProjectionChainProblem& p, const Projection
                                vectors ? vectors->from(0) : ColumnEpilogue{}, g.dx, g.dweight, g.dbias, p.stream);
     return;
   }
+  if (p.d > kNarrowProjectionMaxK && chains::backward_pieces_enabled())
+    if (const auto plan = chains::plan_pieces(p, g)) return chains::backward_in_pieces(p, g, *plan);
+
   const int64_t ld = chains::round_up(p.columns, 8);
   const chains::Scratch<bf16> dz(p.tokens * ld, stream);
-  chains::SegmentTable table = chains::segment_table(p);
-  for (int s = 0; s < table.count; ++s) {
-    table.gradient[s] = g.d_outputs[s].data;
-    table.gradient_stride[s] = g.d_outputs[s].stride;
-    table.gradient_f32[s] = g.d_outputs[s].f32;
-    table.vector[s] = !g.d_outputs[s].f32 && table.offset[s] % 8 == 0 && g.d_outputs[s].stride % 8 == 0 &&
-                      reinterpret_cast<uintptr_t>(g.d_outputs[s].data) % 16 == 0;
-  }
-  chains::gather_gradients<<<chains::grid_for(p.tokens * (ld / 8), 256), 256, 0, stream>>>(table, p.tokens, p.columns,
-                                                                                         ld, dz.get());
+  chains::gather_gradients<<<chains::grid_for(p.tokens * (ld / 8), 256), 256, 0, stream>>>(
+      chains::gradient_table(p, g), p.tokens, 0, p.columns, ld, dz.get());
   check_launch("projection chain: gather_gradients");
-
-  // dz ⊙= act'(z) over each run of consecutive non-identity segments, z recomputed by a GEMM
-  // over those columns only. A run is widened to multiples of 8 columns (16-byte TMA
-  // bases, widths the GEMM accepts); the identity columns it takes in keep dz (factor 1).
   // Narrow K ≤ 16 with several segments, when selected: the one-pass backward from the
   // gathered gradient.
   if (narrow_fused_backward_enabled() && narrow_fused_backward_fits(p.d, Rows{dz.get(), ld})) {
@@ -347,39 +471,12 @@ void projection_chain_backward(const ProjectionChainProblem& p, const Projection
                                vectors ? vectors->from(0) : ColumnEpilogue{}, g.dx, g.dweight, g.dbias, p.stream);
     return;
   }
-  if (chains::has_activation(p)) {
-    const chains::ColumnVectors vectors(p, stream);
-    for (size_t s = 0; s < p.segments.size();) {
-      if (p.segments[s].code == 0) {
-        ++s;
-        continue;
-      }
-      size_t end = s;
-      while (end < p.segments.size() && p.segments[end].code != 0) ++end;
-      const int64_t first = p.segments[s].offset / 8 * 8;
-      const int64_t last = std::min(chains::round_up(p.segments[end - 1].offset + p.segments[end - 1].width, 8), ld);
-      const Rows dy{dz.get() + first, ld}, weight{chains::element(p.weight, first, 0), p.weight.stride};
-      const MutableRows dz_run{dz.get() + first, ld};
-      // Narrow K: the recompute on the tensor cores without a GEMM pipeline (NOTES.md, "Narrow K").
-      // Few columns over a deep K (Gated DeltaNet's gates): the narrow-column kernel.
-      if (p.d <= kNarrowProjectionMaxK)
-        narrow_derivative_bf16(p.tokens, last - first, p.d, p.x, weight, dz_run, vectors.from(first), p.stream);
-      else if (chains::narrow_fits(p, first, last))
-        narrow_columns_derivative_bf16(p.tokens, last - first, p.d, p.x, weight, dz_run, vectors.from(first),
-                                       p.stream);
-      else derivative_gemm_bf16(p.tokens, last - first, p.d, p.x, weight, dy, dz_run, vectors.from(first), p.stream);
-      s = end;
-    }
-  }
+  if (chains::has_activation(p))
+    chains::apply_derivatives(p, chains::ColumnVectors(p, stream), 0, p.columns, dz.get(), ld);
   if (g.dbias) {
-    const chains::Scratch<float> sums(p.columns, stream);
-    check(cudaMemsetAsync(sums.get(), 0, p.columns * sizeof(float), stream), "projection chain: dbias");
-    const dim3 grid(static_cast<unsigned>((p.columns + 31) / 32),
-                    static_cast<unsigned>(std::clamp<int64_t>((p.tokens + 255) / 256, 1, 64)));
-    chains::column_sum<<<grid, dim3(32, 8), 0, stream>>>(dz.get(), ld, p.tokens, p.columns, sums.get());
-    chains::to_bf16<<<chains::grid_for(p.columns, 256), 256, 0, stream>>>(sums.get(), p.columns,
-                                                                          static_cast<bf16*>(g.dbias));
-    check_launch("projection chain: dbias");
+    const chains::BiasSums sums(p.columns, stream);
+    sums.add(Rows{dz.get(), ld}, 0, p.columns, p.tokens, stream);
+    sums.write(g.dbias, stream);
   }
   if (p.d <= kNarrowProjectionMaxK) {
     narrow_gradients_bf16(p.tokens, p.columns, p.d, p.x, p.weight, Rows{dz.get(), ld}, g.dx, g.dweight, p.stream);

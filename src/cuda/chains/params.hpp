@@ -50,6 +50,25 @@ void gemm_nn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows o
 void gemm_tn_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,
                   bool programmatic = false);
 
+// A matrix stored in pieces side by side (the segments' gradients where autograd left
+// them): piece p holds [first[p], first[p + 1]) of the split dimension (first[count] is its
+// extent), stored row-major at piece[p]. Each piece starts at a multiple of
+// kPieceAlignment, has a 16-byte aligned base and a stride of a multiple of 8 elements.
+constexpr int kMaxPieces = 8;
+constexpr int64_t kPieceAlignment = 256;  // every chain GEMM tile's M and K steps divide it
+struct RowPieces {
+  int count = 0;
+  Rows piece[kMaxPieces];
+  int64_t first[kMaxPieces + 1] = {};
+};
+// gemm_nn_bf16 with a [M, K] in pieces along K (its columns): out = Σ_p a_p·b[first[p]:first[p + 1]].
+void gemm_nn_bf16_pieces(int64_t M, int64_t N, int64_t K, const RowPieces& a, Rows b, MutableRows out,
+                         void* stream);
+// gemm_tn_bf16 with a stored [K, M] in pieces along M (its columns): out's rows of piece p =
+// a_pᵀ·b, in the tile backward_tn_schedule picks.
+void gemm_tn_bf16_pieces(int64_t M, int64_t N, int64_t K, const RowPieces& a, Rows b, MutableRows out,
+                         void* stream);
+
 // ---- the chains (launch_projection.cu, launch_output.cu) ----
 
 // Segments per chain the kernels' by-value tables hold.

@@ -27,6 +27,31 @@ void gemm(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void
          static_cast<cudaStream_t>(stream), what, schedule.programmatic);
 }
 
+// The same with A in pieces (pieces_mainloop.cuh) split along M or K.
+template <gemm::Split kSplit>
+struct Pieces {
+  template <class Built>
+  using Mainloop = gemm::PiecesMainloop<Built, kSplit>;
+};
+
+template <class LayoutA, gemm::Split kSplit, GemmTile kTile = gemm::kDefaultTile>
+void gemm_pieces(int64_t M, int64_t N, int64_t K, const RowPieces& a, Rows b, MutableRows out, void* stream,
+                 const char* what, GemmSchedule schedule = {}) {
+  using Element = cutlass::bfloat16_t;
+  using G = gemm::Sm90Gemm<kTile, Element, LayoutA, cutlass::layout::RowMajor, void, Identity<Element>, Element,
+                           Pieces<kSplit>::template Mainloop>;
+  typename G::FusionArguments identity;
+  identity.alpha = 1.f;
+  identity.beta = 0.f;
+  // The builder's own A descriptor is made but never read: piece 0's base, and a leading
+  // dimension that covers the split extent so that the descriptor is a valid one.
+  const int64_t split_extent = kSplit == gemm::Split::along_m ? M : K;
+  auto args = G::arguments(M, N, K, a.piece[0].data, (split_extent + 7) / 8 * 8, b.data, b.stride, nullptr,
+                           out.stride, out.data, out.stride, identity, schedule);
+  args.mainloop.pieces = a;
+  G::run(args, static_cast<cudaStream_t>(stream), what, schedule.programmatic);
+}
+
 }  // namespace seqmix::cuda::plain
 
 namespace seqmix::cuda {
@@ -46,6 +71,15 @@ void gemm_tn_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, Mutable
                         void* stream) {
   plain::gemm<cutlass::bfloat16_t, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor, kTile>(
       M, N, K, a, b, out, stream, "chain gradient GEMM (tn)", schedule);
+}
+
+// The backward's tn GEMM with dz in pieces along M, in one tile: each
+// gemm_tn_bf16_pieces*.cu instantiates one.
+template <GemmTile kTile>
+void gemm_tn_bf16_pieces_tiled(int64_t M, int64_t N, int64_t K, const RowPieces& a, Rows b, MutableRows out,
+                               GemmSchedule schedule, void* stream) {
+  plain::gemm_pieces<cutlass::layout::ColumnMajor, gemm::Split::along_m, kTile>(
+      M, N, K, a, b, out, stream, "chain gradient GEMM (tn, pieces)", schedule);
 }
 
 }  // namespace seqmix::cuda
