@@ -79,9 +79,7 @@ struct LogSigmoid {
   __device__ explicit LogSigmoid(float s) : scale(s), half_scale(0.5f * s), third_scale(s / 3.f),
                                             ln2_scale(0.69314718f * s) {}
   __device__ __forceinline__ float operator()(float z) const {
-    float e, lg;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(e) : "f"(fabsf(z) * -1.44269504f));
-    asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(lg) : "f"(1.f + e));
+    const float e = narrow::ex2_fast(fabsf(z) * -1.44269504f), lg = narrow::lg2_fast(1.f + e);
     const float series = e * (scale - e * (half_scale - e * third_scale));
     return fminf(z, 0.f) * scale - (e < 0.0078125f ? series : lg * ln2_scale);
   }
