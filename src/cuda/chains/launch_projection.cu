@@ -111,6 +111,17 @@ SegmentTable segment_table(const ProjectionChainProblem& p) {
   return t;
 }
 
+// The activation code of every segment over columns [first, last), or −1 where they differ.
+int uniform_code(const ProjectionChainProblem& p, int64_t first, int64_t last) {
+  int code = -2;
+  for (const auto& s : p.segments)
+    if (s.offset < last && s.offset + s.width > first) {
+      if (code != -2 && code != s.code) return -1;
+      code = s.code;
+    }
+  return code < 0 ? -1 : code;
+}
+
 bool has_activation(const ProjectionChainProblem& p) {
   for (const auto& s : p.segments)
     if (s.code != 0) return true;
@@ -418,7 +429,8 @@ void projection_chain_forward(const ProjectionChainProblem& p, const std::vector
   if (!plain) vectors.emplace(p, stream);
   for (const OutputRun& run : runs) {
     const Rows weight{chains::element(p.weight, run.first, 0), p.weight.stride};
-    const ColumnEpilogue columns = plain ? ColumnEpilogue{} : vectors->from(run.first);
+    ColumnEpilogue columns = plain ? ColumnEpilogue{} : vectors->from(run.first);
+    columns.uniform_code = chains::uniform_code(p, run.first, run.first + run.width);
     // Narrow K (GLA's rank-16 gate): the CUDA-core kernel; a GEMM tile's mainloop costs far
     // more than the output writes there (NOTES.md, "Narrow K").
     if (p.d <= kNarrowProjectionMaxK) {

@@ -30,6 +30,10 @@ namespace seqmix::cuda::narrow {
 using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
+// The forward at five blocks (20 warps) a SM: at most 96 registers a thread, as it had
+// before its whole-tile paths (which would take 110 and four blocks). The derivative keeps
+// its ~124 (capped, it spills).
+constexpr int kForwardBlocksPerSm = 5;
 constexpr int kSlabColumns = 32, kColumnsPerLane = 8, kTileRows = 16;
 constexpr int kMaxSteps = static_cast<int>(kNarrowProjectionMaxK) / 16;  // k-steps of 16
 static_assert(kNarrowProjectionMaxK % 16 == 0, "K is covered by whole m16n8k16 steps");
@@ -172,31 +176,56 @@ __device__ __forceinline__ void load_row(const bf16* in, float (&v)[kColumnsPerL
   for (int j = 0; j < kColumnsPerLane; ++j) v[j] = j < valid ? __bfloat162float(in[j]) : 0.f;
 }
 
+// Two floats as one register of two bf16, the first in the low half.
+__device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
+  const __nv_bfloat162 pair = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&pair);
+}
+
+// 16 bytes to a 16-byte aligned global address in one store instruction. (Written as a
+// uint4 assignment, the forward kernels' stores compiled to four 4-byte stores each, a
+// quarter of a 64-byte row piece a lane: ptx st.global.u32 ×4.)
+__device__ __forceinline__ void store_16(void* out, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
+  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(out), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
+}
+
+// One row's 8 columns, all inside the run, 16-byte aligned: one 16-byte store (bf16) or two (f32).
+__device__ __forceinline__ void store_whole_row(bf16* out, const float (&v)[kColumnsPerLane]) {
+  store_16(out, bf16_pair(v[0], v[1]), bf16_pair(v[2], v[3]), bf16_pair(v[4], v[5]), bf16_pair(v[6], v[7]));
+}
+__device__ __forceinline__ void store_whole_row(float* out, const float (&v)[kColumnsPerLane]) {
+  store_16(out, __float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
+  store_16(out + 4, __float_as_uint(v[4]), __float_as_uint(v[5]), __float_as_uint(v[6]), __float_as_uint(v[7]));
+}
 // One row's 8 columns from `out` on (`valid` of them inside the run).
 __device__ __forceinline__ void store_row(bf16* out, const float (&v)[kColumnsPerLane], int valid) {
-  if (valid == kColumnsPerLane && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-    alignas(16) __nv_bfloat162 packed[kColumnsPerLane / 2];
-#pragma unroll
-    for (int j = 0; j < kColumnsPerLane / 2; ++j) packed[j] = __floats2bfloat162_rn(v[2 * j], v[2 * j + 1]);
-    *reinterpret_cast<uint4*>(out) = *reinterpret_cast<const uint4*>(packed);
-    return;
-  }
+  if (valid == kColumnsPerLane && reinterpret_cast<uintptr_t>(out) % 16 == 0) return store_whole_row(out, v);
   for (int j = 0; j < valid; ++j) out[j] = __float2bfloat16(v[j]);
 }
 __device__ __forceinline__ void store_row(float* out, const float (&v)[kColumnsPerLane], int valid) {
-  if (valid == kColumnsPerLane && reinterpret_cast<uintptr_t>(out) % 16 == 0) {
-    reinterpret_cast<float4*>(out)[0] = make_float4(v[0], v[1], v[2], v[3]);
-    reinterpret_cast<float4*>(out)[1] = make_float4(v[4], v[5], v[6], v[7]);
-    return;
-  }
+  if (valid == kColumnsPerLane && reinterpret_cast<uintptr_t>(out) % 16 == 0) return store_whole_row(out, v);
   for (int j = 0; j < valid; ++j) out[j] = v[j];
 }
 
-// x fragment (m16 × k16 per step, row-major A layout) of the tile starting at row0.
+// x fragment (m16 × k16 per step, row-major A layout) of the tile starting at row0. `whole`:
+// K a multiple of 16, 4-byte aligned pairs and all 16 rows inside M, so every pair is one
+// plain load (the checked form costs ~20 instructions a pair, ~10 an output of the tile).
 __device__ __forceinline__ void load_x(uint32_t (&a)[kMaxSteps][4], const bf16* x, int64_t stride, int64_t M,
-                                       int64_t row0, int K, int lane) {
+                                       int64_t row0, int K, int lane, bool whole) {
   const int64_t r = row0 + lane / 4;
   const int k = lane % 4 * 2;
+  if (whole) {
+    const bf16* p = x + r * stride + k;
+#pragma unroll
+    for (int s = 0; s < kMaxSteps; ++s) {
+      const bool step = 16 * s < K;
+      a[s][0] = step ? *reinterpret_cast<const uint32_t*>(p + 16 * s) : 0u;
+      a[s][1] = step ? *reinterpret_cast<const uint32_t*>(p + 8 * stride + 16 * s) : 0u;
+      a[s][2] = step ? *reinterpret_cast<const uint32_t*>(p + 16 * s + 8) : 0u;
+      a[s][3] = step ? *reinterpret_cast<const uint32_t*>(p + 8 * stride + 16 * s + 8) : 0u;
+    }
+    return;
+  }
 #pragma unroll
   for (int s = 0; s < kMaxSteps; ++s) {
     a[s][0] = pair(x, stride, r, M, 16 * s + k, K);
@@ -206,8 +235,12 @@ __device__ __forceinline__ void load_x(uint32_t (&a)[kMaxSteps][4], const bf16* 
   }
 }
 
-template <class Out, Mode kMode>
-__global__ void __launch_bounds__(kThreads)
+// kCode ≥ 0: every column of the call has that activation code (the host knows it: GLA's
+// gate is one log-sigmoid segment), and tiles whose 16 rows are all inside M take an
+// epilogue without a check or a switch. ncu counted ~30 instructions an output in the
+// general form, half of them branches, convergence barriers, predicates and addresses.
+template <class Out, Mode kMode, int kCode = -1>
+__global__ void __launch_bounds__(kThreads, kMode == Mode::forward ? kForwardBlocksPerSm : 1)
     narrow_projection(int64_t M, int64_t N, int K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns) {
   // Launched as a programmatic dependent: x is usually the previous GEMM's output (GLA's
   // low-rank code), so nothing is read before that GEMM has finished.
@@ -250,10 +283,16 @@ __global__ void __launch_bounds__(kThreads)
 
   const auto* xg = static_cast<const bf16*>(x.data);
   auto* outg = static_cast<Out*>(out.data);
+  // This lane's 8 columns inside N and every row's piece of them 16-byte aligned.
+  const bool whole_lane = valid == kColumnsPerLane && out.stride % kColumnsPerLane == 0 &&
+                          reinterpret_cast<uintptr_t>(outg + first) % 16 == 0;
   const int64_t tiles = (M + kTileRows - 1) / kTileRows, step = int64_t(gridDim.y) * kWarps;
   int64_t tile = int64_t(blockIdx.y) * kWarps + warp;
+  // x's pairs plain loads wherever a tile is whole (load_x).
+  const bool x_aligned = K % 16 == 0 && x.stride % 2 == 0 && reinterpret_cast<uintptr_t>(xg) % 4 == 0;
+  const auto whole_x = [&](int64_t t) { return x_aligned && (t + 1) * kTileRows <= M; };
   uint32_t a[kMaxSteps][4];
-  if (tile < tiles) load_x(a, xg, x.stride, M, tile * kTileRows, K, lane);
+  if (tile < tiles) load_x(a, xg, x.stride, M, tile * kTileRows, K, lane, whole_x(tile));
   for (; tile < tiles; tile += step) {
     float acc[4][4] = {};
 #pragma unroll
@@ -262,9 +301,24 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
         for (int t = 0; t < 4; ++t) mma_bf16(acc[t], a[s], b[s][t][0], b[s][t][1]);
     // The next tile's x while this one's activations and stores run.
-    if (tile + step < tiles) load_x(a, xg, x.stride, M, (tile + step) * kTileRows, K, lane);
+    if (tile + step < tiles) load_x(a, xg, x.stride, M, (tile + step) * kTileRows, K, lane, whole_x(tile + step));
 
     if (valid == 0) continue;
+    if constexpr (kCode >= 0) {
+      if (whole_lane && (tile + 1) * kTileRows <= M) {
+        Out* at = outg + (tile * kTileRows + lane / 4) * out.stride + first;
+#pragma unroll
+        for (int half = 0; half < 2; ++half, at += 8 * out.stride) {
+          float z[kColumnsPerLane], v[kColumnsPerLane];
+#pragma unroll
+          for (int j = 0; j < kColumnsPerLane; ++j) z[j] = acc[j / 2][2 * half + j % 2] + bias[j];
+          if constexpr (kMode == Mode::derivative) load_row(at, v, kColumnsPerLane);
+          finish<kMode, kCode>(v, z, code, scale);
+          store_whole_row(at, v);
+        }
+        continue;
+      }
+    }
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int64_t row = tile * kTileRows + lane / 4 + 8 * half;
@@ -283,15 +337,13 @@ __global__ void __launch_bounds__(kThreads)
 // Blocks: every 32-column slab, and as many row blocks as fill the SMs once at the resident
 // count; each warp then walks its share of the 16-row tiles with the slab's weights in
 // registers.
-template <class Out, Mode kMode = Mode::forward>
-void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns,
-            void* stream) {
-  if (K > kNarrowProjectionMaxK || K < 1) throw Error("seqmix: narrow projection: K outside [1, 32]");
-  if (M == 0 || N == 0) return;
+template <class Out, Mode kMode, int kCode>
+void launch_with_code(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns,
+                      void* stream) {
   const int sms = multiprocessor_count();
   static const int resident = [] {
     int blocks = 0;
-    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, narrow_projection<Out, kMode>, kThreads, 0),
+    check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, narrow_projection<Out, kMode, kCode>, kThreads, 0),
           "narrow projection: occupancy");
     return std::max(blocks, 1);
   }();
@@ -302,8 +354,22 @@ void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows ou
   const int64_t wanted = std::max<int64_t>(1, int64_t(sms) * resident / slabs);
   const int64_t row_grid = std::min({row_blocks, wanted, int64_t{65535}});
   const dim3 grid(static_cast<unsigned>(slabs), static_cast<unsigned>(row_grid));
-  launch_dependent(narrow_projection<Out, kMode>, grid, kThreads, 0, static_cast<cudaStream_t>(stream),
+  launch_dependent(narrow_projection<Out, kMode, kCode>, grid, kThreads, 0, static_cast<cudaStream_t>(stream),
                    "projection chain: narrow_projection", M, N, static_cast<int>(K), x, weight, out, columns);
+}
+
+// The forward of a call whose columns are all log-sigmoid (GLA's low-rank gate) takes the
+// kernel with that code compiled in; every other call the general one.
+template <class Out, Mode kMode = Mode::forward>
+void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns,
+            void* stream) {
+  if (K > kNarrowProjectionMaxK || K < 1) throw Error("seqmix: narrow projection: K outside [1, 32]");
+  if (M == 0 || N == 0) return;
+  constexpr int kLogSigmoid = 3;
+  if constexpr (kMode == Mode::forward)
+    if (columns.uniform_code == kLogSigmoid)
+      return launch_with_code<Out, kMode, kLogSigmoid>(M, N, K, x, weight, out, columns, stream);
+  launch_with_code<Out, kMode, -1>(M, N, K, x, weight, out, columns, stream);
 }
 
 }  // namespace seqmix::cuda::narrow

@@ -28,6 +28,9 @@ struct ColumnEpilogue {
   const float* bias = nullptr;
   const float* code = nullptr;
   const float* scale = nullptr;
+  // The code every column has, when the host knows them alike; −1 otherwise. Kernels that
+  // compile a code in (the narrow-K forward) use it; the others read `code`.
+  int uniform_code = -1;
 };
 
 // out [M, N] = act(x·weightᵀ + bias)·scale, column by column; x [M, K], weight [N, K].
