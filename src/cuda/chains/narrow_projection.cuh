@@ -23,6 +23,7 @@
 #include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
 #include "cuda/common/runtime.cuh"
+#include "cuda/common/vector_store.cuh"
 #include "seqmix/error.hpp"
 
 namespace seqmix::cuda::narrow {
@@ -182,20 +183,16 @@ __device__ __forceinline__ uint32_t bf16_pair(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&pair);
 }
 
-// 16 bytes to a 16-byte aligned global address in one store instruction. (Written as a
-// uint4 assignment, the forward kernels' stores compiled to four 4-byte stores each, a
-// quarter of a 64-byte row piece a lane: ptx st.global.u32 ×4.)
-__device__ __forceinline__ void store_16(void* out, uint32_t a, uint32_t b, uint32_t c, uint32_t d) {
-  asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(out), "r"(a), "r"(b), "r"(c), "r"(d) : "memory");
-}
-
 // One row's 8 columns, all inside the run, 16-byte aligned: one 16-byte store (bf16) or two (f32).
 __device__ __forceinline__ void store_whole_row(bf16* out, const float (&v)[kColumnsPerLane]) {
-  store_16(out, bf16_pair(v[0], v[1]), bf16_pair(v[2], v[3]), bf16_pair(v[4], v[5]), bf16_pair(v[6], v[7]));
+  store_global_16(out, make_uint4(bf16_pair(v[0], v[1]), bf16_pair(v[2], v[3]), bf16_pair(v[4], v[5]),
+                                  bf16_pair(v[6], v[7])));
 }
 __device__ __forceinline__ void store_whole_row(float* out, const float (&v)[kColumnsPerLane]) {
-  store_16(out, __float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]), __float_as_uint(v[3]));
-  store_16(out + 4, __float_as_uint(v[4]), __float_as_uint(v[5]), __float_as_uint(v[6]), __float_as_uint(v[7]));
+  store_global_16(out, make_uint4(__float_as_uint(v[0]), __float_as_uint(v[1]), __float_as_uint(v[2]),
+                                  __float_as_uint(v[3])));
+  store_global_16(out + 4, make_uint4(__float_as_uint(v[4]), __float_as_uint(v[5]), __float_as_uint(v[6]),
+                                      __float_as_uint(v[7])));
 }
 // One row's 8 columns from `out` on (`valid` of them inside the run).
 __device__ __forceinline__ void store_row(bf16* out, const float (&v)[kColumnsPerLane], int valid) {
