@@ -33,7 +33,7 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 // The forward at five blocks (20 warps) a SM: at most 96 registers a thread, as it had
 // before its whole-tile paths (which would take 110 and four blocks). The derivative keeps
-// its ~124 (capped, it spills).
+// its 127 (capped at 96 it spills).
 constexpr int kForwardBlocksPerSm = 5;
 constexpr int kSlabColumns = 32, kColumnsPerLane = 8, kTileRows = 16;
 constexpr int kMaxSteps = static_cast<int>(kNarrowProjectionMaxK) / 16;  // k-steps of 16
