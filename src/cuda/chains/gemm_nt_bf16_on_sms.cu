@@ -15,11 +15,8 @@ void gemm_nt_bf16_on_sms(int sms, GemmSchedule schedule, int64_t M, int64_t N, i
   if (schedule.tile != kTile) throw Error("seqmix: chain GEMM on fewer SMs: built for cooperative 256x128 2x1 only");
   using G = gemm::Sm90Gemm<kTile, cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, void,
                            plain::Identity<cutlass::bfloat16_t>>;
-  typename G::FusionArguments identity;
-  identity.alpha = 1.f;
-  identity.beta = 0.f;
   auto args = G::arguments(M, N, K, a.data, a.stride, b.data, b.stride, nullptr, out.stride, out.data, out.stride,
-                           identity, schedule);
+                           plain::identity_arguments<G>(), schedule);
   // Clusters of 2 along M: the grid is max_active_clusters · 2 CTAs when that fits in
   // sm_count (CUTLASS's get_grid_shape), one persistent CTA a SM.
   constexpr int kCluster = 2;

@@ -395,12 +395,13 @@ void backward_in_pieces(const ProjectionChainProblem& p, const ProjectionChainGr
   const Scratch<bf16> gathered(gathered_elements, stream);
   std::optional<ColumnVectors> vectors;
   if (has_activation(p)) vectors.emplace(p, stream);
+  const SegmentTable table = gradient_table(p, g);
   bf16* next = gathered.get();
   for (int q = 0; q < r.count; ++q) {
     if (!plan.gathered[q]) continue;
     const int64_t ld = round_up(r.first[q + 1] - r.first[q], 8);
-    gather_gradients<<<grid_for(p.tokens * (ld / 8), 256), 256, 0, stream>>>(gradient_table(p, g), p.tokens,
-                                                                           r.first[q], r.first[q + 1], ld, next);
+    gather_gradients<<<grid_for(p.tokens * (ld / 8), 256), 256, 0, stream>>>(table, p.tokens, r.first[q],
+                                                                           r.first[q + 1], ld, next);
     check_launch("projection chain: gather_gradients");
     if (vectors) apply_derivatives(p, *vectors, r.first[q], r.first[q + 1], next, ld);
     r.piece[q] = Rows{next, ld};
@@ -430,10 +431,10 @@ void projection_chain_forward(const ProjectionChainProblem& p, const std::vector
   for (const OutputRun& run : runs) {
     const Rows weight{chains::element(p.weight, run.first, 0), p.weight.stride};
     ColumnEpilogue columns = plain ? ColumnEpilogue{} : vectors->from(run.first);
-    columns.uniform_code = chains::uniform_code(p, run.first, run.first + run.width);
     // Narrow K (GLA's rank-16 gate): the CUDA-core kernel; a GEMM tile's mainloop costs far
     // more than the output writes there (NOTES.md, "Narrow K").
     if (p.d <= kNarrowProjectionMaxK) {
+      columns.uniform_code = chains::uniform_code(p, run.first, run.first + run.width);
       if (run.f32) narrow_projection_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
       else narrow_projection_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
     } else if (run.f32) {

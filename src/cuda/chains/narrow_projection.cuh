@@ -232,6 +232,14 @@ __device__ __forceinline__ void load_x(uint32_t (&a)[kMaxSteps][4], const bf16* 
   }
 }
 
+// This lane's 8 pre-activations z = x·Wᵀ + bias of row `half` (0: lane / 4, 1: + 8) of its
+// tile, from the four n8 accumulators.
+__device__ __forceinline__ void pre_activations(const float (&acc)[4][4], int half, const float (&bias)[kColumnsPerLane],
+                                                float (&z)[kColumnsPerLane]) {
+#pragma unroll
+  for (int j = 0; j < kColumnsPerLane; ++j) z[j] = acc[j / 2][2 * half + j % 2] + bias[j];
+}
+
 // kCode ≥ 0: every column of the call has that activation code (the host knows it: GLA's
 // gate is one log-sigmoid segment), and tiles whose 16 rows are all inside M take an
 // epilogue without a check or a switch. ncu counted ~30 instructions an output in the
@@ -239,6 +247,7 @@ __device__ __forceinline__ void load_x(uint32_t (&a)[kMaxSteps][4], const bf16* 
 template <class Out, Mode kMode, int kCode = -1>
 __global__ void __launch_bounds__(kThreads, kMode == Mode::forward ? kForwardBlocksPerSm : 1)
     narrow_projection(int64_t M, int64_t N, int K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns) {
+  static_assert(kCode < 0 || kMode == Mode::forward, "a compiled-in code is built for the forward only");
   // Launched as a programmatic dependent: x is usually the previous GEMM's output (GLA's
   // low-rank code), so nothing is read before that GEMM has finished.
   wait_for_previous_grid();
@@ -307,9 +316,7 @@ __global__ void __launch_bounds__(kThreads, kMode == Mode::forward ? kForwardBlo
 #pragma unroll
         for (int half = 0; half < 2; ++half, at += 8 * out.stride) {
           float z[kColumnsPerLane], v[kColumnsPerLane];
-#pragma unroll
-          for (int j = 0; j < kColumnsPerLane; ++j) z[j] = acc[j / 2][2 * half + j % 2] + bias[j];
-          if constexpr (kMode == Mode::derivative) load_row(at, v, kColumnsPerLane);
+          pre_activations(acc, half, bias, z);
           finish<kMode, kCode>(v, z, code, scale);
           store_whole_row(at, v);
         }
@@ -322,8 +329,7 @@ __global__ void __launch_bounds__(kThreads, kMode == Mode::forward ? kForwardBlo
       if (row >= M) break;
       Out* at = outg + row * out.stride + first;
       float z[kColumnsPerLane], v[kColumnsPerLane];
-#pragma unroll
-      for (int j = 0; j < kColumnsPerLane; ++j) z[j] = acc[j / 2][2 * half + j % 2] + bias[j];
+      pre_activations(acc, half, bias, z);
       if constexpr (kMode == Mode::derivative) load_row(at, v, valid);
       finish<kMode>(v, z, code, scale, lane_code);
       store_row(at, v, valid);

@@ -14,16 +14,22 @@ namespace seqmix::cuda::plain {
 template <class Element>
 using Identity = cutlass::epilogue::fusion::LinearCombination<Element, float, void, float>;
 
+// The arguments of an Identity epilogue: D = 1·A·B, no source.
+template <class G>
+typename G::FusionArguments identity_arguments() {
+  typename G::FusionArguments identity;
+  identity.alpha = 1.f;
+  identity.beta = 0.f;
+  return identity;
+}
+
 template <class Element, class LayoutA, class LayoutB = cutlass::layout::RowMajor,
           GemmTile kTile = gemm::kDefaultTile>
 void gemm(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream, const char* what,
           GemmSchedule schedule = {}) {
   using G = gemm::Sm90Gemm<kTile, Element, LayoutA, LayoutB, void, Identity<Element>>;
-  typename G::FusionArguments identity;
-  identity.alpha = 1.f;
-  identity.beta = 0.f;
   G::run(G::arguments(M, N, K, a.data, a.stride, b.data, b.stride, nullptr, out.stride, out.data, out.stride,
-                      identity, schedule),
+                      identity_arguments<G>(), schedule),
          static_cast<cudaStream_t>(stream), what, schedule.programmatic);
 }
 
@@ -40,14 +46,11 @@ void gemm_pieces(int64_t M, int64_t N, int64_t K, const RowPieces& a, Rows b, Mu
   using Element = cutlass::bfloat16_t;
   using G = gemm::Sm90Gemm<kTile, Element, LayoutA, cutlass::layout::RowMajor, void, Identity<Element>, Element,
                            Pieces<kSplit>::template Mainloop>;
-  typename G::FusionArguments identity;
-  identity.alpha = 1.f;
-  identity.beta = 0.f;
   // The builder's own A descriptor is made but never read: piece 0's base, and a leading
   // dimension that covers the split extent so that the descriptor is a valid one.
   const int64_t split_extent = kSplit == gemm::Split::along_m ? M : K;
   auto args = G::arguments(M, N, K, a.piece[0].data, (split_extent + 7) / 8 * 8, b.data, b.stride, nullptr,
-                           out.stride, out.data, out.stride, identity, schedule);
+                           out.stride, out.data, out.stride, identity_arguments<G>(), schedule);
   args.mainloop.pieces = a;
   G::run(args, static_cast<cudaStream_t>(stream), what, schedule.programmatic);
 }
