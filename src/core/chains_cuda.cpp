@@ -6,7 +6,7 @@
 #ifdef SEQMIX_CUDA_CHAINS
 #include <cstdint>
 
-#include "cuda/chains/gate_beside.hpp"
+#include "cuda/chains/gate_in_gemm.hpp"
 #include "cuda/chains/params.hpp"
 #include "cuda/common/device.hpp"
 
@@ -225,10 +225,10 @@ void cuda_projection_with_gate_forward(const Checker& check, const cpu::Projecti
   gq.segments.push_back({0, gq.columns, static_cast<int>(Activation::logsigmoid), scale});
   gq.stream = options.stream;
   const auto gate_runs = output_runs(check, gate_problem, {gate_out}, "gate_out");
-  const cuda::LowRankGateProblem beside{gq.columns, gq.d,  gq.weight, gq.bias, scale, gate_runs[0].out,
-                                        gate_runs[0].f32};
+  const cuda::LowRankGateProblem in_epilogue{gq.columns, gq.d,  gq.weight, gq.bias, scale, gate_runs[0].out,
+                                             gate_runs[0].f32};
   const cuda::DeviceGuard guard(x.device.index);
-  if (cuda::projection_chain_with_gate_beside(problem, runs, gate.segment, beside)) return;
+  if (cuda::projection_chain_with_gate_in_gemm(problem, runs, gate.segment, in_epilogue)) return;
   cuda::projection_chain_forward(problem, runs);
   cuda::projection_chain_forward(gq, gate_runs);
 }

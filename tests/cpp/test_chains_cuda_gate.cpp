@@ -1,11 +1,9 @@
 // GLA's projection chain and its low-rank gate in one call on CUDA
-// (projection_chain_with_gate_forward) with the gate beside the GEMM
-// (SEQMIX_CHAINS_GATE_BESIDE=1, src/cuda/chains/gate_beside.cu): against the float64 oracle,
-// against the two calls (the default: the chain's GEMM, then the gate's narrow-K kernel), and
-// replayed from a CUDA graph. The segments other than the code
-// come from the same GEMM mainloop either way, so they are bit for bit the two calls'; the
-// code u and the gate are summed by the side kernel (another order), so they are compared
-// by relative norm. Named Small: compute-sanitizer runs them.
+// (projection_chain_with_gate_forward) with the gate in the GEMM's epilogue
+// (SEQMIX_CHAINS_GATE_EPILOGUE=1, off by default; src/cuda/chains/gate_epilogue.cuh): against
+// the float64 oracle, bit for bit against the two calls (the chain's GEMM, then the gate's
+// narrow-K kernel on the code it wrote: the same mainloop, the same products and activation),
+// and replayed from a CUDA graph. Named Small: compute-sanitizer runs them.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -13,7 +11,7 @@
 #include <vector>
 
 #include "chains_cuda_util.hpp"
-#include "cuda/chains/gate_beside.hpp"
+#include "cuda/chains/gate_in_gemm.hpp"
 
 namespace seqmix::test {
 namespace {
@@ -68,11 +66,11 @@ struct GateData {
     cuda_ok(cudaMemset(gate.ptr, 0xff, gate.bytes));
   }
   GateRun read() { return {out.values(out_host), gate.values(gate_host)}; }
-  GateRun run(const char* beside) {
-    setenv("SEQMIX_CHAINS_GATE_BESIDE", beside, 1);
+  GateRun run(const char* in_epilogue) {
+    setenv("SEQMIX_CHAINS_GATE_EPILOGUE", in_epilogue, 1);
     poison();
     call(nullptr);
-    unsetenv("SEQMIX_CHAINS_GATE_BESIDE");
+    unsetenv("SEQMIX_CHAINS_GATE_EPILOGUE");
     return read();
   }
   // The float64 oracle: the CPU reference of the same composition.
@@ -105,18 +103,15 @@ TEST_P(ProjectionChainWithGateCuda, MatchesOracleAndTheTwoCalls) {
   EXPECT_LT(rel_err(columns(one.chain, T, W, main, data.c.rank), columns(want.chain, T, W, main, data.c.rank)), tol)
       << "code";
   EXPECT_LT(rel_err(one.gate, want.gate), tol) << "gate";
-  EXPECT_EQ(columns(one.chain, T, W, 0, main), columns(two.chain, T, W, 0, main))
-      << "main columns: the same GEMM mainloop as the two calls";
-  EXPECT_LT(rel_err(columns(one.chain, T, W, main, data.c.rank), columns(two.chain, T, W, main, data.c.rank)), tol)
-      << "code against the two calls";
-  EXPECT_LT(rel_err(one.gate, two.gate), tol) << "gate against the two calls";
+  EXPECT_EQ(one.chain, two.chain) << "the chain: the same GEMM mainloop as the two calls";
+  EXPECT_EQ(one.gate, two.gate) << "the gate: the narrow-K kernel's products and activation on the same code";
 }
 
 TEST_P(ProjectionChainWithGateCuda, GraphReplayEqualsAPlainCall) {
   SKIP_WITHOUT_CUDA_DEVICE();
   GateData data{GetParam()};
   const GateRun plain = data.run("1");
-  setenv("SEQMIX_CHAINS_GATE_BESIDE", "1", 1);
+  setenv("SEQMIX_CHAINS_GATE_EPILOGUE", "1", 1);
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   data.call(stream);  // once outside the capture
@@ -129,23 +124,27 @@ TEST_P(ProjectionChainWithGateCuda, GraphReplayEqualsAPlainCall) {
     const GateRun replayed = data.read();
     EXPECT_EQ(replayed.chain, plain.chain);
     EXPECT_EQ(replayed.gate, plain.gate);
-    EXPECT_GE(graph.nodes(), 2u) << "the GEMM and the side kernel as two branches";
   }
   cuda_ok(cudaStreamDestroy(stream));
-  unsetenv("SEQMIX_CHAINS_GATE_BESIDE");
+  unsetenv("SEQMIX_CHAINS_GATE_EPILOGUE");
 }
 
+// Not tile multiples: 1, 1000, 2085 tokens; d 264; rank 8 (the code tile mostly zeros);
+// 12345 tokens put the code tiles over two rounds of the clusters with a spare round.
 INSTANTIATE_TEST_SUITE_P(Gla, ProjectionChainWithGateCuda,
                          testing::Values(GateCase{1, 256, 16, true, DType::bf16},
                                          GateCase{1000, 256, 16, true, DType::bf16},
                                          GateCase{2085, 256, 16, false, DType::bf16},
                                          GateCase{1000, 264, 16, true, DType::f32},
-                                         GateCase{2085, 264, 8, true, DType::bf16}),
+                                         GateCase{2085, 264, 8, true, DType::bf16},
+                                         GateCase{12345, 256, 16, true, DType::bf16}),
                          case_name);
 
-// The side path is taken for the GLA-like shapes above, and refused (nothing launched) where
-// its kernel does not fit: a gate wider than 1024 columns, the code not the last segment.
-TEST(ProjectionChainWithGateCuda, SmallSidePathTakenWhereItFits) {
+// The path is taken for the GLA-like shapes above, and refused (nothing launched) where the
+// epilogue does not fit: an f32 gate, a gate width not a multiple of 32, a bias not 16-byte
+// aligned, the code not the last segment or not on a 128-column boundary, or the switch off
+// (its default).
+TEST(ProjectionChainWithGateCuda, SmallEpiloguePathTakenWhereItFits) {
   SKIP_WITHOUT_CUDA_DEVICE();
   GateData data{{1000, 256, 16, false, DType::bf16}};
   cuda::ProjectionChainProblem p;
@@ -157,17 +156,32 @@ TEST(ProjectionChainWithGateCuda, SmallSidePathTakenWhereItFits) {
     first += s.width;
   }
   const std::vector<cuda::OutputRun> runs{{0, data.W, {data.out.ptr, data.W}, false}};
+  const size_t code = p.segments.size() - 1;
   cuda::LowRankGateProblem gate{
       kGateWidth, 16, {data.dgate_weight.ptr, 16}, nullptr, 1.f / 16, {data.gate.ptr, kGateWidth}, false};
-  EXPECT_FALSE(cuda::projection_chain_with_gate_beside(p, runs, p.segments.size() - 1, gate)) << "off by default";
-  setenv("SEQMIX_CHAINS_GATE_BESIDE", "1", 1);
-  EXPECT_TRUE(cuda::projection_chain_with_gate_beside(p, runs, p.segments.size() - 1, gate));
+  EXPECT_FALSE(cuda::projection_chain_with_gate_in_gemm(p, runs, code, gate)) << "off by default";
+  setenv("SEQMIX_CHAINS_GATE_EPILOGUE", "1", 1);
+  EXPECT_TRUE(cuda::projection_chain_with_gate_in_gemm(p, runs, code, gate));
   cuda_ok(cudaDeviceSynchronize());
-  gate.width = 2048;
-  EXPECT_FALSE(cuda::projection_chain_with_gate_beside(p, runs, p.segments.size() - 1, gate));
+  gate.f32 = true;
+  EXPECT_FALSE(cuda::projection_chain_with_gate_in_gemm(p, runs, code, gate)) << "f32 gate";
+  gate.f32 = false;
+  gate.width = 1000;
+  EXPECT_FALSE(cuda::projection_chain_with_gate_in_gemm(p, runs, code, gate)) << "width not a multiple of 32";
   gate.width = kGateWidth;
-  EXPECT_FALSE(cuda::projection_chain_with_gate_beside(p, runs, 0, gate));
-  unsetenv("SEQMIX_CHAINS_GATE_BESIDE");
+  gate.bias = static_cast<const char*>(data.dgate_bias.ptr) + 2;
+  EXPECT_FALSE(cuda::projection_chain_with_gate_in_gemm(p, runs, code, gate)) << "bias not 16-byte aligned";
+  gate.bias = nullptr;
+  EXPECT_FALSE(cuda::projection_chain_with_gate_in_gemm(p, runs, 0, gate)) << "code not last";
+  cuda::ProjectionChainProblem shifted = p;
+  shifted.segments[0].width -= 8;
+  for (size_t s = 1; s < shifted.segments.size(); ++s) shifted.segments[s].offset -= 8;
+  shifted.columns -= 8;
+  const std::vector<cuda::OutputRun> shifted_runs{{0, shifted.columns, {data.out.ptr, data.W}, false}};
+  EXPECT_FALSE(cuda::projection_chain_with_gate_in_gemm(shifted, shifted_runs, code, gate)) << "code off a tile";
+  setenv("SEQMIX_CHAINS_GATE_EPILOGUE", "0", 1);
+  EXPECT_FALSE(cuda::projection_chain_with_gate_in_gemm(p, runs, code, gate)) << "switched off";
+  unsetenv("SEQMIX_CHAINS_GATE_EPILOGUE");
 }
 
 }  // namespace

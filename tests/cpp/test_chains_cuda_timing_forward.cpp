@@ -1,6 +1,6 @@
 // The chains' forward against cuBLAS part by part, and the launch-level changes measured
 // side by side (NOTES.md, "Where the forward's gap is", "Programmatic dependent launch",
-// "The norm-gate kernels' grid", "The low-rank gate beside the GEMM"): every configuration
+// "The norm-gate kernels' grid", "The gate in the GEMM's epilogue"): every configuration
 // alternated three times in one process, the middle time kept. Printed as tables; run with
 // --gtest_filter='*ChainsCudaTiming*'. Asserts only that every output is finite: the numbers
 // are for NOTES.md.
@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "chains_cuda_util.hpp"
-#include "cuda/chains/gate_beside.hpp"
 #include "cuda/chains/params.hpp"
 #include "seqmix/chains.hpp"
 
@@ -200,12 +199,11 @@ TEST(ChainsCudaTiming, OutputNormGateWave) {
   cuda_ok(cudaStreamDestroy(stream));
 }
 
-// GLA's chain with its low-rank gate (NOTES.md, "The low-rank gate beside the GEMM"), in
+// GLA's chain with its low-rank gate (NOTES.md, "The gate in the GEMM's epilogue"), in
 // graph replays on one stream, L2 flushed, alternated three times, the middle kept: cuBLAS of
-// the 6160 columns, the two calls (SEQMIX_CHAINS_GATE_BESIDE=0: the chain's GEMM, then the
-// gate's narrow-K kernel), and the one call with the gate beside the GEMM on 2 and 4 SMs
-// (SEQMIX_CHAINS_GATE_SMS).
-void time_gate_beside(int64_t tokens, cudaStream_t stream) {
+// the 6160 columns, the two calls (SEQMIX_CHAINS_GATE_EPILOGUE=0: the chain's GEMM, then the
+// gate's narrow-K kernel), and the one GEMM with the gate in its epilogue (=1).
+void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
   const int64_t W = kGla.width();
   constexpr int64_t kRank = 16, kGateWidth = 1024;
   DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f),
@@ -219,34 +217,13 @@ void time_gate_beside(int64_t tokens, cudaStream_t stream) {
     projection_chain_with_gate_forward(xt, wt, std::nullopt, kGla.segments, low_rank, outputs,
                                        gate.view({tokens, kGateWidth}), options);
   };
-  struct Setting {
-    const char* beside;
-    const char* sms;
-  };
-  const std::vector<Setting> settings{{"0", "4"}, {"1", "2"}, {"1", "4"}};
-  // The side kernel alone, on 4 SMs' worth of blocks and on every SM.
-  cuda::ProjectionChainProblem p;
-  p.tokens = tokens, p.d = kD, p.columns = W, p.x = {x.ptr, kD}, p.weight = {weight.ptr, kD};
-  for (int64_t first = 0; const auto& seg : kGla.segments) {
-    p.segments.push_back({first, seg.width, 0, 1.f});
-    first += seg.width;
-  }
-  const cuda::LowRankGateProblem side{
-      kGateWidth, kRank, {gate_weight.ptr, kRank}, nullptr, 1.f / 16, {gate.ptr, kGateWidth}, false};
-  int sms = 0;
-  cuda_ok(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
-  std::vector<float> side_ms[2];
-  std::vector<float> cublas_ms, chain[3];
+  const char* settings[] = {"0", "1"};
+  std::vector<float> cublas_ms, chain[2];
   for (int rep = 0; rep < 3; ++rep) {
-    for (int i = 0; i < 2; ++i)
-      side_ms[i].push_back(graph_median_ms(stream, [&] {
-        cuda::gate_side_kernel(p, {out.ptr, W}, p.segments.size() - 1, side, i == 0 ? 4 : sms, stream);
-      }));
     if (cublas().ok)
       cublas_ms.push_back(graph_median_ms(stream, [&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); }));
-    for (size_t i = 0; i < settings.size(); ++i) {
-      setenv("SEQMIX_CHAINS_GATE_BESIDE", settings[i].beside, 1);
-      setenv("SEQMIX_CHAINS_GATE_SMS", settings[i].sms, 1);
+    for (int i = 0; i < 2; ++i) {
+      setenv("SEQMIX_CHAINS_GATE_EPILOGUE", settings[i], 1);
       out.poison();
       gate.poison();
       chain[i].push_back(graph_median_ms(stream, one_call));
@@ -254,21 +231,18 @@ void time_gate_beside(int64_t tokens, cudaStream_t stream) {
       EXPECT_TRUE(gate.finite_prefix(64 * kGateWidth));
     }
   }
-  unsetenv("SEQMIX_CHAINS_GATE_BESIDE");
-  unsetenv("SEQMIX_CHAINS_GATE_SMS");
+  unsetenv("SEQMIX_CHAINS_GATE_EPILOGUE");
   const float reference = cublas().ok ? middle(cublas_ms) : NAN;
-  std::printf("  gla + gate %6lld  cuBLAS (6160 columns) %8.4f ms; side kernel alone on 4 SMs %8.4f ms, on %d SMs "
-              "%8.4f ms\n",
-              static_cast<long long>(tokens), reference, middle(side_ms[0]), sms, middle(side_ms[1]));
-  for (size_t i = 0; i < settings.size(); ++i)
-    std::printf("  gla + gate %6lld  %s%s: %8.4f ms (%.4f %.4f %.4f) = %5.3fx cuBLAS, %5.3fx the two calls\n",
-                static_cast<long long>(tokens),
-                settings[i].beside[0] == '1' ? "one call, gate beside on SMs: " : "two calls",
-                settings[i].beside[0] == '1' ? settings[i].sms : "", middle(chain[i]), chain[i][0], chain[i][1],
-                chain[i][2], middle(chain[i]) / reference, middle(chain[i]) / middle(chain[0]));
+  std::printf("  gla + gate %6lld  cuBLAS (6160 columns) %8.4f ms (%.4f %.4f %.4f)\n", static_cast<long long>(tokens),
+              reference, cublas_ms.empty() ? NAN : cublas_ms[0], cublas_ms.empty() ? NAN : cublas_ms[1],
+              cublas_ms.empty() ? NAN : cublas_ms[2]);
+  for (int i = 0; i < 2; ++i)
+    std::printf("  gla + gate %6lld  %-28s %8.4f ms (%.4f %.4f %.4f) = %5.3fx cuBLAS, %5.3fx the two calls\n",
+                static_cast<long long>(tokens), i == 1 ? "one GEMM, gate in epilogue:" : "two calls:", middle(chain[i]),
+                chain[i][0], chain[i][1], chain[i][2], middle(chain[i]) / reference, middle(chain[i]) / middle(chain[0]));
 }
 
-TEST(ChainsCudaTiming, GateBeside) {
+TEST(ChainsCudaTiming, GateEpilogue) {
   SKIP_WITHOUT_CUDA_DEVICE();
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -277,7 +251,7 @@ TEST(ChainsCudaTiming, GateBeside) {
     const auto set_stream = reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"));
     ASSERT_TRUE(set_stream && set_stream(cublas().handle, stream) == CUBLAS_STATUS_SUCCESS);
   }
-  for (int64_t tokens : {2048, 8192, 32768}) time_gate_beside(tokens, stream);
+  for (int64_t tokens : {2048, 8192, 32768}) time_gate_epilogue(tokens, stream);
   if (cublas().ok) reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"))(cublas().handle, nullptr);
   cuda_ok(cudaStreamDestroy(stream));
 }

@@ -172,11 +172,11 @@ def test_torch_compile_fullgraph_on_cuda(torch):
 GLA_SEGMENTS = [(128, "identity"), (128, "identity"), (256, "identity"), (256, "identity"), (16, "identity")]
 
 
-@pytest.mark.parametrize("beside", ["0", "1"])
-def test_projection_with_gate_matches_oracle_and_two_calls(torch, monkeypatch, beside):
+@pytest.mark.parametrize("in_epilogue", ["0", "1"])
+def test_projection_with_gate_matches_oracle_and_two_calls(torch, monkeypatch, in_epilogue):
     import seqmix
 
-    monkeypatch.setenv("SEQMIX_CHAINS_GATE_BESIDE", beside)
+    monkeypatch.setenv("SEQMIX_CHAINS_GATE_EPILOGUE", in_epilogue)
     gen = torch.Generator().manual_seed(5)
     width = sum(s[0] for s in GLA_SEGMENTS)
     x = torch.randn(1000, 256, generator=gen).bfloat16()
@@ -201,5 +201,6 @@ def test_projection_with_gate_matches_oracle_and_two_calls(torch, monkeypatch, b
         assert g.shape == r.shape
         assert rel_err(g.float().cpu(), r) < TOLERANCE["bfloat16"], i
         assert rel_err(g.float().cpu(), t.float().cpu()) < TOLERANCE["bfloat16"], i
-    for i in range(4):  # the main segments: the same GEMM either way
+    # The segments and the gate: the same GEMM mainloop and the same gate products either way.
+    for i in range(len(GLA_SEGMENTS) + 1):
         assert torch.equal(got[i], two[i]), i

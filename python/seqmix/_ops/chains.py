@@ -254,9 +254,11 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic", low_rank_
             Keys: ``"weight"`` ``[width, r]`` in x's dtype (required), ``"segment"`` the
             code segment's index (default -1, the last), ``"bias"`` optional ``[width]``,
             ``"tau"`` (default 16), ``"dtype"`` the gate's dtype (default x's dtype). On a
-            CUDA device the gate can run on a few SMs beside the main GEMM
-            (``SEQMIX_CHAINS_GATE_BESIDE=1``; off by default, measured slower on the H100),
-            otherwise the two calls' kernels run.
+            CUDA device the two calls' kernels run; with ``SEQMIX_CHAINS_GATE_EPILOGUE=1``
+            (off by default, measured slower on the H100), for GLA's layout (bf16, the code
+            last and starting on a multiple of 128 columns, a gate width that is a multiple
+            of 32) the epilogue of the main GEMM's tile that holds the code writes the gate,
+            in the same kernel.
 
     Returns:
         Without ``low_rank_gate``: a list with one ``[..., width]`` array per segment (``[..., heads, width / heads]``

@@ -9,7 +9,6 @@
 #include <type_traits>
 
 #include "cuda/chains/dependent_launch.hpp"
-#include "cuda/chains/gate_beside.hpp"
 #include "cuda/chains/gemm_tiles.hpp"
 #include "cuda/common/environment.hpp"
 #include "seqmix/error.hpp"

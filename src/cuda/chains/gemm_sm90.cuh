@@ -81,9 +81,12 @@ template <class Built>
 using AsBuilt = Built;
 
 // Element: A and B (16-bit); ElementD: the output (Element, or float for an f32 segment).
-// MainloopOf: the builder's mainloop as used (AsBuilt), or wrapped (PiecesMainloop).
+// MainloopOf: the builder's mainloop as used (AsBuilt), or wrapped (PiecesMainloop);
+// EpilogueOf the same for the epilogue (GateEpilogue). SchedulerTag: CUTLASS's persistent
+// tile order, or another (CodeTilesLastTag).
 template <GemmTile kTile, class Element, class LayoutA, class LayoutB, class ElementC, class Fusion,
-          class ElementD = Element, template <class> class MainloopOf = AsBuilt>
+          class ElementD = Element, template <class> class MainloopOf = AsBuilt,
+          template <class> class EpilogueOf = AsBuilt, class SchedulerTag = cutlass::gemm::PersistentScheduler>
 struct Sm90Gemm {
   using TileShape = typename TileConfig<kTile>::TileShape;
   using ClusterShape = typename TileConfig<kTile>::ClusterShape;
@@ -94,17 +97,16 @@ struct Sm90Gemm {
   static constexpr int kAlign = 16 / sizeof(Element);  // TMA: 16-byte rows and bases
   static constexpr int kAlignD = 16 / sizeof(ElementD);
   using RowMajor = cutlass::layout::RowMajor;
-  using Epilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+  using Epilogue = EpilogueOf<typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       cutlass::epilogue::collective::EpilogueTileAuto, float, float, ElementC, RowMajor, kAlign, ElementD, RowMajor,
-      kAlignD, typename TileConfig<kTile>::EpilogueSchedule, Fusion>::CollectiveOp;
+      kAlignD, typename TileConfig<kTile>::EpilogueSchedule, Fusion>::CollectiveOp>;
   using Mainloop = MainloopOf<typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, Element, LayoutA, kAlign, Element, LayoutB, kAlign, float,
       TileShape, ClusterShape,
       cutlass::gemm::collective::StageCountAutoCarveout<static_cast<int>(sizeof(typename Epilogue::SharedStorage))>,
       typename TileConfig<kTile>::MainloopSchedule>::CollectiveOp>;
-  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue,
-                                                      cutlass::gemm::PersistentScheduler>;
+  using Kernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>, Mainloop, Epilogue, SchedulerTag>;
   using Gemm = cutlass::gemm::device::GemmUniversalAdapter<Kernel>;
   using Arguments = typename Gemm::Arguments;
   using FusionArguments = typename Epilogue::FusionCallbacks::Arguments;
@@ -115,7 +117,7 @@ struct Sm90Gemm {
                              const void* c, int64_t ldc, void* d, int64_t ldd, const FusionArguments& fusion,
                              GemmSchedule schedule = {}) {
     using CElement = cute::conditional_t<cute::is_void_v<ElementC>, Element, ElementC>;
-    // Member by member: a wrapped mainloop's Arguments extend the builder's.
+    // Member by member: a wrapped mainloop's or epilogue's Arguments extend the builder's.
     Arguments args{};
     args.mode = cutlass::gemm::GemmUniversalMode::kGemm;
     args.problem_shape = {static_cast<int>(M), static_cast<int>(N), static_cast<int>(K), 1};
@@ -123,8 +125,11 @@ struct Sm90Gemm {
     args.mainloop.dA = with_leading_dimension<typename Kernel::StrideA>(lda);
     args.mainloop.ptr_B = static_cast<const Element*>(b);
     args.mainloop.dB = with_leading_dimension<typename Kernel::StrideB>(ldb);
-    args.epilogue = {fusion, static_cast<const CElement*>(c), with_leading_dimension<typename Kernel::StrideC>(ldc),
-                     static_cast<ElementD*>(d), with_leading_dimension<typename Kernel::StrideD>(ldd)};
+    args.epilogue.thread = fusion;
+    args.epilogue.ptr_C = static_cast<const CElement*>(c);
+    args.epilogue.dC = with_leading_dimension<typename Kernel::StrideC>(ldc);
+    args.epilogue.ptr_D = static_cast<ElementD*>(d);
+    args.epilogue.dD = with_leading_dimension<typename Kernel::StrideD>(ldd);
     args.hw_info = hardware();
     using Order = cutlass::gemm::kernel::detail::RasterOrderOptions;
     args.scheduler.raster_order = schedule.raster == Raster::along_m   ? Order::AlongM

@@ -54,12 +54,19 @@ __device__ __forceinline__ uint32_t pair(const bf16* base, int64_t stride, int64
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// kOrdered: volatile, so the compiler keeps it in program order with the stores (the
+// kernels here as they were measured); otherwise the compiler may hoist it above earlier
+// stores, which the gate epilogue needs for independent work (gate_epilogue.cuh).
+template <bool kOrdered = true>
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#define SEQMIX_MMA_M16N8K16_BF16                                                                  \
+  "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, " \
+  "{%0,%1,%2,%3};\n"                                                                             \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])                                            \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1)
+  if constexpr (kOrdered) asm volatile(SEQMIX_MMA_M16N8K16_BF16);
+  else asm(SEQMIX_MMA_M16N8K16_BF16);
+#undef SEQMIX_MMA_M16N8K16_BF16
 }
 
 // The hardware base-2 exponential and logarithm and the reciprocal (one MUFU operation each)
