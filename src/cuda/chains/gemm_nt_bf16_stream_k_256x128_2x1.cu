@@ -1,0 +1,11 @@
+// Explicit instantiation: out = a·bᵀ (a [M, K], b [N, K] row-major), bf16, no fusion, in
+// the tile cooperative_256x128_cluster2x1 on the stream-K scheduler (gemm_tiles.hpp,
+// GemmSchedule::stream_k; gemm_dispatch.cu chooses).
+#include "cuda/chains/plain_gemm.cuh"
+
+namespace seqmix::cuda {
+
+template void gemm_nt_bf16_stream_k_tiled<GemmTile::cooperative_256x128_cluster2x1>(
+    int64_t, int64_t, int64_t, Rows, Rows, MutableRows, GemmSchedule, void*);
+
+}  // namespace seqmix::cuda
