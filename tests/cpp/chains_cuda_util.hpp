@@ -175,24 +175,6 @@ inline const Cublas& cublas() {
   return instance;
 }
 
-// cuBLAS on `stream` while this lives (the timing tests capture both sides on one stream),
-// back on the default stream after.
-class CublasOnStream {
- public:
-  explicit CublasOnStream(cudaStream_t stream) { EXPECT_TRUE(set(stream)); }
-  ~CublasOnStream() { set(nullptr); }
-  CublasOnStream(const CublasOnStream&) = delete;
-  CublasOnStream& operator=(const CublasOnStream&) = delete;
-
- private:
-  static bool set(cudaStream_t stream) {
-    if (!cublas().ok) return true;
-    using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
-    const auto set_stream = reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"));
-    return set_stream && set_stream(cublas().handle, stream) == CUBLAS_STATUS_SUCCESS;
-  }
-};
-
 // Median of CUDA-graph replays of `run` captured once on `stream` (the bench's forward
 // timing): one eager call first (fills what is kept across calls), then the replays timed as
 // median_ms times a call (one untimed, 10 timed, the L2 flushed before each).

@@ -184,25 +184,5 @@ TEST(ProjectionChainWithGateCuda, SmallEpiloguePathTakenWhereItFits) {
   unsetenv("SEQMIX_CHAINS_GATE_EPILOGUE");
 }
 
-// The gate's narrow-K kernel with the polynomial log1p (SEQMIX_CHAINS_GATE_POLYNOMIAL=1, bf16
-// gates only; narrow_projection.cuh) against the oracle and against the hardware-logarithm
-// form: within the bf16 bound of the first and a bf16 ulp or two of the second. An f32 gate
-// keeps the hardware form, bit for bit.
-TEST(ProjectionChainWithGateCuda, SmallPolynomialLog1pMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  for (const GateCase c : {GateCase{1, 256, 16, true, DType::bf16}, GateCase{2085, 256, 16, true, DType::bf16},
-                           GateCase{1000, 264, 8, false, DType::bf16}, GateCase{1000, 264, 16, true, DType::f32}}) {
-    GateData data{c};
-    const GateRun hardware = data.run("0"), want = data.oracle();
-    setenv("SEQMIX_CHAINS_GATE_POLYNOMIAL", "1", 1);
-    const GateRun polynomial = data.run("0");
-    unsetenv("SEQMIX_CHAINS_GATE_POLYNOMIAL");
-    EXPECT_LT(rel_err(polynomial.gate, want.gate), tolerance(DType::bf16)) << c.tokens << " tokens";
-    if (c.gate_dtype == DType::f32) EXPECT_EQ(polynomial.gate, hardware.gate) << "f32 keeps the hardware form";
-    else EXPECT_LT(rel_err(polynomial.gate, hardware.gate), 4e-3) << c.tokens << " tokens";
-    EXPECT_EQ(polynomial.chain, hardware.chain);
-  }
-}
-
 }  // namespace
 }  // namespace seqmix::test

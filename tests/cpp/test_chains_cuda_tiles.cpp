@@ -125,61 +125,6 @@ TEST(ChainsCudaTiles, SmallEveryActivationTileMatchesOracle) {
   }
 }
 
-// The nt GEMM on the stream-K scheduler (GemmSchedule::stream_k) against the oracle, deep
-// enough (K = 1024, 16 k-tiles) for the scheduler to split tiles along K, at row counts
-// that leave the tile grid under one round (1, 1000) and over it (4100 rows, 17 × 5 tiles of
-// 256 × 128), and bit for bit the same in a second call (its partial sums meet in a fixed
-// order). Named Small* so the GPU check runs it under compute-sanitizer.
-TEST(ChainsCudaTiles, SmallStreamKMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  constexpr int64_t kDeep = 1024, kColumns = 520;
-  const std::vector<ProjectionSegment> identity = {{kColumns, Activation::identity, 1.0}};
-  for (int64_t M : {1, 1000, 4100}) {
-    HostTensor x = uniform({M, kDeep}, DType::bf16), w = uniform({kColumns, kDeep}, DType::bf16);
-    std::vector<double> want(static_cast<size_t>(M * kColumns));
-    const std::vector<double> xs = x.values(), ws = w.values();
-    for (int64_t i = 0; i < M; ++i)
-      for (int64_t j = 0; j < kColumns; ++j) {
-        double sum = 0;
-        for (int64_t k = 0; k < kDeep; ++k) sum += xs[i * kDeep + k] * ws[j * kDeep + k];
-        want[i * kColumns + j] = sum;
-      }
-    DeviceTensor d_x(x), d_w(w);
-    const cuda::GemmSchedule s{cuda::GemmTile::cooperative_256x128_cluster2x1, cuda::Raster::along_n, 1, false, true};
-    std::vector<double> first;
-    for (int call = 0; call < 2; ++call) {
-      HostTensor y = poisoned({M, kColumns}, DType::bf16);
-      DeviceTensor d_y(y);
-      cuda::gemm_nt_bf16_scheduled(s, M, kColumns, kDeep, {d_x.ptr, kDeep}, {d_w.ptr, kDeep}, {d_y.ptr, kColumns},
-                                   nullptr);
-      const std::vector<double> got = d_y.values(y);
-      EXPECT_LT(rel_err(got, want), tolerance(DType::bf16)) << "M " << M << ", call " << call;
-      if (call == 0) first = got;
-      else EXPECT_EQ(got, first) << "M " << M << ": the second call differs";
-    }
-  }
-}
-
-// SEQMIX_CHAINS_STREAM_K=1 puts the nt GEMM above 3072 rows on the stream-K kernel (the tall
-// tile, the only one built), and leaves 3072 rows and fewer, and the switch off, as they were.
-TEST(ChainsCudaTiles, NtScheduleTakesStreamKWhenAsked) {
-  const auto tall = cuda::GemmTile::cooperative_256x128_cluster2x1;
-  setenv("SEQMIX_CHAINS_STREAM_K", "1", 1);
-  for (int64_t M : {8192, 32768}) {
-    const cuda::GemmSchedule s = cuda::nt_schedule(M, 12288, 2048);
-    EXPECT_TRUE(s.stream_k) << M;
-    EXPECT_EQ(s.tile, tall) << M;
-  }
-  EXPECT_FALSE(cuda::nt_schedule(3072, 12288, 2048).stream_k);
-  setenv("SEQMIX_CHAINS_STREAM_K", "0", 1);
-  EXPECT_FALSE(cuda::nt_schedule(8192, 12288, 2048).stream_k);
-  unsetenv("SEQMIX_CHAINS_STREAM_K");
-  EXPECT_SEQMIX_ERROR(cuda::gemm_nt_bf16_scheduled({cuda::GemmTile::pingpong_128x128_cluster1x1, cuda::Raster::heuristic,
-                                                    1, false, true},
-                                                   8, 8, 8, {}, {}, {}, nullptr),
-                      "no stream-K kernel for");
-}
-
 // A tile with no activation kernel is refused by name, before anything is launched.
 TEST(ChainsCudaTiles, ActivationNamesAnUnbuiltTile) {
   for (int t = 0; t < cuda::kGemmTiles; ++t) {

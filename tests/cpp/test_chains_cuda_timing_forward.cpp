@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "chains_cuda_util.hpp"
-#include "cuda/chains/gemm_tiles.hpp"
 #include "cuda/chains/params.hpp"
 #include "seqmix/chains.hpp"
 
@@ -243,103 +242,18 @@ void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
                 chain[i][0], chain[i][1], chain[i][2], middle(chain[i]) / reference, middle(chain[i]) / middle(chain[0]));
 }
 
-// Runs `body` on a fresh non-blocking stream with cuBLAS on it too (both sides of a timing
-// captured on one stream).
-void on_timing_stream(const std::function<void(cudaStream_t)>& body) {
-  cudaStream_t stream;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  {
-    const CublasOnStream on_stream(stream);
-    body(stream);
-  }
-  cuda_ok(cudaStreamDestroy(stream));
-}
-
 TEST(ChainsCudaTiming, GateEpilogue) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  on_timing_stream([](cudaStream_t stream) {
-    for (int64_t tokens : {2048, 8192, 32768}) time_gate_epilogue(tokens, stream);
-  });
-}
-
-// A forward switch (`variable` "0" against "1") in graph replays on one stream, L2 flushed,
-// alternated three times, the middle kept: cuBLAS of the full width; CUTLASS's plain GEMM of
-// that width (gemm_nt_bf16) with each setting; for the layers, the bench's seqmix forward
-// (the chain, plus GLA's low-rank gate) with each. `layer` null: the output chain's o_proj
-// shape (N = K = 2048), the GEMM only. Used for SEQMIX_CHAINS_STREAM_K (NOTES.md, "Stream-K
-// for the last round") and SEQMIX_CHAINS_GATE_POLYNOMIAL ("The gate kernel's MUFU").
-void time_forward_switch(const char* variable, const Layer* layer, int64_t tokens, cudaStream_t stream) {
-  using namespace seqmix::cuda;
-  const int64_t W = layer ? layer->width() : kD;
-  const bool gla = layer == &kGla;
-  constexpr int64_t kRank = 16, kGateWidth = 1024;
-  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f),
-      gate(tokens * kGateWidth, 0.f);
-  const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
-  const std::vector<Tensor> outputs = layer ? column_views(out.view({tokens, W}), layer->segments) : std::vector<Tensor>{};
-  Tensor code = out.view({tokens, W});
-  code.data = out.ptr + (W - kRank);
-  code.shape = {tokens, kRank};
-  const std::vector<ProjectionSegment> gate_segment{{kGateWidth, Activation::logsigmoid, 16.0}};
-  ProjectionChainOptions options;
-  options.stream = stream;
-  const auto forward = [&] {
-    projection_chain_forward(xt, wt, std::nullopt, layer->segments, outputs, options);
-    if (gla)
-      projection_chain_forward(code, gate_weight.view({kGateWidth, kRank}), std::nullopt, gate_segment,
-                               {gate.view({tokens, kGateWidth})}, options);
-  };
-  const char* settings[] = {"0", "1"};
-  std::vector<float> cublas_ms, plain[2], chain[2];
-  for (int rep = 0; rep < 3; ++rep) {
-    if (cublas().ok)
-      cublas_ms.push_back(graph_median_ms(stream, [&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); }));
-    for (int i = 0; i < 2; ++i) {
-      setenv(variable, settings[i], 1);
-      out.poison();
-      plain[i].push_back(graph_median_ms(
-          stream, [&] { gemm_nt_bf16(tokens, W, kD, {x.ptr, kD}, {weight.ptr, kD}, {out.ptr, W}, stream); }));
-      EXPECT_TRUE(out.finite_prefix(64 * W));
-      if (!layer) continue;
-      out.poison();
-      chain[i].push_back(graph_median_ms(stream, forward));
-      EXPECT_TRUE(out.finite_prefix(64 * W));
-    }
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+  if (cublas().ok) {
+    const auto set_stream = reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"));
+    ASSERT_TRUE(set_stream && set_stream(cublas().handle, stream) == CUBLAS_STATUS_SUCCESS);
   }
-  unsetenv(variable);
-  const float reference = cublas().ok ? middle(cublas_ms) : NAN;
-  const char* name = layer ? layer->name : "o_proj";
-  setenv(variable, "1", 1);
-  const GemmSchedule on = nt_schedule(tokens, W, kD);
-  unsetenv(variable);
-  std::printf("  %s %-15s %6lld  cuBLAS %8.4f ms; plain GEMM %8.4f ms = %5.3fx cuBLAS; with %s=1 (%s%s, raster %d, "
-              "swizzle %d) %8.4f ms = %5.3fx cuBLAS, %5.3fx =0\n",
-              variable, name, static_cast<long long>(tokens), reference, middle(plain[0]), middle(plain[0]) / reference,
-              variable, gemm_tile_name(on.tile), on.stream_k ? ", stream-K" : "", static_cast<int>(on.raster),
-              on.swizzle, middle(plain[1]), middle(plain[1]) / reference, middle(plain[1]) / middle(plain[0]));
-  if (layer)
-    std::printf("  %s %-15s %6lld  forward%s: =0 %8.4f ms = %5.3fx cuBLAS; =1 %8.4f ms (%.4f %.4f %.4f) = %5.3fx "
-                "cuBLAS, %5.3fx =0\n",
-                variable, name, static_cast<long long>(tokens), gla ? " + low-rank gate" : "", middle(chain[0]),
-                middle(chain[0]) / reference, middle(chain[1]), chain[1][0], chain[1][1], chain[1][2],
-                middle(chain[1]) / reference, middle(chain[1]) / middle(chain[0]));
-}
-
-TEST(ChainsCudaTiming, StreamK) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  on_timing_stream([](cudaStream_t stream) {
-    for (int64_t tokens : {8192, 32768})
-      for (const Layer* layer : {&kGatedDeltaNet, &kGla, static_cast<const Layer*>(nullptr)})
-        time_forward_switch("SEQMIX_CHAINS_STREAM_K", layer, tokens, stream);
-  });
-}
-
-TEST(ChainsCudaTiming, GatePolynomial) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  on_timing_stream([](cudaStream_t stream) {
-    for (int64_t tokens : {2048, 8192, 32768})
-      time_forward_switch("SEQMIX_CHAINS_GATE_POLYNOMIAL", &kGla, tokens, stream);
-  });
+  for (int64_t tokens : {2048, 8192, 32768}) time_gate_epilogue(tokens, stream);
+  if (cublas().ok) reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"))(cublas().handle, nullptr);
+  cuda_ok(cudaStreamDestroy(stream));
 }
 
 TEST(ChainsCudaTiming, OutputPdl) {
@@ -355,10 +269,18 @@ TEST(ChainsCudaTiming, OutputPdl) {
 
 TEST(ChainsCudaTiming, ForwardGap) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  on_timing_stream([](cudaStream_t stream) {
-    for (int64_t tokens : {2048, 8192, 32768})
-      for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_forward_gap(*layer, tokens, stream);
-  });
+  cudaStream_t stream;
+  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  if (cublas().ok) {
+    using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+    const auto set_stream = reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"));
+    ASSERT_TRUE(set_stream && set_stream(cublas().handle, stream) == CUBLAS_STATUS_SUCCESS);
+  }
+  for (int64_t tokens : {2048, 8192, 32768})
+    for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_forward_gap(*layer, tokens, stream);
+  using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+  if (cublas().ok) reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"))(cublas().handle, nullptr);
+  cuda_ok(cudaStreamDestroy(stream));
 }
 
 }  // namespace

@@ -49,8 +49,6 @@ using ActivationTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, Gem
                                    GemmTile::pingpong_128x128_cluster2x1>;
 using TnTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_256x128_cluster2x1,
                            GemmTile::cooperative_128x256_cluster1x2, GemmTile::pingpong_128x128_cluster2x1>;
-// The tiles the nt GEMM has a stream-K kernel for (GemmSchedule::stream_k).
-using NtStreamKTiles = BuiltTiles<GemmTile::cooperative_256x128_cluster2x1>;
 // The two tiles backward_tn_schedule picks between.
 using TnPiecesTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_128x256_cluster1x2>;
 
@@ -58,14 +56,10 @@ using TnPiecesTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmT
 
 void gemm_nt_bf16_scheduled(GemmSchedule s, int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out,
                             void* stream) {
-  const bool built = s.stream_k ? NtStreamKTiles::launch(s.tile, [&](auto tile) {
-    gemm_nt_bf16_stream_k_tiled<decltype(tile)::value>(M, N, K, a, b, out, s, stream);
-  }) : NtTiles::launch(s.tile, [&](auto tile) {
+  const bool built = NtTiles::launch(s.tile, [&](auto tile) {
     gemm_nt_bf16_tiled<decltype(tile)::value>(M, N, K, a, b, out, s, stream);
   });
-  if (!built)
-    throw Error(std::string("seqmix: chain GEMM (nt): no ") + (s.stream_k ? "stream-K " : "") + "kernel for " +
-                gemm_tile_name(s.tile));
+  if (!built) throw Error(std::string("seqmix: chain GEMM (nt): no kernel for ") + gemm_tile_name(s.tile));
 }
 
 bool activation_tile_built(GemmTile tile) { return ActivationTiles::contains(tile); }
@@ -171,24 +165,10 @@ GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t /*K*/) {
   return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
 }
 
-// SEQMIX_CHAINS_STREAM_K=1: the nt GEMM above 3072 tokens on the stream-K scheduler in the
-// tall tile (NOTES.md, "Stream-K for the last round"). Read at every call, so that one
-// process can time both.
-bool stream_k_enabled() { return flag_from_environment("SEQMIX_CHAINS_STREAM_K", false); }
-
-GemmSchedule nt_schedule(int64_t M, int64_t N, int64_t K) {
-  GemmSchedule s = forward_schedule(M, N, K);
-  if (M <= 3072 || !stream_k_enabled()) return s;
-  if (s.tile != GemmTile::cooperative_256x128_cluster2x1) s = {GemmTile::cooperative_256x128_cluster2x1, Raster::along_n, 1};
-  s.stream_k = true;
-  return s;
-}
-
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,
                   bool programmatic) {
-  GemmSchedule s = nt_schedule(M, N, K);
-  // Stream-K zeroes its workspace's flags first, so the GEMM's previous kernel is that fill.
-  s.programmatic = programmatic && !s.stream_k && programmatic_launch_enabled();
+  GemmSchedule s = forward_schedule(M, N, K);
+  s.programmatic = programmatic && programmatic_launch_enabled();
   gemm_nt_bf16_scheduled(s, M, N, K, a, b, out, stream);
 }
 

@@ -45,20 +45,12 @@ struct GemmSchedule {
   // Launched as a programmatic dependent of the stream's previous kernel (PDL): its CTAs may
   // start, set up and wait while that kernel finishes (dependent_launch.cuh).
   bool programmatic = false;
-  // CUTLASS's stream-K scheduler instead of whole tiles: the last, partly filled round of
-  // tiles is dealt to every SM as slices of K, the partial sums met in a workspace
-  // (deterministic order). Built for the nt GEMM in the tall tile only
-  // (gemm_nt_bf16_stream_k*.cu; NOTES.md, "Stream-K for the last round").
-  bool stream_k = false;
 };
 
 // The schedule the forward GEMMs (gemm_nt_bf16, activation_gemm_bf16) use for a problem
 // of M rows (tokens), N columns and depth K.
 GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K);
 
-// The schedule gemm_nt_bf16 uses: forward_schedule's, or with SEQMIX_CHAINS_STREAM_K=1 and
-// more than 3072 rows the tall tile on the stream-K scheduler.
-GemmSchedule nt_schedule(int64_t M, int64_t N, int64_t K);
 // Rounds of tiles a schedule takes over out [M, N] on `sms` SMs: its clusters, the tile grid
 // padded as CUTLASS's persistent scheduler pads it (gemm_dispatch.cu), over the clusters the
 // SMs hold at a time.
@@ -87,9 +79,6 @@ GemmSchedule backward_tn_schedule(int64_t M, int64_t N, int64_t K);
 template <GemmTile kTile>
 void gemm_nt_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, GemmSchedule schedule,
                         void* stream);
-template <GemmTile kTile>
-void gemm_nt_bf16_stream_k_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out,
-                                 GemmSchedule schedule, void* stream);
 template <GemmTile kTile>
 void gemm_tn_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, GemmSchedule schedule,
                         void* stream);

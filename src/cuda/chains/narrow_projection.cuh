@@ -18,12 +18,10 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "cuda/chains/dependent_launch.cuh"
 #include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
-#include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "cuda/common/vector_store.cuh"
 #include "seqmix/error.hpp"
@@ -102,24 +100,6 @@ __device__ __forceinline__ float log1p_unit(float e) {
   return e < 0.0078125f ? e * (1.f - e * (0.5f - e * (1.f / 3.f))) : lg2_fast(1.f + e) * 0.69314718f;
 }
 
-// log(1 + e) for e in [0, 1] as e·P(e), P of degree 5 fitted to log1p(e)/e by least squares
-// on Chebyshev nodes: relative error below 9e-6 over the whole range (bf16 outputs round at
-// 2e-3), five FMAs and a multiply and no MUFU operation, so that the log-sigmoid takes one
-// MUFU (the exponential) an output instead of two (NOTES.md, "The gate kernel's MUFU").
-__device__ __forceinline__ float log1p_unit_polynomial(float e) {
-  float p = -0.02397984714f;
-  p = fmaf(p, e, 0.10150118611f);
-  p = fmaf(p, e, -0.21029521693f);
-  p = fmaf(p, e, 0.32529597681f);
-  p = fmaf(p, e, -0.49937277713f);
-  p = fmaf(p, e, 0.99999183900f);
-  return e * p;
-}
-
-// Not an activation code: the kernel variant of log-sigmoid (code 3) with
-// log1p_unit_polynomial, for bf16 outputs (SEQMIX_CHAINS_GATE_POLYNOMIAL=1).
-constexpr int kLogSigmoidPolynomial = 8;
-
 // What the kernel writes for z = x·Wᵀ + bias: the forward's act(z)·scale, or the backward's
 // dz = dy·act'(z)·scale with dy read from `out` itself (in place, bf16).
 enum class Mode { forward, derivative };
@@ -133,7 +113,6 @@ __device__ __forceinline__ float activation_of(float z) {
     if constexpr (kCode == 2) return sigmoid_fast(z);
     if constexpr (kCode == 3) return fminf(z, 0.f) - log1p_unit(exp_fast(-fabsf(z)));  // log σ(z)
     if constexpr (kCode == 4) return fmaxf(z, 0.f) + log1p_unit(exp_fast(-fabsf(z)));  // softplus
-    if constexpr (kCode == kLogSigmoidPolynomial) return fminf(z, 0.f) - log1p_unit_polynomial(exp_fast(-fabsf(z)));
     return z;
   } else {
     if constexpr (kCode == 1) {
@@ -359,8 +338,7 @@ __global__ void __launch_bounds__(kThreads, kMode == Mode::forward ? kForwardBlo
       float z[kColumnsPerLane], v[kColumnsPerLane];
       pre_activations(acc, half, bias, z);
       if constexpr (kMode == Mode::derivative) load_row(at, v, valid);
-      if constexpr (kCode >= 0) finish<kMode, kCode>(v, z, code, scale);  // the columns past N are not stored
-      else finish<kMode>(v, z, code, scale, lane_code);
+      finish<kMode>(v, z, code, scale, lane_code);
       store_row(at, v, valid);
     }
   }
@@ -399,12 +377,8 @@ void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows ou
   if (M == 0 || N == 0) return;
   constexpr int kLogSigmoid = 3;
   if constexpr (kMode == Mode::forward)
-    if (columns.uniform_code == kLogSigmoid) {
-      if constexpr (std::is_same_v<Out, bf16>)
-        if (flag_from_environment("SEQMIX_CHAINS_GATE_POLYNOMIAL", false))
-          return launch_with_code<Out, kMode, kLogSigmoidPolynomial>(M, N, K, x, weight, out, columns, stream);
+    if (columns.uniform_code == kLogSigmoid)
       return launch_with_code<Out, kMode, kLogSigmoid>(M, N, K, x, weight, out, columns, stream);
-    }
   launch_with_code<Out, kMode, -1>(M, N, K, x, weight, out, columns, stream);
 }
 

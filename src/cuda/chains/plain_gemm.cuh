@@ -8,7 +8,6 @@
 
 #include "cuda/chains/gemm_sm90.cuh"
 #include "cuda/chains/params.hpp"
-#include "cuda/chains/stream_k_scheduler.cuh"
 
 namespace seqmix::cuda::plain {
 
@@ -25,11 +24,10 @@ typename G::FusionArguments identity_arguments() {
 }
 
 template <class Element, class LayoutA, class LayoutB = cutlass::layout::RowMajor,
-          GemmTile kTile = gemm::kDefaultTile, class SchedulerTag = cutlass::gemm::PersistentScheduler>
+          GemmTile kTile = gemm::kDefaultTile>
 void gemm(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream, const char* what,
           GemmSchedule schedule = {}) {
-  using G = gemm::Sm90Gemm<kTile, Element, LayoutA, LayoutB, void, Identity<Element>, Element, gemm::AsBuilt,
-                           gemm::AsBuilt, SchedulerTag>;
+  using G = gemm::Sm90Gemm<kTile, Element, LayoutA, LayoutB, void, Identity<Element>>;
   G::run(G::arguments(M, N, K, a.data, a.stride, b.data, b.stride, nullptr, out.stride, out.data, out.stride,
                       identity_arguments<G>(), schedule),
          static_cast<cudaStream_t>(stream), what, schedule.programmatic);
@@ -67,15 +65,6 @@ void gemm_nt_bf16_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, Mutable
                         void* stream) {
   plain::gemm<cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, kTile>(
       M, N, K, a, b, out, stream, "chain GEMM (nt)", schedule);
-}
-
-// The same on CUTLASS's stream-K scheduler (GemmSchedule::stream_k): each
-// gemm_nt_bf16_stream_k*.cu instantiates one tile.
-template <GemmTile kTile>
-void gemm_nt_bf16_stream_k_tiled(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out,
-                                 GemmSchedule schedule, void* stream) {
-  plain::gemm<cutlass::bfloat16_t, cutlass::layout::RowMajor, cutlass::layout::ColumnMajor, kTile,
-              gemm::StreamKTag>(M, N, K, a, b, out, stream, "chain GEMM (nt, stream-K)", schedule);
 }
 
 // The backward's tn GEMM (dW = dzᵀ·x, dW_out = dyᵀ·u) in one tile: each gemm_tn_bf16*.cu
