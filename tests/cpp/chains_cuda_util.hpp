@@ -1,7 +1,7 @@
 // Helpers shared by the chains' CUDA tests: float64 copies for the oracle, a chain's total
 // width, one buffer's per-segment column views, and the per-segment oracle comparison; for
 // the timing tests, random device buffers, issue 6's layers, cuBLAS loaded at run time and
-// the graph-replay timing.
+// the graph-replay timing, and the timing tables' helpers.
 #pragma once
 
 #include <cublas_v2.h>
@@ -16,6 +16,7 @@
 #include <random>
 #include <vector>
 
+#include "cuda/chains/gemm_tiles.hpp"
 #include "cuda_util.hpp"
 #include "seqmix/chains.hpp"
 
@@ -190,5 +191,50 @@ inline float middle(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
+
+// The first rows of a bf16 device matrix [rows, width], on the host.
+inline std::vector<float> first_rows(const DeviceBf16& m, int64_t rows, int64_t width) {
+  std::vector<__nv_bfloat16> host(rows * width);
+  cuda_ok(cudaMemcpy(host.data(), m.ptr, host.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
+  std::vector<float> values(host.size());
+  for (size_t i = 0; i < host.size(); ++i) values[i] = __bfloat162float(host[i]);
+  return values;
+}
+
+inline double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-30));
+}
+
+// A tile order's name, for the timing tables.
+inline const char* raster_name(cuda::Raster r) {
+  return r == cuda::Raster::along_m ? "along M" : r == cuda::Raster::along_n ? "along N" : "heuristic";
+}
+
+// A non-blocking stream with cuBLAS's handle bound to it for the test's lifetime (graph
+// capture needs every timed launch on one stream).
+struct TimingStream {
+  cudaStream_t stream = nullptr;
+  using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
+  static void bind(cudaStream_t s) {
+    if (!cublas().ok) return;
+    const auto set_stream = reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"));
+    EXPECT_TRUE(set_stream && set_stream(cublas().handle, s) == CUBLAS_STATUS_SUCCESS);
+  }
+  TimingStream() {
+    cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    bind(stream);
+  }
+  ~TimingStream() {
+    bind(nullptr);
+    cudaStreamDestroy(stream);
+  }
+  TimingStream(const TimingStream&) = delete;
+  TimingStream& operator=(const TimingStream&) = delete;
+};
 
 }  // namespace seqmix::test

@@ -159,5 +159,19 @@ TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
   unsetenv("SEQMIX_CHAINS_FORWARD_ROUNDS");
 }
 
+// SEQMIX_CHAINS_WIDE_TILE=1 puts the projections' GEMMs (N ≥ 4096) on the 256 × 192 tile,
+// along M up to 3k tokens and along N above; o_proj's 2048 columns keep the dispatch.
+TEST(ChainsCudaTiles, ForwardScheduleTakesTheWideTileWhenAsked) {
+  const auto wide = cuda::GemmTile::cooperative_256x192_cluster2x1;
+  setenv("SEQMIX_CHAINS_WIDE_TILE", "1", 1);
+  EXPECT_EQ(cuda::forward_schedule(8192, 12320, 2048).tile, wide);
+  EXPECT_EQ(cuda::forward_schedule(8192, 12320, 2048).raster, cuda::Raster::along_n);
+  EXPECT_EQ(cuda::forward_schedule(2048, 6160, 2048).raster, cuda::Raster::along_m);
+  EXPECT_NE(cuda::forward_schedule(8192, 2048, 2048).tile, wide);
+  setenv("SEQMIX_CHAINS_WIDE_TILE", "0", 1);
+  EXPECT_NE(cuda::forward_schedule(8192, 12320, 2048).tile, wide);
+  unsetenv("SEQMIX_CHAINS_WIDE_TILE");
+}
+
 }  // namespace
 }  // namespace seqmix::test

@@ -176,24 +176,6 @@ void time_output(const char* name, int64_t heads, int64_t dv, int64_t tokens) {
   EXPECT_TRUE(y.finite_prefix(64 * kD));
 }
 
-// The first rows of a bf16 device matrix [rows, width], on the host.
-std::vector<float> first_rows(const DeviceBf16& m, int64_t rows, int64_t width) {
-  std::vector<__nv_bfloat16> host(rows * width);
-  cuda_ok(cudaMemcpy(host.data(), m.ptr, host.size() * sizeof(__nv_bfloat16), cudaMemcpyDeviceToHost));
-  std::vector<float> values(host.size());
-  for (size_t i = 0; i < host.size(); ++i) values[i] = __bfloat162float(host[i]);
-  return values;
-}
-
-double relative_difference(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < got.size(); ++i) {
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-30));
-}
-
 // GLA's low-rank gate as the bench runs it: u = the code segment of the main chain's
 // output (a [tokens, 16] column view, row stride 6160), weight [1024, 16], logsigmoid / 16,
 // bf16 out. The narrow kernel alone (vectors prepared once), the forward through the public
@@ -261,10 +243,6 @@ void time_low_rank_gate(int64_t tokens) {
 }
 
 // ---- the forward GEMM's CUTLASS configuration per shape (NOTES.md, "Tile choice") ----
-
-const char* raster_name(cuda::Raster r) {
-  return r == cuda::Raster::along_m ? "along M" : r == cuda::Raster::along_n ? "along N" : "heuristic";
-}
 
 // Every tile × raster order × swizzle of one forward GEMM (nt, or the activation GEMM with
 // `columns`) on out [M, N] = x [M, K]·weightᵀ; prints each against the default

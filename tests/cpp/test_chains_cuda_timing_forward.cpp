@@ -1,17 +1,19 @@
 // The chains' forward against cuBLAS part by part, and the launch-level changes measured
 // side by side (NOTES.md, "Where the forward's gap is", "Programmatic dependent launch",
-// "The norm-gate kernels' grid", "The gate in the GEMM's epilogue"): every configuration
+// "The norm-gate kernels' grid", "The gate in the GEMM's epilogue", "The 256 × 192 tile"): every configuration
 // alternated three times in one process, the middle time kept. Printed as tables; run with
 // --gtest_filter='*ChainsCudaTiming*'. Asserts only that every output is finite: the numbers
 // are for NOTES.md.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <vector>
 
 #include "chains_cuda_util.hpp"
+#include "cuda/chains/gemm_tiles.hpp"
 #include "cuda/chains/params.hpp"
 #include "seqmix/chains.hpp"
 
@@ -244,16 +246,8 @@ void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
 
 TEST(ChainsCudaTiming, GateEpilogue) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  cudaStream_t stream;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
-  if (cublas().ok) {
-    const auto set_stream = reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"));
-    ASSERT_TRUE(set_stream && set_stream(cublas().handle, stream) == CUBLAS_STATUS_SUCCESS);
-  }
-  for (int64_t tokens : {2048, 8192, 32768}) time_gate_epilogue(tokens, stream);
-  if (cublas().ok) reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"))(cublas().handle, nullptr);
-  cuda_ok(cudaStreamDestroy(stream));
+  const TimingStream timing;
+  for (int64_t tokens : {2048, 8192, 32768}) time_gate_epilogue(tokens, timing.stream);
 }
 
 TEST(ChainsCudaTiming, OutputPdl) {
@@ -269,18 +263,84 @@ TEST(ChainsCudaTiming, OutputPdl) {
 
 TEST(ChainsCudaTiming, ForwardGap) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  cudaStream_t stream;
-  cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  if (cublas().ok) {
-    using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
-    const auto set_stream = reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"));
-    ASSERT_TRUE(set_stream && set_stream(cublas().handle, stream) == CUBLAS_STATUS_SUCCESS);
-  }
+  const TimingStream timing;
   for (int64_t tokens : {2048, 8192, 32768})
-    for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_forward_gap(*layer, tokens, stream);
-  using SetStream = cublasStatus_t (*)(cublasHandle_t, cudaStream_t);
-  if (cublas().ok) reinterpret_cast<SetStream>(dlsym(cublas().library, "cublasSetStream_v2"))(cublas().handle, nullptr);
-  cuda_ok(cudaStreamDestroy(stream));
+    for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_forward_gap(*layer, tokens, timing.stream);
+}
+
+// The 256 × 192 tile (NOTES.md, "The 256 × 192 tile"), in graph replays on one stream,
+// alternated three times and the middle kept: cuBLAS of the full width, the plain GEMM in
+// the dispatched schedule and on the 256 × 192 tile in three tile orders, and the bench's
+// forward (GLA with its low-rank gate) with SEQMIX_CHAINS_WIDE_TILE off and on. Each wide
+// output's first rows are checked against the dispatched GEMM's.
+void time_wide_tile(const Layer& layer, int64_t tokens, cudaStream_t stream) {
+  using namespace seqmix::cuda;
+  const bool gla = &layer == &kGla;
+  const int64_t W = layer.width();
+  constexpr int64_t kRank = 16, kGateWidth = 1024;
+  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f),
+      gate(tokens * kGateWidth, 0.f);
+  const Rows xr{x.ptr, kD}, wr{weight.ptr, kD};
+  const MutableRows outr{out.ptr, W};
+  const std::vector<Tensor> outputs = column_views(out.view({tokens, W}), layer.segments);
+  Tensor code = out.view({tokens, W});
+  code.data = out.ptr + (W - kRank);
+  code.shape = {tokens, kRank};
+  const std::vector<ProjectionSegment> gate_segment{{kGateWidth, Activation::logsigmoid, 16.0}};
+  ProjectionChainOptions options;
+  options.stream = stream;
+  const auto forward = [&] {
+    projection_chain_forward(x.view({tokens, kD}), weight.view({W, kD}), std::nullopt, layer.segments, outputs,
+                             options);
+    if (gla)
+      projection_chain_forward(code, gate_weight.view({kGateWidth, kRank}), std::nullopt, gate_segment,
+                               {gate.view({tokens, kGateWidth})}, options);
+  };
+  constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
+  const GemmSchedule wide[] = {{kWide, Raster::along_n, 1}, {kWide, Raster::along_m, 1}, {kWide, Raster::along_n, 2}};
+  const int64_t sample = std::min<int64_t>(tokens, 128);
+  std::vector<float> cublas_ms, dispatched, wide_ms[3], chain[2];
+  setenv("SEQMIX_CHAINS_PDL", "0", 1);  // the plain GEMMs alone
+  for (int rep = 0; rep < 3; ++rep) {
+    if (cublas().ok)
+      cublas_ms.push_back(graph_median_ms(stream, [&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); }));
+    out.poison();
+    dispatched.push_back(graph_median_ms(stream, [&] { gemm_nt_bf16(tokens, W, kD, xr, wr, outr, stream); }));
+    const std::vector<float> want = first_rows(out, sample, W);
+    for (int i = 0; i < 3; ++i) {
+      out.poison();
+      wide_ms[i].push_back(graph_median_ms(stream, [&] { gemm_nt_bf16_scheduled(wide[i], tokens, W, kD, xr, wr, outr, stream); }));
+      EXPECT_LT(relative_difference(first_rows(out, sample, W), want), 1e-2) << raster_name(wide[i].raster);
+    }
+    unsetenv("SEQMIX_CHAINS_PDL");
+    for (int on = 0; on < 2; ++on) {
+      setenv("SEQMIX_CHAINS_WIDE_TILE", on ? "1" : "0", 1);
+      out.poison();
+      chain[on].push_back(graph_median_ms(stream, forward));
+      EXPECT_TRUE(out.finite_prefix(64 * W));
+    }
+    unsetenv("SEQMIX_CHAINS_WIDE_TILE");
+    setenv("SEQMIX_CHAINS_PDL", "0", 1);
+  }
+  unsetenv("SEQMIX_CHAINS_PDL");
+  const float reference = cublas().ok ? middle(cublas_ms) : NAN;
+  std::printf("  %-15s %6lld  cuBLAS %8.4f ms; plain dispatched %8.4f ms = %5.3fx cuBLAS\n", layer.name,
+              static_cast<long long>(tokens), reference, middle(dispatched), middle(dispatched) / reference);
+  for (int i = 0; i < 3; ++i)
+    std::printf("  %-15s %6lld  plain 256x192 %-9s swizzle %d: %8.4f ms = %5.3fx cuBLAS, %5.3fx dispatched\n",
+                layer.name, static_cast<long long>(tokens), raster_name(wide[i].raster), wide[i].swizzle,
+                middle(wide_ms[i]), middle(wide_ms[i]) / reference, middle(wide_ms[i]) / middle(dispatched));
+  for (int on = 0; on < 2; ++on)
+    std::printf("  %-15s %6lld  forward%s, wide tile %s: %8.4f ms (%.4f %.4f %.4f) = %5.3fx cuBLAS\n", layer.name,
+                static_cast<long long>(tokens), gla ? " + low-rank gate" : "", on ? "on " : "off", middle(chain[on]),
+                chain[on][0], chain[on][1], chain[on][2], middle(chain[on]) / reference);
+}
+
+TEST(ChainsCudaTiming, WideTile) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const TimingStream timing;
+  for (int64_t tokens : {2048, 8192, 32768})
+    for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_wide_tile(*layer, tokens, timing.stream);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ const char* gemm_tile_name(GemmTile tile) {
     case GemmTile::cooperative_256x128_cluster1x2: return "cooperative 256x128 cluster 1x2";
     case GemmTile::pingpong_128x128_cluster2x1: return "pingpong 128x128 cluster 2x1";
     case GemmTile::pingpong_128x128_cluster1x1: return "pingpong 128x128 cluster 1x1";
+    case GemmTile::cooperative_256x192_cluster2x1: return "cooperative 256x192 cluster 2x1";
   }
   return "unknown tile";
 }
@@ -44,7 +45,8 @@ struct BuiltTiles {
 
 using NtTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_128x256_cluster1x2,
                            GemmTile::cooperative_256x128_cluster2x1, GemmTile::cooperative_256x128_cluster1x2,
-                           GemmTile::pingpong_128x128_cluster2x1, GemmTile::pingpong_128x128_cluster1x1>;
+                           GemmTile::pingpong_128x128_cluster2x1, GemmTile::pingpong_128x128_cluster1x1,
+                           GemmTile::cooperative_256x192_cluster2x1>;
 using ActivationTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_256x128_cluster2x1,
                                    GemmTile::pingpong_128x128_cluster2x1>;
 using TnTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_256x128_cluster2x1,
@@ -154,8 +156,15 @@ bool programmatic_launch_enabled() { return flag_from_environment("SEQMIX_CHAINS
 
 bool forward_rounds_enabled() { return flag_from_environment("SEQMIX_CHAINS_FORWARD_ROUNDS", true); }
 
+// SEQMIX_CHAINS_WIDE_TILE=1: the projections' GEMMs (N ≥ 4096) on the 256 × 192 tile, rows
+// in step along N (along M up to 3k tokens, as the tall tile). Off until measured faster than
+// the tall tile (NOTES.md, "The 256 × 192 tile").
+bool wide_tile_enabled() { return flag_from_environment("SEQMIX_CHAINS_WIDE_TILE", false); }
+
 GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t /*K*/) {
   constexpr GemmTile kTall = GemmTile::cooperative_256x128_cluster2x1;
+  if (N >= 4096 && wide_tile_enabled())
+    return {GemmTile::cooperative_256x192_cluster2x1, M <= 3072 ? Raster::along_m : Raster::along_n, 1};
   if (M <= 3072) return {kTall, Raster::along_m, 1};
   const bool by_rounds = forward_rounds_enabled();
   const int sms = by_rounds ? sm_count() : 132;

@@ -73,6 +73,9 @@ struct TileConfig<GemmTile::pingpong_128x128_cluster2x1>
 template <>
 struct TileConfig<GemmTile::pingpong_128x128_cluster1x1>
     : TileTypes<Shape<_128, _128, _64>, Shape<_1, _1, _1>, true> {};
+template <>
+struct TileConfig<GemmTile::cooperative_256x192_cluster2x1>
+    : TileTypes<Shape<_256, _192, _64>, Shape<_2, _1, _1>, false> {};
 
 constexpr GemmTile kDefaultTile = GemmTile::cooperative_128x256_cluster2x1;
 

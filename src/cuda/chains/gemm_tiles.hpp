@@ -20,8 +20,12 @@ enum class GemmTile : int {
   cooperative_256x128_cluster1x2,
   pingpong_128x128_cluster2x1,
   pingpong_128x128_cluster1x1,
+  // cuBLAS's nvjet kernels take 192- and 256-wide tiles at these widths; 256 × 192 reads the
+  // least shared memory a MAC of the cooperative tiles whose accumulators fit (192 floats a
+  // consumer thread). NOTES.md, "The 256 × 192 tile".
+  cooperative_256x192_cluster2x1,
 };
-constexpr int kGemmTiles = 6;
+constexpr int kGemmTiles = 7;
 const char* gemm_tile_name(GemmTile tile);
 
 // A tile's shape in plain numbers (the tile scheduler's arithmetic on the host): CTA tile
@@ -31,6 +35,7 @@ struct TileGeometry {
 };
 inline constexpr TileGeometry kTileGeometry[kGemmTiles] = {
     {128, 256, 2, 1}, {128, 256, 1, 2}, {256, 128, 2, 1}, {256, 128, 1, 2}, {128, 128, 2, 1}, {128, 128, 1, 1},
+    {256, 192, 2, 1},
 };
 inline constexpr TileGeometry tile_geometry(GemmTile tile) { return kTileGeometry[static_cast<int>(tile)]; }
 
