@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <vector>
@@ -184,6 +185,43 @@ inline float graph_median_ms(cudaStream_t stream, const std::function<void()>& r
   cuda_ok(cudaStreamSynchronize(stream));
   const CapturedGraph graph(stream, run);
   return test::median_ms([&] { graph.launch(nullptr); }, {.reps = 10, .warmups = 1});
+}
+
+// The median event time of one graph replay of each of `runs` (each captured once on `stream`
+// after one eager call), the replays taken in turn, A B C A B C ..., the L2 flushed before
+// each: where the clock drifts over a long run of GEMMs (32768 tokens), every configuration
+// meets the same drift, which blocks of one configuration's replays do not ensure.
+inline std::vector<float> interleaved_graph_medians(cudaStream_t stream,
+                                                    const std::vector<std::function<void()>>& runs, int reps = 21) {
+  std::vector<std::unique_ptr<CapturedGraph>> graphs;
+  for (const auto& run : runs) {
+    run();
+    cuda_ok(cudaStreamSynchronize(stream));
+    graphs.push_back(std::make_unique<CapturedGraph>(stream, run));
+  }
+  cudaEvent_t start, stop;
+  cuda_ok(cudaEventCreate(&start));
+  cuda_ok(cudaEventCreate(&stop));
+  std::vector<std::vector<float>> times(runs.size());
+  for (int rep = -1; rep < reps; ++rep)  // rep −1: one untimed replay of each
+    for (size_t i = 0; i < graphs.size(); ++i) {
+      flush_l2(rep);
+      cuda_ok(cudaEventRecord(start));
+      graphs[i]->launch(nullptr);
+      cuda_ok(cudaEventRecord(stop));
+      cuda_ok(cudaEventSynchronize(stop));
+      float ms = 0;
+      cuda_ok(cudaEventElapsedTime(&ms, start, stop));
+      if (rep >= 0) times[i].push_back(ms);
+    }
+  cuda_ok(cudaEventDestroy(start));
+  cuda_ok(cudaEventDestroy(stop));
+  std::vector<float> medians;
+  for (auto& t : times) {
+    std::sort(t.begin(), t.end());
+    medians.push_back(t[t.size() / 2]);
+  }
+  return medians;
 }
 
 // The middle of three.

@@ -55,19 +55,25 @@ struct EventTiming {
   bool flush_l2 = true;
 };
 
+// Overwrites a 256 MiB buffer on the default stream (the `i`-th fill), so that the next call
+// finds none of its inputs in the 50 MiB L2 cache.
+inline void flush_l2(int i) {
+  static void* flush = nullptr;
+  constexpr size_t kFlushBytes = size_t(256) << 20;
+  if (!flush) cuda_ok(cudaMalloc(&flush, kFlushBytes));
+  cuda_ok(cudaMemsetAsync(flush, i, kFlushBytes));
+}
+
 // The milliseconds of each timed call of `run`, shortest first.
 template <class Run>
 std::vector<float> event_times_ms(const Run& run, EventTiming timing = {}) {
-  static void* flush = nullptr;
-  constexpr size_t kFlushBytes = size_t(256) << 20;
-  if (timing.flush_l2 && !flush) cuda_ok(cudaMalloc(&flush, kFlushBytes));
   cudaEvent_t start, stop;
   cuda_ok(cudaEventCreate(&start));
   cuda_ok(cudaEventCreate(&stop));
   for (int i = 0; i < timing.warmups; ++i) run();
   std::vector<float> times;
   for (int i = 0; i < timing.reps; ++i) {
-    if (timing.flush_l2) cuda_ok(cudaMemsetAsync(flush, i, kFlushBytes));
+    if (timing.flush_l2) flush_l2(i);
     cuda_ok(cudaEventRecord(start));
     run();
     cuda_ok(cudaEventRecord(stop));

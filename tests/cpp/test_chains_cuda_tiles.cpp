@@ -147,6 +147,7 @@ TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
     sms = 132;  // no GPU: the dispatch assumes an H100's count
   if (sms != 132) GTEST_SKIP() << "the expected schedules are an H100's (132 SMs), this device has " << sms;
   setenv("SEQMIX_CHAINS_FORWARD_ROUNDS", "1", 1);
+  setenv("SEQMIX_CHAINS_WIDE_TILE", "0", 1);  // the tall and default tiles' rounds
   const auto tall = cuda::GemmTile::cooperative_256x128_cluster2x1;
   EXPECT_EQ(cuda::forward_schedule(8192, 12320, 2048).swizzle, 2);
   EXPECT_EQ(cuda::forward_schedule(8192, 6160, 2048).swizzle, 1);
@@ -157,19 +158,35 @@ TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
   setenv("SEQMIX_CHAINS_FORWARD_ROUNDS", "0", 1);
   EXPECT_EQ(cuda::forward_schedule(8192, 6160, 2048).swizzle, 2);
   unsetenv("SEQMIX_CHAINS_FORWARD_ROUNDS");
+  unsetenv("SEQMIX_CHAINS_WIDE_TILE");
 }
 
-// SEQMIX_CHAINS_WIDE_TILE=1 puts the projections' GEMMs (N ≥ 4096) on the 256 × 192 tile,
-// along M up to 3k tokens and along N above; o_proj's 2048 columns keep the dispatch.
-TEST(ChainsCudaTiles, ForwardScheduleTakesTheWideTileWhenAsked) {
+// The 256 × 192 tile (on unless SEQMIX_CHAINS_WIDE_TILE=0) for the projections' GEMMs (N ≥
+// 4096) from 3k to 16k tokens, along N with a swizzle of 2 where that adds no round (GDN's 65
+// column tiles pad to 66: 16 rounds at 8192 tokens either way), without one elsewhere (GLA's
+// 33 pad to 34: 9 rounds against 8); not at 32768 tokens, nor for o_proj's 2048 columns.
+// Skipped on other devices.
+TEST(ChainsCudaTiles, ForwardScheduleTakesTheWideTile) {
+  int device = 0, sms = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+    sms = 132;  // no GPU: the dispatch assumes an H100's count
+  if (sms != 132) GTEST_SKIP() << "the expected schedules are an H100's (132 SMs), this device has " << sms;
   const auto wide = cuda::GemmTile::cooperative_256x192_cluster2x1;
-  setenv("SEQMIX_CHAINS_WIDE_TILE", "1", 1);
-  EXPECT_EQ(cuda::forward_schedule(8192, 12320, 2048).tile, wide);
-  EXPECT_EQ(cuda::forward_schedule(8192, 12320, 2048).raster, cuda::Raster::along_n);
-  EXPECT_EQ(cuda::forward_schedule(2048, 6160, 2048).raster, cuda::Raster::along_m);
-  EXPECT_NE(cuda::forward_schedule(8192, 2048, 2048).tile, wide);
+  const auto expect = [&](int64_t M, int64_t N, bool is_wide, int swizzle) {
+    const cuda::GemmSchedule s = cuda::forward_schedule(M, N, 2048);
+    EXPECT_EQ(s.tile == wide, is_wide) << M << " x " << N;
+    if (is_wide) EXPECT_EQ(s.raster, cuda::Raster::along_n) << M << " x " << N;
+    if (is_wide) EXPECT_EQ(s.swizzle, swizzle) << M << " x " << N;
+  };
+  expect(8192, 12320, true, 2);
+  expect(32768, 12320, false, 0);
+  expect(8192, 6160, true, 1);
+  expect(32768, 6160, false, 0);
+  expect(2048, 6160, false, 0);
+  expect(8192, 2048, false, 0);
   setenv("SEQMIX_CHAINS_WIDE_TILE", "0", 1);
-  EXPECT_NE(cuda::forward_schedule(8192, 12320, 2048).tile, wide);
+  expect(8192, 12320, false, 0);
   unsetenv("SEQMIX_CHAINS_WIDE_TILE");
 }
 

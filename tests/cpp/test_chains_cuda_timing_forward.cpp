@@ -1,9 +1,9 @@
 // The chains' forward against cuBLAS part by part, and the launch-level changes measured
 // side by side (NOTES.md, "Where the forward's gap is", "Programmatic dependent launch",
-// "The norm-gate kernels' grid", "The gate in the GEMM's epilogue", "The 256 × 192 tile"): every configuration
-// alternated three times in one process, the middle time kept. Printed as tables; run with
-// --gtest_filter='*ChainsCudaTiming*'. Asserts only that every output is finite: the numbers
-// are for NOTES.md.
+// "The norm-gate kernels' grid", "The gate in the GEMM's epilogue", "The 256 × 192 tile"):
+// every configuration alternated three times in one process, the middle time kept. Printed
+// as tables; run with --gtest_filter='*ChainsCudaTiming*'. Asserts only that every output is
+// finite: the numbers are for NOTES.md.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -269,10 +269,10 @@ TEST(ChainsCudaTiming, ForwardGap) {
 }
 
 // The 256 × 192 tile (NOTES.md, "The 256 × 192 tile"), in graph replays on one stream,
-// alternated three times and the middle kept: cuBLAS of the full width, the plain GEMM in
-// the dispatched schedule and on the 256 × 192 tile in three tile orders, and the bench's
-// forward (GLA with its low-rank gate) with SEQMIX_CHAINS_WIDE_TILE off and on. Each wide
-// output's first rows are checked against the dispatched GEMM's.
+// alternated three times and the middle kept: cuBLAS of the full width, the plain GEMM as
+// dispatched with SEQMIX_CHAINS_WIDE_TILE off and on and on the 256 × 192 tile in three tile
+// orders, and the bench's forward (GLA with its low-rank gate) with the switch off and on.
+// Each output's first rows are checked against the dispatched GEMM's with the switch off.
 void time_wide_tile(const Layer& layer, int64_t tokens, cudaStream_t stream) {
   using namespace seqmix::cuda;
   const bool gla = &layer == &kGla;
@@ -299,17 +299,24 @@ void time_wide_tile(const Layer& layer, int64_t tokens, cudaStream_t stream) {
   constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
   const GemmSchedule wide[] = {{kWide, Raster::along_n, 1}, {kWide, Raster::along_m, 1}, {kWide, Raster::along_n, 2}};
   const int64_t sample = std::min<int64_t>(tokens, 128);
-  std::vector<float> cublas_ms, dispatched, wide_ms[3], chain[2];
+  std::vector<float> cublas_ms, dispatched[2], wide_ms[3], chain[2];
   setenv("SEQMIX_CHAINS_PDL", "0", 1);  // the plain GEMMs alone
   for (int rep = 0; rep < 3; ++rep) {
     if (cublas().ok)
       cublas_ms.push_back(graph_median_ms(stream, [&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); }));
-    out.poison();
-    dispatched.push_back(graph_median_ms(stream, [&] { gemm_nt_bf16(tokens, W, kD, xr, wr, outr, stream); }));
-    const std::vector<float> want = first_rows(out, sample, W);
+    std::vector<float> want;
+    for (int on = 0; on < 2; ++on) {
+      setenv("SEQMIX_CHAINS_WIDE_TILE", on ? "1" : "0", 1);
+      out.poison();
+      dispatched[on].push_back(graph_median_ms(stream, [&] { gemm_nt_bf16(tokens, W, kD, xr, wr, outr, stream); }));
+      if (on) EXPECT_LT(relative_difference(first_rows(out, sample, W), want), 1e-2) << "wide tile dispatched";
+      else want = first_rows(out, sample, W);
+    }
+    unsetenv("SEQMIX_CHAINS_WIDE_TILE");
     for (int i = 0; i < 3; ++i) {
       out.poison();
-      wide_ms[i].push_back(graph_median_ms(stream, [&] { gemm_nt_bf16_scheduled(wide[i], tokens, W, kD, xr, wr, outr, stream); }));
+      wide_ms[i].push_back(
+          graph_median_ms(stream, [&] { gemm_nt_bf16_scheduled(wide[i], tokens, W, kD, xr, wr, outr, stream); }));
       EXPECT_LT(relative_difference(first_rows(out, sample, W), want), 1e-2) << raster_name(wide[i].raster);
     }
     unsetenv("SEQMIX_CHAINS_PDL");
@@ -324,16 +331,22 @@ void time_wide_tile(const Layer& layer, int64_t tokens, cudaStream_t stream) {
   }
   unsetenv("SEQMIX_CHAINS_PDL");
   const float reference = cublas().ok ? middle(cublas_ms) : NAN;
-  std::printf("  %-15s %6lld  cuBLAS %8.4f ms; plain dispatched %8.4f ms = %5.3fx cuBLAS\n", layer.name,
-              static_cast<long long>(tokens), reference, middle(dispatched), middle(dispatched) / reference);
+  const GemmSchedule chosen = forward_schedule(tokens, W, kD);
+  std::printf("  %-15s %6lld  cuBLAS %8.4f ms; plain dispatched, wide tile off %8.4f ms = %5.3fx cuBLAS; on (%s, "
+              "%s, swizzle %d) %8.4f ms = %5.3fx cuBLAS, %5.3fx off\n",
+              layer.name, static_cast<long long>(tokens), reference, middle(dispatched[0]),
+              middle(dispatched[0]) / reference, gemm_tile_name(chosen.tile), raster_name(chosen.raster),
+              chosen.swizzle, middle(dispatched[1]), middle(dispatched[1]) / reference,
+              middle(dispatched[1]) / middle(dispatched[0]));
   for (int i = 0; i < 3; ++i)
     std::printf("  %-15s %6lld  plain 256x192 %-9s swizzle %d: %8.4f ms = %5.3fx cuBLAS, %5.3fx dispatched\n",
                 layer.name, static_cast<long long>(tokens), raster_name(wide[i].raster), wide[i].swizzle,
-                middle(wide_ms[i]), middle(wide_ms[i]) / reference, middle(wide_ms[i]) / middle(dispatched));
+                middle(wide_ms[i]), middle(wide_ms[i]) / reference, middle(wide_ms[i]) / middle(dispatched[0]));
   for (int on = 0; on < 2; ++on)
-    std::printf("  %-15s %6lld  forward%s, wide tile %s: %8.4f ms (%.4f %.4f %.4f) = %5.3fx cuBLAS\n", layer.name,
-                static_cast<long long>(tokens), gla ? " + low-rank gate" : "", on ? "on " : "off", middle(chain[on]),
-                chain[on][0], chain[on][1], chain[on][2], middle(chain[on]) / reference);
+    std::printf("  %-15s %6lld  forward%s, wide tile %s: %8.4f ms (%.4f %.4f %.4f) = %5.3fx cuBLAS, %5.3fx off\n",
+                layer.name, static_cast<long long>(tokens), gla ? " + low-rank gate" : "", on ? "on " : "off",
+                middle(chain[on]), chain[on][0], chain[on][1], chain[on][2], middle(chain[on]) / reference,
+                middle(chain[on]) / middle(chain[0]));
 }
 
 TEST(ChainsCudaTiming, WideTile) {
@@ -341,6 +354,67 @@ TEST(ChainsCudaTiming, WideTile) {
   const TimingStream timing;
   for (int64_t tokens : {2048, 8192, 32768})
     for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_wide_tile(*layer, tokens, timing.stream);
+}
+
+// The same switch in replays taken in turn (interleaved_graph_medians): cuBLAS, the plain GEMM
+// as dispatched with SEQMIX_CHAINS_WIDE_TILE off and on and on 256 × 192 along N with a
+// swizzle of 2, and the bench's forward off and on.
+// The blocks of replays above put 32768 tokens' second configuration of a pair up to 6 %
+// behind whichever it was (the clock drifting under minutes of GEMMs).
+void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t stream) {
+  using namespace seqmix::cuda;
+  const bool gla = &layer == &kGla;
+  const int64_t W = layer.width();
+  constexpr int64_t kRank = 16, kGateWidth = 1024;
+  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f),
+      gate(tokens * kGateWidth, 0.f);
+  const std::vector<Tensor> outputs = column_views(out.view({tokens, W}), layer.segments);
+  Tensor code = out.view({tokens, W});
+  code.data = out.ptr + (W - kRank);
+  code.shape = {tokens, kRank};
+  const std::vector<ProjectionSegment> gate_segment{{kGateWidth, Activation::logsigmoid, 16.0}};
+  ProjectionChainOptions options;
+  options.stream = stream;
+  const auto with_wide = [](bool on, auto issue) {
+    return [on, issue] {
+      setenv("SEQMIX_CHAINS_WIDE_TILE", on ? "1" : "0", 1);
+      issue();
+      unsetenv("SEQMIX_CHAINS_WIDE_TILE");
+    };
+  };
+  const auto plain = [&] { gemm_nt_bf16(tokens, W, kD, {x.ptr, kD}, {weight.ptr, kD}, {out.ptr, W}, stream); };
+  const auto forward = [&] {
+    projection_chain_forward(x.view({tokens, kD}), weight.view({W, kD}), std::nullopt, layer.segments, outputs,
+                             options);
+    if (gla)
+      projection_chain_forward(code, gate_weight.view({kGateWidth, kRank}), std::nullopt, gate_segment,
+                               {gate.view({tokens, kGateWidth})}, options);
+  };
+  std::vector<std::function<void()>> runs = {with_wide(false, plain), with_wide(true, plain),
+                                             with_wide(false, forward), with_wide(true, forward)};
+  const GemmSchedule wide_swizzled{GemmTile::cooperative_256x192_cluster2x1, Raster::along_n, 2};
+  runs.push_back([&] {
+    gemm_nt_bf16_scheduled(wide_swizzled, tokens, W, kD, {x.ptr, kD}, {weight.ptr, kD}, {out.ptr, W}, stream);
+  });
+  if (cublas().ok) runs.push_back([&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); });
+  setenv("SEQMIX_CHAINS_PDL", "0", 1);  // the plain GEMMs alone, as in the tests above
+  const std::vector<float> ms = interleaved_graph_medians(stream, runs);
+  unsetenv("SEQMIX_CHAINS_PDL");
+  EXPECT_TRUE(out.finite_prefix(64 * W));
+  const float reference = cublas().ok ? ms[5] : NAN;
+  std::printf("  %-15s %6lld  interleaved: cuBLAS %8.4f ms; plain off %8.4f, on %8.4f ms (%5.3fx off; %5.3fx / %5.3fx "
+              "cuBLAS), 256x192 along N swizzle 2 %8.4f ms (%5.3fx off); forward off %8.4f, on %8.4f ms (%5.3fx off; "
+              "%5.3fx / %5.3fx cuBLAS)\n",
+              layer.name, static_cast<long long>(tokens), reference, ms[0], ms[1], ms[1] / ms[0], ms[0] / reference,
+              ms[1] / reference, ms[4], ms[4] / ms[0], ms[2], ms[3], ms[3] / ms[2], ms[2] / reference,
+              ms[3] / reference);
+}
+
+TEST(ChainsCudaTiming, WideTileInterleaved) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const TimingStream timing;
+  for (int64_t tokens : {8192, 32768})
+    for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_wide_tile_interleaved(*layer, tokens, timing.stream);
 }
 
 }  // namespace

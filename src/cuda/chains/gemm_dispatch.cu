@@ -156,15 +156,11 @@ bool programmatic_launch_enabled() { return flag_from_environment("SEQMIX_CHAINS
 
 bool forward_rounds_enabled() { return flag_from_environment("SEQMIX_CHAINS_FORWARD_ROUNDS", true); }
 
-// SEQMIX_CHAINS_WIDE_TILE=1: the projections' GEMMs (N ≥ 4096) on the 256 × 192 tile, rows
-// in step along N (along M up to 3k tokens, as the tall tile). Off until measured faster than
-// the tall tile (NOTES.md, "The 256 × 192 tile").
-bool wide_tile_enabled() { return flag_from_environment("SEQMIX_CHAINS_WIDE_TILE", false); }
+namespace {
 
-GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t /*K*/) {
+// The schedule of the tall and default tiles (every forward GEMM has kernels for both).
+GemmSchedule tall_or_default_schedule(int64_t M, int64_t N) {
   constexpr GemmTile kTall = GemmTile::cooperative_256x128_cluster2x1;
-  if (N >= 4096 && wide_tile_enabled())
-    return {GemmTile::cooperative_256x192_cluster2x1, M <= 3072 ? Raster::along_m : Raster::along_n, 1};
   if (M <= 3072) return {kTall, Raster::along_m, 1};
   const bool by_rounds = forward_rounds_enabled();
   const int sms = by_rounds ? sm_count() : 132;
@@ -172,6 +168,26 @@ GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t /*K*/) {
   if (M <= 16384) return {kTall, Raster::along_n, !by_rounds || tall_rounds(2) <= tall_rounds(1) ? 2 : 1};
   if (by_rounds && tall_rounds(1) < schedule_rounds({}, M, N, sms)) return {kTall, Raster::along_n, 1};
   return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
+}
+
+// The projections' GEMMs (N ≥ 4096) from 3k to 16k tokens on the 256 × 192 tile along N,
+// measured on the H100 (NOTES.md, "The 256 × 192 tile"; replays interleaved): 0.96× the tall
+// tile's time at GLA 8192 (no swizzle: its 33 column tiles padded to 34 would add a ninth
+// round), 0.985× at GDN 8192 (a swizzle of 2, which adds no round there). At 32768 tokens it
+// measured 1.00× (GDN) and 1.02× (GLA), so those keep the tall or default tile. Only the nt GEMM
+// has this tile. SEQMIX_CHAINS_WIDE_TILE=0 turns it off.
+bool wide_tile_enabled() { return flag_from_environment("SEQMIX_CHAINS_WIDE_TILE", true); }
+
+}  // namespace
+
+GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t /*K*/) {
+  constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
+  if (M > 3072 && M <= 16384 && N >= 4096 && forward_rounds_enabled() && wide_tile_enabled()) {
+    const int sms = sm_count();
+    const auto wide_rounds = [&](int swizzle) { return schedule_rounds({kWide, Raster::along_n, swizzle}, M, N, sms); };
+    return {kWide, Raster::along_n, wide_rounds(2) <= wide_rounds(1) ? 2 : 1};
+  }
+  return tall_or_default_schedule(M, N);
 }
 
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,
@@ -184,7 +200,7 @@ void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows o
 void activation_gemm_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
                           ColumnEpilogue columns, void* stream) {
   GemmSchedule s = forward_schedule(M, N, K);
-  if (!activation_tile_built(s.tile)) s.tile = GemmTile::cooperative_128x256_cluster2x1;
+  if (!activation_tile_built(s.tile)) s = tall_or_default_schedule(M, N);
   activation_gemm_bf16_scheduled(s, M, N, K, x, weight, out, columns, stream);
 }
 

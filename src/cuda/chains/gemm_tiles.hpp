@@ -53,7 +53,8 @@ struct GemmSchedule {
 };
 
 // The schedule the forward GEMMs (gemm_nt_bf16, activation_gemm_bf16) use for a problem
-// of M rows (tokens), N columns and depth K.
+// of M rows (tokens), N columns and depth K. It may name the 256 × 192 tile, which only the
+// nt GEMM has: the activation GEMM then takes the schedule the dispatch would give without it.
 GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K);
 
 // Rounds of tiles a schedule takes over out [M, N] on `sms` SMs: its clusters, the tile grid
