@@ -41,6 +41,38 @@ struct ForwardSwitches {
   }
 };
 
+// A layer's projection forward as the bench runs it, on random operands of `tokens` rows:
+// the chain into one [tokens, W] buffer of column views, then for GLA its low-rank gate
+// (rank 16 → 1024, logsigmoid / 16) on the chain's last 16 columns. Callable on `stream`.
+struct BenchForward {
+  static constexpr int64_t kRank = 16, kGateWidth = 1024;
+  const Layer& layer;
+  const int64_t tokens, W;
+  const bool gla;
+  DeviceBf16 x, weight, out, gate_weight, gate;
+  ProjectionChainOptions options;
+
+  BenchForward(const Layer& l, int64_t rows, cudaStream_t stream)
+      : layer(l), tokens(rows), W(l.width()), gla(&l == &kGla), x(rows * kD, 1.f), weight(W * kD, 0.03f),
+        out(rows * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f), gate(rows * kGateWidth, 0.f) {
+    options.stream = stream;
+  }
+  cuda::Rows x_rows() const { return {x.ptr, kD}; }
+  cuda::Rows weight_rows() const { return {weight.ptr, kD}; }
+  cuda::MutableRows out_rows() const { return {out.ptr, W}; }
+  void operator()() const {
+    projection_chain_forward(x.view({tokens, kD}), weight.view({W, kD}), std::nullopt, layer.segments,
+                             column_views(out.view({tokens, W}), layer.segments), options);
+    if (!gla) return;
+    Tensor code = out.view({tokens, W});
+    code.data = out.ptr + (W - kRank);
+    code.shape = {tokens, kRank};
+    projection_chain_forward(code, gate_weight.view({kGateWidth, kRank}), std::nullopt,
+                             {{kGateWidth, Activation::logsigmoid, 16.0}}, {gate.view({tokens, kGateWidth})},
+                             options);
+  }
+};
+
 // One layer at one token count, all in graph replays on one stream: cuBLAS of the full
 // width (the bench's baseline), the CUTLASS plain GEMM of the full width in the dispatched
 // schedule (the same mainloop and tile as the chain with a plain epilogue: plain ÷ cuBLAS
@@ -50,28 +82,12 @@ struct ForwardSwitches {
 // H100's clock drifts over a long run at 32768 tokens) and the middle time taken.
 void time_forward_gap(const Layer& layer, int64_t tokens, cudaStream_t stream) {
   using namespace seqmix::cuda;
-  const bool gla = &layer == &kGla;
-  const int64_t W = layer.width(), identity_columns = W - (gla ? 16 : 32);
-  constexpr int64_t kRank = 16, kGateWidth = 1024;
-  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f),
-      gate(tokens * kGateWidth, 0.f);
-  const Rows xr{x.ptr, kD}, wr{weight.ptr, kD};
-  const MutableRows outr{out.ptr, W};
-
-  const std::vector<Tensor> outputs = column_views(out.view({tokens, W}), layer.segments);
-  const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
-  Tensor code = out.view({tokens, W});
-  code.data = out.ptr + (W - kRank);
-  code.shape = {tokens, kRank};
-  const std::vector<ProjectionSegment> gate_segment{{kGateWidth, Activation::logsigmoid, 16.0}};
-  ProjectionChainOptions options;
-  options.stream = stream;
-  const auto forward = [&] {
-    projection_chain_forward(xt, wt, std::nullopt, layer.segments, outputs, options);
-    if (gla)
-      projection_chain_forward(code, gate_weight.view({kGateWidth, kRank}), std::nullopt, gate_segment,
-                               {gate.view({tokens, kGateWidth})}, options);
-  };
+  BenchForward forward(layer, tokens, stream);
+  const bool gla = forward.gla;
+  const int64_t W = forward.W, identity_columns = W - (gla ? 16 : 32);
+  DeviceBf16 &x = forward.x, &weight = forward.weight, &out = forward.out;
+  const Rows xr = forward.x_rows(), wr = forward.weight_rows();
+  const MutableRows outr = forward.out_rows();
   // GLA's chain has no activation columns: its gates switch changes nothing.
   const std::vector<ForwardSwitches> settings =
       gla ? std::vector<ForwardSwitches>{{"0", "0", "0", "0"}, {"1", "0", "1", "0"}, {"1", "0", "1", "1"}}
@@ -93,7 +109,7 @@ void time_forward_gap(const Layer& layer, int64_t tokens, cudaStream_t stream) {
     for (size_t i = 0; i < settings.size(); ++i) {
       settings[i].set();
       out.poison();
-      chain[i].push_back(graph_median_ms(stream, forward));
+      chain[i].push_back(graph_median_ms(stream, [&] { forward(); }));
       EXPECT_TRUE(out.finite_prefix(64 * W));
     }
     ForwardSwitches::clear();
@@ -275,27 +291,12 @@ TEST(ChainsCudaTiming, ForwardGap) {
 // Each output's first rows are checked against the dispatched GEMM's with the switch off.
 void time_wide_tile(const Layer& layer, int64_t tokens, cudaStream_t stream) {
   using namespace seqmix::cuda;
-  const bool gla = &layer == &kGla;
-  const int64_t W = layer.width();
-  constexpr int64_t kRank = 16, kGateWidth = 1024;
-  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f),
-      gate(tokens * kGateWidth, 0.f);
-  const Rows xr{x.ptr, kD}, wr{weight.ptr, kD};
-  const MutableRows outr{out.ptr, W};
-  const std::vector<Tensor> outputs = column_views(out.view({tokens, W}), layer.segments);
-  Tensor code = out.view({tokens, W});
-  code.data = out.ptr + (W - kRank);
-  code.shape = {tokens, kRank};
-  const std::vector<ProjectionSegment> gate_segment{{kGateWidth, Activation::logsigmoid, 16.0}};
-  ProjectionChainOptions options;
-  options.stream = stream;
-  const auto forward = [&] {
-    projection_chain_forward(x.view({tokens, kD}), weight.view({W, kD}), std::nullopt, layer.segments, outputs,
-                             options);
-    if (gla)
-      projection_chain_forward(code, gate_weight.view({kGateWidth, kRank}), std::nullopt, gate_segment,
-                               {gate.view({tokens, kGateWidth})}, options);
-  };
+  BenchForward forward(layer, tokens, stream);
+  const bool gla = forward.gla;
+  const int64_t W = forward.W;
+  DeviceBf16 &x = forward.x, &weight = forward.weight, &out = forward.out;
+  const Rows xr = forward.x_rows(), wr = forward.weight_rows();
+  const MutableRows outr = forward.out_rows();
   constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
   const GemmSchedule wide[] = {{kWide, Raster::along_n, 1}, {kWide, Raster::along_m, 1}, {kWide, Raster::along_n, 2}};
   const int64_t sample = std::min<int64_t>(tokens, 128);
@@ -323,7 +324,7 @@ void time_wide_tile(const Layer& layer, int64_t tokens, cudaStream_t stream) {
     for (int on = 0; on < 2; ++on) {
       setenv("SEQMIX_CHAINS_WIDE_TILE", on ? "1" : "0", 1);
       out.poison();
-      chain[on].push_back(graph_median_ms(stream, forward));
+      chain[on].push_back(graph_median_ms(stream, [&] { forward(); }));
       EXPECT_TRUE(out.finite_prefix(64 * W));
     }
     unsetenv("SEQMIX_CHAINS_WIDE_TILE");
@@ -363,18 +364,9 @@ TEST(ChainsCudaTiming, WideTile) {
 // behind whichever it was (the clock drifting under minutes of GEMMs).
 void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t stream) {
   using namespace seqmix::cuda;
-  const bool gla = &layer == &kGla;
-  const int64_t W = layer.width();
-  constexpr int64_t kRank = 16, kGateWidth = 1024;
-  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f),
-      gate(tokens * kGateWidth, 0.f);
-  const std::vector<Tensor> outputs = column_views(out.view({tokens, W}), layer.segments);
-  Tensor code = out.view({tokens, W});
-  code.data = out.ptr + (W - kRank);
-  code.shape = {tokens, kRank};
-  const std::vector<ProjectionSegment> gate_segment{{kGateWidth, Activation::logsigmoid, 16.0}};
-  ProjectionChainOptions options;
-  options.stream = stream;
+  BenchForward forward(layer, tokens, stream);
+  const int64_t W = forward.W;
+  DeviceBf16 &x = forward.x, &weight = forward.weight, &out = forward.out;
   const auto with_wide = [](bool on, auto issue) {
     return [on, issue] {
       setenv("SEQMIX_CHAINS_WIDE_TILE", on ? "1" : "0", 1);
@@ -382,19 +374,16 @@ void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t
       unsetenv("SEQMIX_CHAINS_WIDE_TILE");
     };
   };
-  const auto plain = [&] { gemm_nt_bf16(tokens, W, kD, {x.ptr, kD}, {weight.ptr, kD}, {out.ptr, W}, stream); };
-  const auto forward = [&] {
-    projection_chain_forward(x.view({tokens, kD}), weight.view({W, kD}), std::nullopt, layer.segments, outputs,
-                             options);
-    if (gla)
-      projection_chain_forward(code, gate_weight.view({kGateWidth, kRank}), std::nullopt, gate_segment,
-                               {gate.view({tokens, kGateWidth})}, options);
+  const auto plain = [&] {
+    gemm_nt_bf16(tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(), stream);
   };
+  const auto chain = [&] { forward(); };
   std::vector<std::function<void()>> runs = {with_wide(false, plain), with_wide(true, plain),
-                                             with_wide(false, forward), with_wide(true, forward)};
+                                             with_wide(false, chain), with_wide(true, chain)};
   const GemmSchedule wide_swizzled{GemmTile::cooperative_256x192_cluster2x1, Raster::along_n, 2};
   runs.push_back([&] {
-    gemm_nt_bf16_scheduled(wide_swizzled, tokens, W, kD, {x.ptr, kD}, {weight.ptr, kD}, {out.ptr, W}, stream);
+    gemm_nt_bf16_scheduled(wide_swizzled, tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(),
+                           stream);
   });
   if (cublas().ok) runs.push_back([&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); });
   setenv("SEQMIX_CHAINS_PDL", "0", 1);  // the plain GEMMs alone, as in the tests above
