@@ -358,8 +358,8 @@ TEST(ChainsCudaTiming, WideTile) {
 }
 
 // The same switch in replays taken in turn (interleaved_graph_medians): cuBLAS, the plain GEMM
-// as dispatched with SEQMIX_CHAINS_WIDE_TILE off and on and on 256 × 192 along N with a
-// swizzle of 2, and the bench's forward off and on.
+// as dispatched with SEQMIX_CHAINS_WIDE_TILE off and on and on 256 × 192 in the order the
+// dispatch does not take, and the bench's forward off and on; 2048 to 32768 tokens.
 // The blocks of replays above put 32768 tokens' second configuration of a pair up to 6 %
 // behind whichever it was (the clock drifting under minutes of GEMMs).
 void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t stream) {
@@ -380,9 +380,13 @@ void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t
   const auto chain = [&] { forward(); };
   std::vector<std::function<void()>> runs = {with_wide(false, plain), with_wide(true, plain),
                                              with_wide(false, chain), with_wide(true, chain)};
-  const GemmSchedule wide_swizzled{GemmTile::cooperative_256x192_cluster2x1, Raster::along_n, 2};
+  // The wide tile in the order the dispatch does not take: along M up to 3k tokens (where it
+  // keeps the tall tile), else along N with a swizzle of 2.
+  const GemmSchedule wide_other = tokens <= 3072
+                                      ? GemmSchedule{GemmTile::cooperative_256x192_cluster2x1, Raster::along_m, 1}
+                                      : GemmSchedule{GemmTile::cooperative_256x192_cluster2x1, Raster::along_n, 2};
   runs.push_back([&] {
-    gemm_nt_bf16_scheduled(wide_swizzled, tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(),
+    gemm_nt_bf16_scheduled(wide_other, tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(),
                            stream);
   });
   if (cublas().ok) runs.push_back([&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); });
@@ -392,17 +396,17 @@ void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t
   EXPECT_TRUE(out.finite_prefix(64 * W));
   const float reference = cublas().ok ? ms[5] : NAN;
   std::printf("  %-15s %6lld  interleaved: cuBLAS %8.4f ms; plain off %8.4f, on %8.4f ms (%5.3fx off; %5.3fx / %5.3fx "
-              "cuBLAS), 256x192 along N swizzle 2 %8.4f ms (%5.3fx off); forward off %8.4f, on %8.4f ms (%5.3fx off; "
+              "cuBLAS), 256x192 %s swizzle %d %8.4f ms (%5.3fx off); forward off %8.4f, on %8.4f ms (%5.3fx off; "
               "%5.3fx / %5.3fx cuBLAS)\n",
               layer.name, static_cast<long long>(tokens), reference, ms[0], ms[1], ms[1] / ms[0], ms[0] / reference,
-              ms[1] / reference, ms[4], ms[4] / ms[0], ms[2], ms[3], ms[3] / ms[2], ms[2] / reference,
-              ms[3] / reference);
+              ms[1] / reference, raster_name(wide_other.raster), wide_other.swizzle, ms[4], ms[4] / ms[0], ms[2],
+              ms[3], ms[3] / ms[2], ms[2] / reference, ms[3] / reference);
 }
 
 TEST(ChainsCudaTiming, WideTileInterleaved) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const TimingStream timing;
-  for (int64_t tokens : {8192, 32768})
+  for (int64_t tokens : {2048, 4096, 8192, 16384, 32768})
     for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_wide_tile_interleaved(*layer, tokens, timing.stream);
 }
 
