@@ -47,7 +47,7 @@ struct DeviceColumns {
   cuda::ColumnEpilogue epilogue(int64_t n) const { return {data, data + n, data + 2 * n}; }
 };
 
-// act_s(x·Wᵀ + b) of `segments` in float64 through the oracle, as one [M, kWidth] tensor.
+// act_s(x·Wᵀ + b) of `segments` in float64 through the oracle, as one [M, Σ widths] tensor.
 HostTensor oracle(const HostTensor& x, const HostTensor& w, const std::optional<HostTensor>& bias,
                   const std::vector<ProjectionSegment>& segments, int64_t M) {
   auto f64 = [](const HostTensor& t) {
@@ -55,7 +55,9 @@ HostTensor oracle(const HostTensor& x, const HostTensor& w, const std::optional<
     copy.set(t.values());
     return copy;
   };
-  HostTensor x64 = f64(x), w64 = f64(w), y64({M, kWidth}, DType::f64);
+  int64_t width = 0;
+  for (const auto& s : segments) width += s.width;
+  HostTensor x64 = f64(x), w64 = f64(w), y64({M, width}, DType::f64);
   std::optional<HostTensor> b64;
   if (bias) b64.emplace(f64(*bias));
   std::vector<Tensor> outputs;
@@ -133,6 +135,24 @@ TEST(ChainsCudaTiles, ActivationNamesAnUnbuiltTile) {
     EXPECT_SEQMIX_ERROR(cuda::activation_gemm_bf16_scheduled({tile}, 8, 8, 8, {}, {}, {}, {}, nullptr),
                         std::string("no activation kernel for ") + cuda::gemm_tile_name(tile));
   }
+}
+
+// The dispatch's 256 × 192 tile through gemm_nt_bf16 (the entry the chains call) on a shape
+// it takes that fills no tile: 3100 rows (a partial 256-row band, above the 3k-token
+// threshold), 4104 columns (21 column tiles of 192, the last 72 wide), depth 200 (a partial
+// 64-deep k-block), against the float64 oracle. Not Small: the oracle takes seconds.
+TEST(ChainsCudaTiles, WideTileThroughTheDispatchMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int64_t M = 3100, N = 4104;
+  ASSERT_EQ(cuda::forward_schedule(M, N, kDepth).tile, cuda::GemmTile::cooperative_256x192_cluster2x1);
+  const std::vector<ProjectionSegment> identity = {{N, Activation::identity, 1.0}};
+  HostTensor x = uniform({M, kDepth}, DType::bf16), w = uniform({N, kDepth}, DType::bf16);
+  const HostTensor want = oracle(x, w, std::nullopt, identity, M);
+  DeviceTensor d_x(x), d_w(w);
+  HostTensor y = poisoned({M, N}, DType::bf16);
+  DeviceTensor d_y(y);
+  cuda::gemm_nt_bf16(M, N, kDepth, {d_x.ptr, kDepth}, {d_w.ptr, kDepth}, {d_y.ptr, N}, nullptr);
+  EXPECT_LT(rel_err(d_y.values(y), want.values()), tolerance(DType::bf16));
 }
 
 // The SM count the dispatch counts rounds on: the device's, or an H100's 132 without a GPU.
