@@ -358,8 +358,8 @@ TEST(ChainsCudaTiming, WideTile) {
 }
 
 // The same switch in replays taken in turn (interleaved_graph_medians): cuBLAS, the plain GEMM
-// as dispatched with SEQMIX_CHAINS_WIDE_TILE off and on and on 256 × 192 in the order the
-// dispatch does not take, and the bench's forward off and on; 2048 to 32768 tokens.
+// as dispatched with SEQMIX_CHAINS_WIDE_TILE off and on and on 256 × 192 in explicit orders,
+// and the bench's forward off and on; 2048 to 32768 tokens.
 // The blocks of replays above put 32768 tokens' second configuration of a pair up to 6 %
 // behind whichever it was (the clock drifting under minutes of GEMMs).
 void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t stream) {
@@ -380,27 +380,32 @@ void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t
   const auto chain = [&] { forward(); };
   std::vector<std::function<void()>> runs = {with_wide(false, plain), with_wide(true, plain),
                                              with_wide(false, chain), with_wide(true, chain)};
-  // The wide tile in the order the dispatch does not take: along M up to 3k tokens (where it
-  // keeps the tall tile), else along N with a swizzle of 2.
-  const GemmSchedule wide_other = tokens <= 3072
-                                      ? GemmSchedule{GemmTile::cooperative_256x192_cluster2x1, Raster::along_m, 1}
-                                      : GemmSchedule{GemmTile::cooperative_256x192_cluster2x1, Raster::along_n, 2};
-  runs.push_back([&] {
-    gemm_nt_bf16_scheduled(wide_other, tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(),
-                           stream);
-  });
+  // The wide tile in explicit orders: along M up to 3k tokens (where the dispatch keeps the
+  // tall tile), else along N without and with a swizzle of 2.
+  constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
+  const std::vector<GemmSchedule> wide = tokens <= 3072
+                                             ? std::vector<GemmSchedule>{{kWide, Raster::along_m, 1}}
+                                             : std::vector<GemmSchedule>{{kWide, Raster::along_n, 1},
+                                                                         {kWide, Raster::along_n, 2}};
+  for (const GemmSchedule& schedule : wide)
+    runs.push_back([&, schedule] {
+      gemm_nt_bf16_scheduled(schedule, tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(),
+                             stream);
+    });
   if (cublas().ok) runs.push_back([&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); });
   setenv("SEQMIX_CHAINS_PDL", "0", 1);  // the plain GEMMs alone, as in the tests above
   const std::vector<float> ms = interleaved_graph_medians(stream, runs);
   unsetenv("SEQMIX_CHAINS_PDL");
   EXPECT_TRUE(out.finite_prefix(64 * W));
-  const float reference = cublas().ok ? ms[5] : NAN;
+  const float reference = cublas().ok ? ms.back() : NAN;
   std::printf("  %-15s %6lld  interleaved: cuBLAS %8.4f ms; plain off %8.4f, on %8.4f ms (%5.3fx off; %5.3fx / %5.3fx "
-              "cuBLAS), 256x192 %s swizzle %d %8.4f ms (%5.3fx off); forward off %8.4f, on %8.4f ms (%5.3fx off; "
-              "%5.3fx / %5.3fx cuBLAS)\n",
+              "cuBLAS); forward off %8.4f, on %8.4f ms (%5.3fx off; %5.3fx / %5.3fx cuBLAS)\n",
               layer.name, static_cast<long long>(tokens), reference, ms[0], ms[1], ms[1] / ms[0], ms[0] / reference,
-              ms[1] / reference, raster_name(wide_other.raster), wide_other.swizzle, ms[4], ms[4] / ms[0], ms[2],
-              ms[3], ms[3] / ms[2], ms[2] / reference, ms[3] / reference);
+              ms[1] / reference, ms[2], ms[3], ms[3] / ms[2], ms[2] / reference, ms[3] / reference);
+  for (size_t i = 0; i < wide.size(); ++i)
+    std::printf("  %-15s %6lld  interleaved: plain 256x192 %s swizzle %d %8.4f ms (%5.3fx off, %5.3fx cuBLAS)\n",
+                layer.name, static_cast<long long>(tokens), raster_name(wide[i].raster), wide[i].swizzle, ms[4 + i],
+                ms[4 + i] / ms[0], ms[4 + i] / reference);
 }
 
 TEST(ChainsCudaTiming, WideTileInterleaved) {
