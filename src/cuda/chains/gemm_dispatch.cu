@@ -170,22 +170,25 @@ GemmSchedule tall_or_default_schedule(int64_t M, int64_t N) {
   return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
 }
 
-// The projections' GEMMs (N ≥ 4096) from 3k to 16k tokens on the 256 × 192 tile along N,
-// measured on the H100 (NOTES.md, "The 256 × 192 tile"; replays interleaved): 0.96× the tall
-// tile's time at GLA 8192 (no swizzle: its 33 column tiles padded to 34 would add a ninth
-// round), 0.985× at GDN 8192 (a swizzle of 2, which adds no round there). At 32768 tokens it
-// measured 1.00× (GDN) and 1.02× (GLA), so those keep the tall or default tile. Only the nt GEMM
-// has this tile. SEQMIX_CHAINS_WIDE_TILE=0 turns it off.
+// The projections' GEMMs (N ≥ 4096) above 3k tokens on the 256 × 192 tile along N, measured
+// on the H100 (NOTES.md, "The 256 × 192 tile"; replays interleaved): up to 16k tokens 0.96×
+// the tall tile's time at GLA's width (no swizzle: its 33 column tiles padded to 34 would add
+// a round) and 0.98–0.99× at GDN's (a swizzle of 2, which adds no round there); above, only
+// where the weights stay in L2 while the bands of rows go by (GLA's 25 MB: 0.99× at 32768
+// tokens; GDN's 50 MB: 1.01–1.02× without a swizzle, 0.99–1.00× with one), so those keep the
+// tall or default tile. Only the nt GEMM has this tile. SEQMIX_CHAINS_WIDE_TILE=0 turns it off.
 bool wide_tile_enabled() { return flag_from_environment("SEQMIX_CHAINS_WIDE_TILE", true); }
 
 }  // namespace
 
-GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t /*K*/) {
+GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K) {
   constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
-  if (M > 3072 && M <= 16384 && N >= 4096 && forward_rounds_enabled() && wide_tile_enabled()) {
+  constexpr int64_t kL2ResidentWeightBytes = int64_t(32) << 20;
+  if (M > 3072 && N >= 4096 && forward_rounds_enabled() && wide_tile_enabled()) {
     const int sms = sm_count();
     const auto wide_rounds = [&](int swizzle) { return schedule_rounds({kWide, Raster::along_n, swizzle}, M, N, sms); };
-    return {kWide, Raster::along_n, wide_rounds(2) <= wide_rounds(1) ? 2 : 1};
+    if (M <= 16384) return {kWide, Raster::along_n, wide_rounds(2) <= wide_rounds(1) ? 2 : 1};
+    if (N * K * 2 <= kL2ResidentWeightBytes) return {kWide, Raster::along_n, 1};
   }
   return tall_or_default_schedule(M, N);
 }

@@ -74,6 +74,8 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 // __frcp_rn a Newton step with its rounding fix-up. Their ~2 ulp sit far below the bounds
 // the outputs are held to (bf16, and 2e-5 relative for f32). exp_fast(x) underflows to 0
 // below −87, where every use here wants 0 or 1 anyway.
+constexpr float kLog2e = 1.44269504f, kLn2 = 0.69314718f;
+
 __device__ __forceinline__ float ex2_fast(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -89,15 +91,30 @@ __device__ __forceinline__ float rcp_fast(float x) {
   asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
   return y;
 }
-__device__ __forceinline__ float exp_fast(float x) { return ex2_fast(x * 1.44269504f); }
+__device__ __forceinline__ float exp_fast(float x) { return ex2_fast(x * kLog2e); }
 __device__ __forceinline__ float sigmoid_fast(float z) { return rcp_fast(1.f + exp_fast(-z)); }
 
-// log(1 + e) for e in [0, 1] (e = exp(−|z|) in the log-sigmoid and softplus): three terms of
-// the series below 2⁻⁷ (error below 2⁻²³ relative), the hardware logarithm above, where
-// log1p ≥ 0.0078 keeps its ~2⁻²² absolute error below 2e-5 relative. libdevice's log1pf
-// and expf made the activation the kernel's largest cost.
+// log(1 + e) for e in [0, 1] (e = exp(−|z|) in the softplus): three terms of the series below
+// 2⁻⁷ (error below 2⁻²³ relative), the hardware logarithm above, where log1p ≥ 0.0078 keeps
+// its ~2⁻²² absolute error below 2e-5 relative. libdevice's log1pf and expf made the
+// activation the kernel's largest cost.
 __device__ __forceinline__ float log1p_unit(float e) {
-  return e < 0.0078125f ? e * (1.f - e * (0.5f - e * (1.f / 3.f))) : lg2_fast(1.f + e) * 0.69314718f;
+  return e < 0.0078125f ? e * (1.f - e * (0.5f - e * (1.f / 3.f))) : lg2_fast(1.f + e) * kLn2;
+}
+
+// log2(1 + e) for e in [0, 1], the same two forms in base 2, both computed and one selected:
+// the branch above compiles to both paths predicated (eight issue slots), this to seven.
+__device__ __forceinline__ float log2_1p_unit(float e) {
+  const float series = e * fmaf(e, fmaf(e, kLog2e / 3.f, -0.5f * kLog2e), kLog2e);
+  const float hardware = lg2_fast(1.f + e);
+  return e < 0.0078125f ? series : hardware;
+}
+
+// log σ(z) = min(z, 0) − ln 2·log2(1 + e^{−|z|}): the logarithm's ln 2 goes into the one FMA
+// that subtracts it (no multiply of its own; folding it into the column's scale instead held
+// eight scaled factors across the tile loop and made the 96-register kernel spill).
+__device__ __forceinline__ float log_sigmoid_fast(float z) {
+  return fmaf(-kLn2, log2_1p_unit(ex2_fast(-fabsf(z) * kLog2e)), fminf(z, 0.f));
 }
 
 // What the kernel writes for z = x·Wᵀ + bias: the forward's act(z)·scale, or the backward's
@@ -111,7 +128,7 @@ __device__ __forceinline__ float activation_of(float z) {
   if constexpr (kMode == Mode::forward) {
     if constexpr (kCode == 1) return z * sigmoid_fast(z);
     if constexpr (kCode == 2) return sigmoid_fast(z);
-    if constexpr (kCode == 3) return fminf(z, 0.f) - log1p_unit(exp_fast(-fabsf(z)));  // log σ(z)
+    if constexpr (kCode == 3) return log_sigmoid_fast(z);
     if constexpr (kCode == 4) return fmaxf(z, 0.f) + log1p_unit(exp_fast(-fabsf(z)));  // softplus
     return z;
   } else {
