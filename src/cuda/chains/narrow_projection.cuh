@@ -69,13 +69,13 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 #undef SEQMIX_MMA_M16N8K16_BF16
 }
 
+constexpr float kLog2e = 1.44269504f, kLn2 = 0.69314718f;
+
 // The hardware base-2 exponential and logarithm and the reciprocal (one MUFU operation each)
 // with denormals flushed: without .ftz each takes a range fix-up of ~3 instructions, and
 // __frcp_rn a Newton step with its rounding fix-up. Their ~2 ulp sit far below the bounds
 // the outputs are held to (bf16, and 2e-5 relative for f32). exp_fast(x) underflows to 0
 // below −87, where every use here wants 0 or 1 anyway.
-constexpr float kLog2e = 1.44269504f, kLn2 = 0.69314718f;
-
 __device__ __forceinline__ float ex2_fast(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
