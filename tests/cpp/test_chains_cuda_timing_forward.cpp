@@ -415,5 +415,49 @@ TEST(ChainsCudaTiming, WideTileInterleaved) {
     for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_wide_tile_interleaved(*layer, tokens, timing.stream);
 }
 
+// Every nt tile × raster order × swizzle (1, 2, 4) of one projection GEMM in replays taken in
+// turn (interleaved_graph_medians), against the dispatched schedule and cuBLAS: the sweep of
+// "Tile choice" again without the clock's drift between blocks of replays. Prints every
+// configuration sorted by time; the fastest first.
+void time_tiles_interleaved(const Layer& layer, int64_t tokens, cudaStream_t stream) {
+  using namespace seqmix::cuda;
+  BenchForward forward(layer, tokens, stream);
+  const int64_t W = forward.W;
+  std::vector<GemmSchedule> schedules = {forward_schedule(tokens, W, kD)};
+  for (int t = 0; t < kGemmTiles; ++t)
+    for (Raster raster : {Raster::along_m, Raster::along_n})
+      for (int swizzle : {1, 2, 4}) schedules.push_back({static_cast<GemmTile>(t), raster, swizzle});
+  std::vector<std::function<void()>> runs;
+  for (const GemmSchedule& schedule : schedules)
+    runs.push_back([&, schedule] {
+      gemm_nt_bf16_scheduled(schedule, tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(),
+                             stream);
+    });
+  if (cublas().ok)
+    runs.push_back([&] { cublas().nt(tokens, W, kD, forward.x.ptr, forward.weight.ptr, forward.out.ptr); });
+  const std::vector<float> ms = interleaved_graph_medians(stream, runs, 15);
+  EXPECT_TRUE(forward.out.finite_prefix(64 * W));
+  const float dispatched = ms[0], reference = cublas().ok ? ms.back() : NAN;
+  std::vector<size_t> order(schedules.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return ms[a] < ms[b]; });
+  std::printf("  %-15s %6lld  cuBLAS %8.4f ms; dispatched (%s, %s, swizzle %d) %8.4f ms = %5.3fx cuBLAS\n",
+              layer.name, static_cast<long long>(tokens), reference, gemm_tile_name(schedules[0].tile),
+              raster_name(schedules[0].raster), schedules[0].swizzle, dispatched, dispatched / reference);
+  for (size_t i : order) {
+    if (i == 0) continue;
+    std::printf("  %-15s %6lld    %-32s %-9s swizzle %d %8.4f ms  %5.3fx dispatched  %5.3fx cuBLAS\n", layer.name,
+                static_cast<long long>(tokens), gemm_tile_name(schedules[i].tile), raster_name(schedules[i].raster),
+                schedules[i].swizzle, ms[i], ms[i] / dispatched, ms[i] / reference);
+  }
+}
+
+TEST(ChainsCudaTiming, ForwardTilesInterleaved) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const TimingStream timing;
+  for (int64_t tokens : {2048, 32768})
+    for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_tiles_interleaved(*layer, tokens, timing.stream);
+}
+
 }  // namespace
 }  // namespace seqmix::test
