@@ -235,29 +235,28 @@ void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
     projection_chain_with_gate_forward(xt, wt, std::nullopt, kGla.segments, low_rank, outputs,
                                        gate.view({tokens, kGateWidth}), options);
   };
-  const char* settings[] = {"0", "1"};
-  std::vector<float> cublas_ms, chain[2];
-  for (int rep = 0; rep < 3; ++rep) {
-    if (cublas().ok)
-      cublas_ms.push_back(graph_median_ms(stream, [&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); }));
-    for (int i = 0; i < 2; ++i) {
-      setenv("SEQMIX_CHAINS_GATE_EPILOGUE", settings[i], 1);
-      out.poison();
-      gate.poison();
-      chain[i].push_back(graph_median_ms(stream, one_call));
-      EXPECT_TRUE(out.finite_prefix(64 * W));
-      EXPECT_TRUE(gate.finite_prefix(64 * kGateWidth));
-    }
-  }
-  unsetenv("SEQMIX_CHAINS_GATE_EPILOGUE");
-  const float reference = cublas().ok ? middle(cublas_ms) : NAN;
-  std::printf("  gla + gate %6lld  cuBLAS (6160 columns) %8.4f ms (%.4f %.4f %.4f)\n", static_cast<long long>(tokens),
-              reference, cublas_ms.empty() ? NAN : cublas_ms[0], cublas_ms.empty() ? NAN : cublas_ms[1],
-              cublas_ms.empty() ? NAN : cublas_ms[2]);
-  for (int i = 0; i < 2; ++i)
-    std::printf("  gla + gate %6lld  %-28s %8.4f ms (%.4f %.4f %.4f) = %5.3fx cuBLAS, %5.3fx the two calls\n",
-                static_cast<long long>(tokens), i == 1 ? "one GEMM, gate in epilogue:" : "two calls:", middle(chain[i]),
-                chain[i][0], chain[i][1], chain[i][2], middle(chain[i]) / reference, middle(chain[i]) / middle(chain[0]));
+  // Interleaved replays (interleaved_graph_medians): the two calls, the gate on the code
+  // tile's CTA, the gate in every CTA's tail, and cuBLAS.
+  const char* settings[] = {"0", "1", "tail"};
+  const char* names[] = {"two calls:", "one GEMM, gate on the code tile:", "one GEMM, gate in the tails:"};
+  std::vector<std::function<void()>> runs;
+  for (const char* setting : settings)
+    runs.push_back([&, setting] {
+      setenv("SEQMIX_CHAINS_GATE_EPILOGUE", setting, 1);
+      one_call();
+      unsetenv("SEQMIX_CHAINS_GATE_EPILOGUE");
+    });
+  if (cublas().ok) runs.push_back([&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); });
+  out.poison();
+  gate.poison();
+  const std::vector<float> ms = interleaved_graph_medians(stream, runs);
+  EXPECT_TRUE(out.finite_prefix(64 * W));
+  EXPECT_TRUE(gate.finite_prefix(64 * kGateWidth));
+  const float reference = cublas().ok ? ms.back() : NAN;
+  std::printf("  gla + gate %6lld  cuBLAS (6160 columns) %8.4f ms\n", static_cast<long long>(tokens), reference);
+  for (int i = 0; i < 3; ++i)
+    std::printf("  gla + gate %6lld  %-34s %8.4f ms = %5.3fx cuBLAS, %5.3fx the two calls\n",
+                static_cast<long long>(tokens), names[i], ms[i], ms[i] / reference, ms[i] / ms[0]);
 }
 
 TEST(ChainsCudaTiming, GateEpilogue) {

@@ -186,18 +186,20 @@ __device__ __forceinline__ void finish(float (&v)[8], const float (&z)[8], const
   }
 }
 
+// Eight bf16 held in one 16-byte word, as f32.
+__device__ __forceinline__ void unpack_row(const uint4& raw, float (&v)[kColumnsPerLane]) {
+  const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int j = 0; j < kColumnsPerLane / 2; ++j) {
+    const float2 f = __bfloat1622float2(pairs[j]);
+    v[2 * j] = f.x, v[2 * j + 1] = f.y;
+  }
+}
+
 // One row's 8 bf16 columns (`valid` of them inside the run) as f32.
 __device__ __forceinline__ void load_row(const bf16* in, float (&v)[kColumnsPerLane], int valid) {
-  if (valid == kColumnsPerLane && reinterpret_cast<uintptr_t>(in) % 16 == 0) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(in);
-    const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int j = 0; j < kColumnsPerLane / 2; ++j) {
-      const float2 f = __bfloat1622float2(pairs[j]);
-      v[2 * j] = f.x, v[2 * j + 1] = f.y;
-    }
-    return;
-  }
+  if (valid == kColumnsPerLane && reinterpret_cast<uintptr_t>(in) % 16 == 0)
+    return unpack_row(*reinterpret_cast<const uint4*>(in), v);
   for (int j = 0; j < kColumnsPerLane; ++j) v[j] = j < valid ? __bfloat162float(in[j]) : 0.f;
 }
 
