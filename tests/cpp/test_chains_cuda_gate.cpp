@@ -1,7 +1,6 @@
 // GLA's projection chain and its low-rank gate in one call on CUDA
 // (projection_chain_with_gate_forward) with the gate in the GEMM's epilogue
-// (SEQMIX_CHAINS_GATE_EPILOGUE=1: the code tile's CTA; =tail: every CTA after its last tile;
-// off by default; src/cuda/chains/gate_epilogue.cuh): against
+// (SEQMIX_CHAINS_GATE_EPILOGUE=1, off by default; src/cuda/chains/gate_epilogue.cuh): against
 // the float64 oracle, bit for bit against the two calls (the chain's GEMM, then the gate's
 // narrow-K kernel on the code it wrote: the same mainloop, the same products and activation),
 // and replayed from a CUDA graph. Named Small: compute-sanitizer runs them.
@@ -98,25 +97,21 @@ TEST_P(ProjectionChainWithGateCuda, MatchesOracleAndTheTwoCalls) {
   SKIP_WITHOUT_CUDA_DEVICE();
   GateData data{GetParam()};
   const int64_t T = data.c.tokens, W = data.W, main = W - data.c.rank;
-  const GateRun two = data.run("0"), want = data.oracle();
+  const GateRun one = data.run("1"), two = data.run("0"), want = data.oracle();
   const double tol = tolerance(DType::bf16);
-  for (const char* mode : {"1", "tail"}) {
-    const GateRun one = data.run(mode);
-    EXPECT_LT(rel_err(columns(one.chain, T, W, 0, main), columns(want.chain, T, W, 0, main)), tol)
-        << mode << ": main columns";
-    EXPECT_LT(rel_err(columns(one.chain, T, W, main, data.c.rank), columns(want.chain, T, W, main, data.c.rank)), tol)
-        << mode << ": code";
-    EXPECT_LT(rel_err(one.gate, want.gate), tol) << mode << ": gate";
-    EXPECT_EQ(one.chain, two.chain) << mode << ": the chain: the same GEMM mainloop as the two calls";
-    EXPECT_EQ(one.gate, two.gate) << mode << ": the gate: the narrow-K kernel's products and activation on the code";
-  }
+  EXPECT_LT(rel_err(columns(one.chain, T, W, 0, main), columns(want.chain, T, W, 0, main)), tol) << "main columns";
+  EXPECT_LT(rel_err(columns(one.chain, T, W, main, data.c.rank), columns(want.chain, T, W, main, data.c.rank)), tol)
+      << "code";
+  EXPECT_LT(rel_err(one.gate, want.gate), tol) << "gate";
+  EXPECT_EQ(one.chain, two.chain) << "the chain: the same GEMM mainloop as the two calls";
+  EXPECT_EQ(one.gate, two.gate) << "the gate: the narrow-K kernel's products and activation on the same code";
 }
 
-// A call captured into a CUDA graph and replayed twice equals the same call made directly.
-void replay_equals_a_plain_call(const GateCase& c, const char* mode) {
-  GateData data{c};
-  const GateRun plain = data.run(mode);
-  setenv("SEQMIX_CHAINS_GATE_EPILOGUE", mode, 1);
+TEST_P(ProjectionChainWithGateCuda, GraphReplayEqualsAPlainCall) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  GateData data{GetParam()};
+  const GateRun plain = data.run("1");
+  setenv("SEQMIX_CHAINS_GATE_EPILOGUE", "1", 1);
   cudaStream_t stream;
   cuda_ok(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   data.call(stream);  // once outside the capture
@@ -127,18 +122,11 @@ void replay_equals_a_plain_call(const GateCase& c, const char* mode) {
     for (int replay = 0; replay < 2; ++replay) graph.launch(stream);
     cuda_ok(cudaStreamSynchronize(stream));
     const GateRun replayed = data.read();
-    EXPECT_EQ(replayed.chain, plain.chain) << mode;
-    EXPECT_EQ(replayed.gate, plain.gate) << mode;
+    EXPECT_EQ(replayed.chain, plain.chain);
+    EXPECT_EQ(replayed.gate, plain.gate);
   }
   cuda_ok(cudaStreamDestroy(stream));
   unsetenv("SEQMIX_CHAINS_GATE_EPILOGUE");
-}
-
-// Both forms; the tail form's counts must be zero again for every replay (they are zeroed
-// per call, inside the graph).
-TEST_P(ProjectionChainWithGateCuda, GraphReplayEqualsAPlainCall) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  for (const char* mode : {"1", "tail"}) replay_equals_a_plain_call(GetParam(), mode);
 }
 
 // Not tile multiples: 1, 1000, 2085 tokens; d 264; rank 8 (the code tile mostly zeros);

@@ -33,13 +33,6 @@ struct GateInEpilogue {
   narrow::bf16* out = nullptr;
   int64_t out_stride = 0;
   int code_tile = -1;  // the column tile whose first columns are u
-  // The tail form (NOTES.md, "Next for GLA's forward at 2048 tokens"), where u is non-null:
-  // the code tile only publishes u ([rows, 16] bf16) and counts its consumer threads into
-  // published[band] (zeroed by the host before the call); after its last tile every CTA's
-  // consumer warps compute a share of the whole gate from the published u.
-  narrow::bf16* u = nullptr;
-  int* published = nullptr;
-  int rows = 0;
 };
 
 constexpr int kLogSigmoid = 3;  // seqmix::Activation::logsigmoid, as the narrow-K kernel's codes
@@ -79,147 +72,13 @@ struct GateEpilogue : Built {
                             TiledMma tiled_mma, int thread_idx, TensorStorage& shared_tensors, int subtile_idx = -1) {
     auto next = Built::store(load_pipeline, load_state, store_pipeline, store_state, problem_shape, tile_shape,
                              tile_coord, accumulators, tiled_mma, thread_idx, shared_tensors, subtile_idx);
-    if (static_cast<int>(cute::get<1>(tile_coord)) == gate_.code_tile) {
-      if (gate_.u) publish_u(cute::get<0>(problem_shape), tile_shape, cute::get<0>(tile_coord), accumulators, tiled_mma,
-                             thread_idx);
-      else write_gate(cute::get<0>(problem_shape), tile_shape, cute::get<0>(tile_coord), accumulators, tiled_mma,
-                      thread_idx);
-    }
-    return next;
-  }
-
-  // After the CTA's last tile (consumer threads only): the builder's tail, then in the tail
-  // form this CTA's share of the gate.
-  CUTLASS_DEVICE auto store_tail(LoadPipeline load_pipeline, LoadPipelineState load_state, StorePipeline store_pipeline,
-                                 StorePipelineState store_state) {
-    auto next = Built::store_tail(load_pipeline, load_state, store_pipeline, store_state);
-    if (gate_.u) gate_share();
+    if (static_cast<int>(cute::get<1>(tile_coord)) == gate_.code_tile)
+      write_gate(cute::get<0>(problem_shape), tile_shape, cute::get<0>(tile_coord), accumulators, tiled_mma,
+                 thread_idx);
     return next;
   }
 
  private:
-  // A slab's weight fragments and a lane's 8 bias values.
-  struct Slab {
-    uint32_t b[4][2];
-    uint4 bias;
-  };
-  // Rank 16 with 4-byte pairs: every weight pair is one plain load (the checked form is ~25
-  // instructions a pair with its branches, 8 pairs a slab). The bias in one 16-byte load
-  // (the host takes this path only for a 16-byte aligned bias).
-  CUTLASS_DEVICE void load_slab(int slab, int lane, bool whole_weight, Slab& s) const {
-    const int k = lane % 4 * 2;
-    CUTLASS_PRAGMA_UNROLL
-    for (int t = 0; t < 4; ++t) {
-      const int column = slab + narrow::slab_column(t, lane / 4);
-      if (whole_weight) {
-        const narrow::bf16* at = gate_.weight + int64_t(column) * gate_.weight_stride + k;
-        s.b[t][0] = *reinterpret_cast<const uint32_t*>(at);
-        s.b[t][1] = *reinterpret_cast<const uint32_t*>(at + 8);
-      } else {
-        s.b[t][0] = narrow::pair(gate_.weight, gate_.weight_stride, column, gate_.width, k, gate_.rank);
-        s.b[t][1] = narrow::pair(gate_.weight, gate_.weight_stride, column, gate_.width, k + 8, gate_.rank);
-      }
-    }
-    const int first = slab + lane % 4 * narrow::kColumnsPerLane;
-    s.bias = gate_.bias ? *reinterpret_cast<const uint4*>(gate_.bias + first) : make_uint4(0, 0, 0, 0);
-  }
-  CUTLASS_DEVICE bool whole_weight() const {
-    return gate_.rank == 16 && gate_.weight_stride % 2 == 0 && reinterpret_cast<uintptr_t>(gate_.weight) % 4 == 0;
-  }
-
-  // The code tile in the tail form: each lane's u (rounded to bf16 as the stored tile) to the
-  // scratch, then each consumer thread fences and counts itself into its band.
-  template <class TileShapeMNK, class AccEngine, class AccLayout, class TiledMma>
-  CUTLASS_DEVICE void publish_u(int rows, TileShapeMNK tile_shape, int m_tile,
-                                cute::Tensor<AccEngine, AccLayout> const& accumulators, TiledMma tiled_mma,
-                                int thread_idx) const {
-    using namespace cute;
-    constexpr int kAtoms = size<1>(AccLayout{});
-    const int lane = thread_idx % 32;
-    Tensor coordinates = tiled_mma.get_thread_slice(thread_idx)
-                             .partition_C(make_identity_tensor(take<0, 2>(tile_shape)));  // (MMA, MMA_M, MMA_N)
-    const int first_row = m_tile * int(size<0>(tile_shape));
-    CUTLASS_PRAGMA_UNROLL
-    for (int atom = 0; atom < kAtoms; ++atom)
-      CUTLASS_PRAGMA_UNROLL
-      for (int half = 0; half < 2; ++half) {
-        const int row = first_row + get<0>(coordinates(make_coord(0, half, 0), atom, 0));
-        if (row >= rows) continue;
-        CUTLASS_PRAGMA_UNROLL
-        for (int group = 0; group < 2; ++group)
-          *reinterpret_cast<uint32_t*>(gate_.u + int64_t(row) * 16 + group * 8 + lane % 4 * 2) =
-              narrow::bf16_pair(accumulators(make_coord(0, half, group), atom, 0),
-                                accumulators(make_coord(1, half, group), atom, 0));
-      }
-    __threadfence();
-    atomicAdd(gate_.published + m_tile, 1);
-  }
-
-  // This CTA's share of the gate in the tail form: units of 16 rows × 4 slabs (128 columns),
-  // dealt over every consumer warp of the grid; each waits until its band's code tile has
-  // published (all 256 consumer threads of that CTA counted), reads u through L2 (an SM's L1
-  // may hold an earlier call's u), then the narrow kernel's products, activation and stores.
-  CUTLASS_DEVICE void gate_share() const {
-    constexpr int kConsumers = 256, kUnitSlabs = 4, kBandRows = 256;
-    const int consumer = int(threadIdx.x) - 128, warp = consumer / 32, lane = consumer % 32;
-    const int ctas = int(gridDim.x * gridDim.y * gridDim.z);
-    const int cta = int(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-    const int row_tiles = (gate_.rows + narrow::kTileRows - 1) / narrow::kTileRows;
-    const int groups = (gate_.width + kUnitSlabs * narrow::kSlabColumns - 1) / (kUnitSlabs * narrow::kSlabColumns);
-    const bool whole = whole_weight();
-    int code[narrow::kColumnsPerLane];
-    float scale[narrow::kColumnsPerLane];
-    CUTLASS_PRAGMA_UNROLL
-    for (int j = 0; j < narrow::kColumnsPerLane; ++j) code[j] = kLogSigmoid, scale[j] = gate_.scale;
-    CUTLASS_PRAGMA_NO_UNROLL
-    for (int unit = cta * (kConsumers / 32) + warp; unit < row_tiles * groups; unit += ctas * (kConsumers / 32)) {
-      const int row_tile = unit / groups, group = unit % groups;
-      const int row0 = row_tile * narrow::kTileRows;
-      // The unit's weights and bias first: inputs, so they need not wait for the publication,
-      // and all four slabs' loads in flight together (one L2 round trip, not four).
-      Slab slabs[kUnitSlabs];
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kUnitSlabs; ++i) {
-        const int slab = (group * kUnitSlabs + i) * narrow::kSlabColumns;
-        if (slab < gate_.width) load_slab(slab, lane, whole, slabs[i]);
-      }
-      const int* count = gate_.published + row0 / kBandRows;
-      if (lane == 0) {
-        int seen;
-        do asm volatile("ld.acquire.gpu.global.s32 %0, [%1];" : "=r"(seen) : "l"(count) : "memory");
-        while (seen < kConsumers);
-      }
-      __syncwarp();
-      uint32_t a[4];
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < 4; ++i) {
-        const int row = row0 + lane / 4 + 8 * (i % 2), k = lane % 4 * 2 + 8 * (i / 2);
-        a[i] = row < gate_.rows ? __ldcg(reinterpret_cast<const unsigned int*>(gate_.u + int64_t(row) * 16 + k)) : 0u;
-      }
-      CUTLASS_PRAGMA_UNROLL
-      for (int i = 0; i < kUnitSlabs; ++i) {
-        const int slab = (group * kUnitSlabs + i) * narrow::kSlabColumns;
-        if (slab >= gate_.width) break;
-        const Slab& s = slabs[i];
-        float bias[narrow::kColumnsPerLane];
-        narrow::unpack_row(s.bias, bias);
-        float product[4][4] = {};
-        CUTLASS_PRAGMA_UNROLL
-        for (int t = 0; t < 4; ++t) narrow::mma_bf16<false>(product[t], a, s.b[t][0], s.b[t][1]);
-        const int first = slab + lane % 4 * narrow::kColumnsPerLane;
-        CUTLASS_PRAGMA_UNROLL
-        for (int half = 0; half < 2; ++half) {
-          const int row = row0 + lane / 4 + 8 * half;
-          if (row >= gate_.rows) continue;
-          float z[narrow::kColumnsPerLane], v[narrow::kColumnsPerLane];
-          narrow::pre_activations(product, half, bias, z);
-          narrow::finish<narrow::Mode::forward, kLogSigmoid>(v, z, code, scale);
-          narrow::store_whole_row(gate_.out + int64_t(row) * gate_.out_stride + first, v);
-        }
-      }
-    }
-  }
-
   // The accumulators: ((2 columns, 2 row halves, N/8 column groups), atoms along M, along N);
   // a lane's columns 2t, 2t + 1 (+ 8 per group) of rows g and g + 8 of each 64-row atom
   // (t = lane % 4, g = lane / 4): column groups 0 and 1 are the m16n8k16 A fragment of u.
@@ -252,16 +111,41 @@ struct GateEpilogue : Built {
       }
 
     // Slab by slab (32 gate columns, the narrow-K kernel's order), every atom's rows.
+    const int k = lane % 4 * 2;
     int code[narrow::kColumnsPerLane];
     float scale[narrow::kColumnsPerLane];
     CUTLASS_PRAGMA_UNROLL
     for (int j = 0; j < narrow::kColumnsPerLane; ++j) code[j] = kLogSigmoid, scale[j] = gate_.scale;
-    // W_gate (32 KB) does not stay in the L1 beside the GEMM's shared memory, so each load is
-    // an L2 round trip of about a microsecond under the GEMM's traffic: the slabs go in groups
-    // of kGroup, the next group's operands loaded while this group's outputs are computed
-    // (measured: one slab at a time, each waiting for its loads, took ~1.6 µs a slab).
-    const bool whole = whole_weight();
-    const auto load = [&](int slab, Slab& s) { load_slab(slab, lane, whole, s); };
+    // Rank 16 with 4-byte pairs: every weight pair is one plain load (the checked form is
+    // ~25 instructions a pair with its branches, 8 pairs a slab).
+    const bool whole_weight = gate_.rank == 16 && gate_.weight_stride % 2 == 0 &&
+                              reinterpret_cast<uintptr_t>(gate_.weight) % 4 == 0;
+    // A slab's weight fragments and a lane's 8 bias values (one 16-byte load: the host
+    // takes this path only for a 16-byte aligned bias). W_gate (32 KB) does not stay in the
+    // L1 beside the GEMM's shared memory, so each load is an L2 round trip of about a
+    // microsecond under the GEMM's traffic: the slabs go in groups of kGroup, the next
+    // group's operands loaded while this group's outputs are computed (measured: one slab
+    // at a time, each waiting for its loads, took ~1.6 µs a slab).
+    struct Slab {
+      uint32_t b[4][2];
+      uint4 bias;
+    };
+    const auto load = [&](int slab, Slab& s) {
+      CUTLASS_PRAGMA_UNROLL
+      for (int t = 0; t < 4; ++t) {
+        const int column = slab + narrow::slab_column(t, lane / 4);
+        if (whole_weight) {
+          const narrow::bf16* at = gate_.weight + int64_t(column) * gate_.weight_stride + k;
+          s.b[t][0] = *reinterpret_cast<const uint32_t*>(at);
+          s.b[t][1] = *reinterpret_cast<const uint32_t*>(at + 8);
+        } else {
+          s.b[t][0] = narrow::pair(gate_.weight, gate_.weight_stride, column, gate_.width, k, gate_.rank);
+          s.b[t][1] = narrow::pair(gate_.weight, gate_.weight_stride, column, gate_.width, k + 8, gate_.rank);
+        }
+      }
+      const int first = slab + lane % 4 * narrow::kColumnsPerLane;
+      s.bias = gate_.bias ? *reinterpret_cast<const uint4*>(gate_.bias + first) : make_uint4(0, 0, 0, 0);
+    };
     const auto compute = [&](int slab, const Slab& s) {
       const int first = slab + lane % 4 * narrow::kColumnsPerLane;
       float bias[narrow::kColumnsPerLane];

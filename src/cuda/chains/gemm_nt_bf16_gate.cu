@@ -3,13 +3,11 @@
 // column tile and the code tiles ordered onto the clusters with a spare round
 // (gate_in_gemm.hpp); and the host's choice of that path.
 #include <cstdint>
-#include <optional>
 
 #include "cuda/chains/code_tile_scheduler.cuh"
 #include "cuda/chains/gate_epilogue.cuh"
 #include "cuda/chains/gate_in_gemm.hpp"
 #include "cuda/chains/plain_gemm.cuh"
-#include "cuda/chains/scratch.cuh"
 #include "cuda/common/environment.hpp"
 
 namespace seqmix::cuda {
@@ -31,22 +29,12 @@ void gemm_nt_bf16_gate(GemmSchedule schedule, int64_t M, int64_t N, int64_t K, R
   G::run(args, static_cast<cudaStream_t>(stream), "chain GEMM (nt) with the low-rank gate", schedule.programmatic);
 }
 
-// SEQMIX_CHAINS_GATE_EPILOGUE: 1 the code tile's CTA computes its band's gate; tail every
-// CTA computes a share after its last tile (gate_epilogue.cuh). Off by default: the first
-// measured slower than the two calls on the H100 (NOTES.md).
-enum class GateInGemm { off, code_tile, tail };
-GateInGemm gate_in_gemm_mode() {
-  return choice_from_environment<GateInGemm>(
-      "SEQMIX_CHAINS_GATE_EPILOGUE", {{"0", GateInGemm::off}, {"1", GateInGemm::code_tile}, {"tail", GateInGemm::tail}},
-      GateInGemm::off);
-}
-
 }  // namespace
 
 bool projection_chain_with_gate_in_gemm(const ProjectionChainProblem& p, const std::vector<OutputRun>& runs,
                                         size_t code, const LowRankGateProblem& gate) {
-  const GateInGemm mode = gate_in_gemm_mode();
-  if (mode == GateInGemm::off) return false;
+  // Off by default: measured slower than the two calls on the H100 (NOTES.md).
+  if (!flag_from_environment("SEQMIX_CHAINS_GATE_EPILOGUE", false)) return false;
   if (p.tokens < 1 || runs.size() != 1 || runs[0].f32 || runs[0].first != 0 || runs[0].width != p.columns || p.bias)
     return false;
   for (const SegmentColumns& s : p.segments)
@@ -73,20 +61,6 @@ bool projection_chain_with_gate_in_gemm(const ProjectionChainProblem& p, const s
   g.out = static_cast<narrow::bf16*>(gate.out.data);
   g.out_stride = gate.out.stride;
   g.code_tile = static_cast<int>(code_start / kTileColumns);
-  // The tail form's u and its bands' counts, per call (a graph replays its parameters, and
-  // calls on other streams may run at the same time), the counts zeroed before the GEMM.
-  const auto stream = static_cast<cudaStream_t>(p.stream);
-  std::optional<chains::Scratch<narrow::bf16>> u;
-  std::optional<chains::Scratch<int>> published;
-  if (mode == GateInGemm::tail) {
-    const int64_t bands = (p.tokens + tile_geometry(kTile).rows - 1) / tile_geometry(kTile).rows;
-    u.emplace(p.tokens * 16, stream);
-    published.emplace(bands, stream);
-    check(cudaMemsetAsync(published->get(), 0, bands * sizeof(int), stream), "chain GEMM with the gate: counts");
-    g.u = u->get();
-    g.published = published->get();
-    g.rows = static_cast<int>(p.tokens);
-  }
   gemm_nt_bf16_gate(schedule, p.tokens, p.columns, p.d, p.x, p.weight, runs[0].out, g, p.stream);
   return true;
 }
