@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -199,29 +200,30 @@ inline std::vector<float> interleaved_graph_medians(cudaStream_t stream,
     cuda_ok(cudaStreamSynchronize(stream));
     graphs.push_back(std::make_unique<CapturedGraph>(stream, run));
   }
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start));
-  cuda_ok(cudaEventCreate(&stop));
+  const EventTimer timer;
   std::vector<std::vector<float>> times(runs.size());
   for (int rep = -1; rep < reps; ++rep)  // rep −1: one untimed replay of each
     for (size_t i = 0; i < graphs.size(); ++i) {
       flush_l2(rep);
-      cuda_ok(cudaEventRecord(start));
-      graphs[i]->launch(nullptr);
-      cuda_ok(cudaEventRecord(stop));
-      cuda_ok(cudaEventSynchronize(stop));
-      float ms = 0;
-      cuda_ok(cudaEventElapsedTime(&ms, start, stop));
+      const float ms = timer.ms([&] { graphs[i]->launch(nullptr); });
       if (rep >= 0) times[i].push_back(ms);
     }
-  cuda_ok(cudaEventDestroy(start));
-  cuda_ok(cudaEventDestroy(stop));
   std::vector<float> medians;
   for (auto& t : times) {
     std::sort(t.begin(), t.end());
     medians.push_back(t[t.size() / 2]);
   }
   return medians;
+}
+
+// `issue` with the environment variable `name` set to `value` while it runs (a switch the
+// chains read at each call, so also while a graph of it is captured).
+inline std::function<void()> with_environment(const char* name, const char* value, std::function<void()> issue) {
+  return [name, value, issue = std::move(issue)] {
+    setenv(name, value, 1);
+    issue();
+    unsetenv(name);
+  };
 }
 
 // The middle of three.

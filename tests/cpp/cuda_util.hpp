@@ -64,26 +64,45 @@ inline void flush_l2(int i) {
   cuda_ok(cudaMemsetAsync(flush, i, kFlushBytes));
 }
 
+// A pair of CUDA events timing one call on the default stream.
+class EventTimer {
+ public:
+  EventTimer() {
+    cuda_ok(cudaEventCreate(&start_));
+    cuda_ok(cudaEventCreate(&stop_));
+  }
+  ~EventTimer() {
+    cudaEventDestroy(start_);
+    cudaEventDestroy(stop_);
+  }
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  // The milliseconds between the events recorded around `run`.
+  template <class Run>
+  float ms(const Run& run) const {
+    cuda_ok(cudaEventRecord(start_));
+    run();
+    cuda_ok(cudaEventRecord(stop_));
+    cuda_ok(cudaEventSynchronize(stop_));
+    float elapsed = 0;
+    cuda_ok(cudaEventElapsedTime(&elapsed, start_, stop_));
+    return elapsed;
+  }
+
+ private:
+  cudaEvent_t start_ = nullptr, stop_ = nullptr;
+};
+
 // The milliseconds of each timed call of `run`, shortest first.
 template <class Run>
 std::vector<float> event_times_ms(const Run& run, EventTiming timing = {}) {
-  cudaEvent_t start, stop;
-  cuda_ok(cudaEventCreate(&start));
-  cuda_ok(cudaEventCreate(&stop));
+  const EventTimer timer;
   for (int i = 0; i < timing.warmups; ++i) run();
   std::vector<float> times;
   for (int i = 0; i < timing.reps; ++i) {
     if (timing.flush_l2) flush_l2(i);
-    cuda_ok(cudaEventRecord(start));
-    run();
-    cuda_ok(cudaEventRecord(stop));
-    cuda_ok(cudaEventSynchronize(stop));
-    float ms = 0;
-    cuda_ok(cudaEventElapsedTime(&ms, start, stop));
-    times.push_back(ms);
+    times.push_back(timer.ms(run));
   }
-  cuda_ok(cudaEventDestroy(start));
-  cuda_ok(cudaEventDestroy(stop));
   cuda_ok(cudaGetLastError());
   std::sort(times.begin(), times.end());
   return times;

@@ -222,18 +222,16 @@ TEST(ChainsCudaTiming, OutputNormGateWave) {
 // the 6160 columns, the two calls (SEQMIX_CHAINS_GATE_EPILOGUE=0: the chain's GEMM, then the
 // gate's narrow-K kernel), and the one GEMM with the gate in its epilogue (=1).
 void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
-  const int64_t W = kGla.width();
-  constexpr int64_t kRank = 16, kGateWidth = 1024;
-  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), gate_weight(kGateWidth * kRank, 0.25f),
-      gate(tokens * kGateWidth, 0.f);
+  BenchForward operands(kGla, tokens, stream);
+  constexpr int64_t kRank = BenchForward::kRank, kGateWidth = BenchForward::kGateWidth;
+  const int64_t W = operands.W;
+  DeviceBf16 &x = operands.x, &weight = operands.weight, &out = operands.out, &gate = operands.gate;
   const std::vector<Tensor> outputs = column_views(out.view({tokens, W}), kGla.segments);
-  const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
-  LowRankGate low_rank{kGla.segments.size() - 1, gate_weight.view({kGateWidth, kRank}), std::nullopt, 16.0};
-  ProjectionChainOptions options;
-  options.stream = stream;
+  const LowRankGate low_rank{kGla.segments.size() - 1, operands.gate_weight.view({kGateWidth, kRank}), std::nullopt,
+                             16.0};
   const auto one_call = [&] {
-    projection_chain_with_gate_forward(xt, wt, std::nullopt, kGla.segments, low_rank, outputs,
-                                       gate.view({tokens, kGateWidth}), options);
+    projection_chain_with_gate_forward(x.view({tokens, kD}), weight.view({W, kD}), std::nullopt, kGla.segments,
+                                       low_rank, outputs, gate.view({tokens, kGateWidth}), operands.options);
   };
   // Interleaved replays (interleaved_graph_medians): the two calls, the gate on the code
   // tile's CTA, and cuBLAS.
@@ -241,11 +239,7 @@ void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
   const char* names[] = {"two calls:", "one GEMM, gate on the code tile:"};
   std::vector<std::function<void()>> runs;
   for (const char* setting : settings)
-    runs.push_back([&, setting] {
-      setenv("SEQMIX_CHAINS_GATE_EPILOGUE", setting, 1);
-      one_call();
-      unsetenv("SEQMIX_CHAINS_GATE_EPILOGUE");
-    });
+    runs.push_back(with_environment("SEQMIX_CHAINS_GATE_EPILOGUE", setting, one_call));
   if (cublas().ok) runs.push_back([&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); });
   out.poison();
   gate.poison();
@@ -366,12 +360,8 @@ void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t
   BenchForward forward(layer, tokens, stream);
   const int64_t W = forward.W;
   DeviceBf16 &x = forward.x, &weight = forward.weight, &out = forward.out;
-  const auto with_wide = [](bool on, auto issue) {
-    return [on, issue] {
-      setenv("SEQMIX_CHAINS_WIDE_TILE", on ? "1" : "0", 1);
-      issue();
-      unsetenv("SEQMIX_CHAINS_WIDE_TILE");
-    };
+  const auto with_wide = [](bool on, std::function<void()> issue) {
+    return with_environment("SEQMIX_CHAINS_WIDE_TILE", on ? "1" : "0", std::move(issue));
   };
   const auto plain = [&] {
     gemm_nt_bf16(tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(), stream);
