@@ -1,6 +1,6 @@
 // GLA's projection chain and its low-rank gate in one call on CUDA
-// (projection_chain_with_gate_forward) with the gate in the GEMM's epilogue
-// (SEQMIX_CHAINS_GATE_EPILOGUE=1, off by default; src/cuda/chains/gate_epilogue.cuh): against
+// (projection_chain_with_gate_forward) with the gate computed inside the GEMM
+// (SEQMIX_CHAINS_GATE_EPILOGUE=1 forces it; src/cuda/chains/gate_epilogue.cuh): against
 // the float64 oracle, bit for bit against the two calls (the chain's GEMM, then the gate's
 // narrow-K kernel on the code it wrote: the same mainloop, the same products and activation),
 // and replayed from a CUDA graph. Named Small: compute-sanitizer runs them.
@@ -130,7 +130,7 @@ TEST_P(ProjectionChainWithGateCuda, GraphReplayEqualsAPlainCall) {
 }
 
 // Not tile multiples: 1, 1000, 2085 tokens; d 264; rank 8 (the code tile mostly zeros);
-// 12345 tokens put the code tiles over two rounds of the clusters with a spare round.
+// 12345 tokens: 49 bands, several a CTA's share waits for.
 INSTANTIATE_TEST_SUITE_P(Gla, ProjectionChainWithGateCuda,
                          testing::Values(GateCase{1, 256, 16, true, DType::bf16},
                                          GateCase{1000, 256, 16, true, DType::bf16},
@@ -140,10 +140,10 @@ INSTANTIATE_TEST_SUITE_P(Gla, ProjectionChainWithGateCuda,
                                          GateCase{12345, 256, 16, true, DType::bf16}),
                          case_name);
 
-// The path is taken for the GLA-like shapes above, and refused (nothing launched) where the
-// epilogue does not fit: an f32 gate, a gate width not a multiple of 32, a bias not 16-byte
-// aligned, the code not the last segment or not on a 128-column boundary, or the switch off
-// (its default).
+// The path is taken for the GLA-like shapes above when switched on, and refused (nothing
+// launched) where it does not fit: an f32 gate, a gate width not a multiple of 32, a bias not
+// 16-byte aligned, the code not the last segment or not on a 128-column boundary, or the
+// switch off (its default).
 TEST(ProjectionChainWithGateCuda, SmallEpiloguePathTakenWhereItFits) {
   SKIP_WITHOUT_CUDA_DEVICE();
   GateData data{{1000, 256, 16, false, DType::bf16}};

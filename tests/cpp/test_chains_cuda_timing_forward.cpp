@@ -217,10 +217,10 @@ TEST(ChainsCudaTiming, OutputNormGateWave) {
   cuda_ok(cudaStreamDestroy(stream));
 }
 
-// GLA's chain with its low-rank gate (NOTES.md, "The gate in the GEMM's epilogue"), in
-// graph replays on one stream, L2 flushed, alternated three times, the middle kept: cuBLAS of
-// the 6160 columns, the two calls (SEQMIX_CHAINS_GATE_EPILOGUE=0: the chain's GEMM, then the
-// gate's narrow-K kernel), and the one GEMM with the gate in its epilogue (=1).
+// GLA's chain with its low-rank gate (NOTES.md, "The gate in the epilogue producer warp"), in
+// interleaved graph replays on one stream, L2 flushed: cuBLAS of the 6160 columns, the two
+// calls (SEQMIX_CHAINS_GATE_EPILOGUE=0: the chain's GEMM, then the gate's narrow-K kernel),
+// and the one GEMM whose load warps compute the gate (=1).
 void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
   BenchForward operands(kGla, tokens, stream);
   constexpr int64_t kRank = BenchForward::kRank, kGateWidth = BenchForward::kGateWidth;
@@ -233,10 +233,9 @@ void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
     projection_chain_with_gate_forward(x.view({tokens, kD}), weight.view({W, kD}), std::nullopt, kGla.segments,
                                        low_rank, outputs, gate.view({tokens, kGateWidth}), operands.options);
   };
-  // Interleaved replays (interleaved_graph_medians): the two calls, the gate on the code
-  // tile's CTA, and cuBLAS.
+  // Interleaved replays (interleaved_graph_medians): the two calls, the one GEMM, and cuBLAS.
   const char* settings[] = {"0", "1"};
-  const char* names[] = {"two calls:", "one GEMM, gate on the code tile:"};
+  const char* names[] = {"two calls:", "one GEMM, gate in the load warps:"};
   std::vector<std::function<void()>> runs;
   for (const char* setting : settings)
     runs.push_back(with_environment("SEQMIX_CHAINS_GATE_EPILOGUE", setting, one_call));

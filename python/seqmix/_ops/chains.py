@@ -257,8 +257,8 @@ def projection_chain(x, weight, segments, bias=None, impl="automatic", low_rank_
             CUDA device the two calls' kernels run; with ``SEQMIX_CHAINS_GATE_EPILOGUE=1``
             (off by default, measured slower on the H100), for GLA's layout (bf16, the code
             last and starting on a multiple of 128 columns, a gate width that is a multiple
-            of 32) the epilogue of the main GEMM's tile that holds the code writes the gate,
-            in the same kernel.
+            of 32) the main GEMM computes the gate too, in each CTA's otherwise idle
+            epilogue load warp.
 
     Returns:
         Without ``low_rank_gate``: a list with one ``[..., width]`` array per segment (``[..., heads, width / heads]``

@@ -1,15 +1,12 @@
-// The persistent tile order of the GEMM whose epilogue computes GLA's low-rank gate
-// (gate_epilogue.cuh). The tiles of the last column tile (the code columns) take the gate's
-// extra epilogue, about half a tile's time; in CUTLASS's order they land wherever the raster
-// puts them, so a cluster may hold several and the whole GEMM waits for it. Here the code
-// tiles go to the clusters that have one tile fewer than the others (the grid's last,
-// partial round leaves them idle), at most as many a cluster as that idle round holds, and
-// every other tile keeps the raster order (NOTES.md, "The gate in the GEMM's epilogue").
+// The persistent tile order of the GEMM that computes GLA's low-rank gate beside its tiles
+// (gate_epilogue.cuh). The tiles of the last column tile (the code columns u) come first:
+// every other tile's gate rows wait for their band's u, so the code tiles go in the first
+// round, one a cluster, and every other tile keeps the raster order after them (NOTES.md,
+// "The gate in the epilogue producer warp").
 //
 // Cluster units: a cluster of cm × 1 CTAs works on cm row tiles of one column tile at a
-// time, as in CUTLASS's scheduler. With U units on G clusters, s = U mod G clusters hold one
-// unit more than the rest; the code units (one a row of clusters) are dealt to the other
-// G − s clusters (all G when s = 0), one a cluster per round from the first round on.
+// time, as in CUTLASS's scheduler. Positions p = round · clusters + cluster; the first
+// row_units positions are the code units.
 #pragma once
 
 #include <cutlass/gemm/kernel/sm90_tile_scheduler.hpp>
@@ -21,10 +18,10 @@
 
 namespace seqmix::cuda::gemm {
 
-struct CodeTilesLastTag {};
+struct CodeTilesFirstTag {};
 
 // Clusters lie along x in the grid CUTLASS's scheduler launches (cm × 1 CTAs, cm along M).
-class CodeTilesLastScheduler : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90 {
+class CodeTilesFirstScheduler : public cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90 {
   using Base = cutlass::gemm::kernel::detail::PersistentTileSchedulerSm90;
 
  public:
@@ -32,41 +29,26 @@ class CodeTilesLastScheduler : public cutlass::gemm::kernel::detail::PersistentT
   using typename Base::Params;
   using typename Base::WorkTileInfo;
 
-  // Which unit a cluster works on at position p = round · clusters + cluster.
+  // Which unit a cluster works on at position p.
   struct Order {
     int64_t row_units = 0, column_tiles = 0, clusters = 1;
     bool along_n = false;  // the non-code units' raster: column tiles fastest
 
     CUTLASS_HOST_DEVICE int64_t units() const { return row_units * column_tiles; }
-    // The clusters that take code units, [first_slack, clusters), and how many.
-    CUTLASS_HOST_DEVICE int64_t first_slack() const { return units() % clusters; }
-    CUTLASS_HOST_DEVICE int64_t slack() const { return clusters - first_slack(); }
 
     // (row unit, column tile) at position p < units().
     CUTLASS_HOST_DEVICE void unit_at(int64_t p, int64_t& row_unit, int64_t& column) const {
-      const int64_t round = p / clusters, cluster = p % clusters, c0 = first_slack(), s = slack();
-      const int64_t codes = row_units;
-      if (cluster >= c0) {
-        const int64_t code = round * s + (cluster - c0);
-        if (code < codes) {
-          row_unit = code, column = column_tiles - 1;
-          return;
-        }
+      if (p < row_units) {
+        row_unit = p, column = column_tiles - 1;
+        return;
       }
-      // Code units at positions before p: whole rounds, then this round's slack clusters.
-      const int64_t in_rounds = round * s < codes ? round * s : codes;
-      int64_t in_round = 0;
-      if (cluster > c0 && codes > round * s) {
-        in_round = cluster - c0;
-        if (in_round > codes - round * s) in_round = codes - round * s;
-      }
-      const int64_t q = p - in_rounds - in_round, width = column_tiles - 1;
+      const int64_t q = p - row_units, width = column_tiles - 1;
       if (along_n) row_unit = q / width, column = q % width;
       else row_unit = q % row_units, column = q / row_units;
     }
   };
 
-  CUTLASS_DEVICE explicit CodeTilesLastScheduler(Params const& params) : Base(params) {
+  CUTLASS_DEVICE explicit CodeTilesFirstScheduler(Params const& params) : Base(params) {
 #if defined(__CUDA_ARCH__)
     const int cm = static_cast<int>(params.cluster_shape_m_);
     order_.row_units = params.problem_tiles_m_;
@@ -115,9 +97,9 @@ class CodeTilesLastScheduler : public cutlass::gemm::kernel::detail::PersistentT
 namespace cutlass::gemm::kernel::detail {
 
 template <class ArchTag, class TileShape, class ClusterShape, uint32_t kStages>
-struct TileSchedulerSelector<seqmix::cuda::gemm::CodeTilesLastTag, ArchTag, TileShape, ClusterShape, kStages> {
+struct TileSchedulerSelector<seqmix::cuda::gemm::CodeTilesFirstTag, ArchTag, TileShape, ClusterShape, kStages> {
   static_assert(cute::size<1>(ClusterShape{}) == 1, "clusters along M only");
-  using Scheduler = seqmix::cuda::gemm::CodeTilesLastScheduler;
+  using Scheduler = seqmix::cuda::gemm::CodeTilesFirstScheduler;
 };
 
 }  // namespace cutlass::gemm::kernel::detail

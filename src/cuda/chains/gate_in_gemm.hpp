@@ -1,8 +1,8 @@
-// GLA's projection chain and its low-rank gate as one GEMM, when switched on (NOTES.md, "The
-// gate in the GEMM's epilogue"): the chain's plain GEMM over all its columns, the code u last, whose
-// epilogue on the code tile also writes logsigmoid(u·W_gateᵀ + b)/τ (gate_epilogue.cuh),
-// in a tile order that puts that extra work on the clusters with a spare round
-// (code_tile_scheduler.cuh). Host declarations only (no CUDA or CUTLASS types).
+// GLA's projection chain and its low-rank gate as one GEMM (NOTES.md, "The gate in the
+// epilogue producer warp"): the chain's plain GEMM over all its columns, the code u last, its
+// code tiles first (code_tile_scheduler.cuh), and each CTA's idle epilogue load warp writing a
+// share of logsigmoid(u·W_gateᵀ + b)/τ while the consumers run the GEMM (gate_epilogue.cuh).
+// Host declarations only (no CUDA or CUTLASS types).
 #pragma once
 
 #include <cstddef>
@@ -28,8 +28,8 @@ struct LowRankGateProblem {
 // Runs the chain and its gate in one GEMM when the shapes allow it: one bf16 run of identity
 // columns without bias, the code segment last (rank ≤ 16) and starting on a 128-column tile
 // boundary, a bf16 gate of a multiple of 32 columns with 16-byte aligned rows and bias, d a
-// multiple of 8; and SEQMIX_CHAINS_GATE_EPILOGUE=1 (off by default: measured slower than
-// the two calls on the H100, NOTES.md). Returns false, having launched nothing, otherwise.
+// multiple of 8; and SEQMIX_CHAINS_GATE_EPILOGUE=1 (off by default: measured slower than the
+// two calls on the H100, NOTES.md). Returns false, having launched nothing, otherwise.
 // `code` is the code segment's index in p.segments.
 bool projection_chain_with_gate_in_gemm(const ProjectionChainProblem& p, const std::vector<OutputRun>& runs,
                                         size_t code, const LowRankGateProblem& gate);
