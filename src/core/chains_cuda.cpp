@@ -224,6 +224,7 @@ void cuda_projection_with_gate_forward(const Checker& check, const cpu::Projecti
   const float scale = static_cast<float>(1.0 / gate.tau);
   gq.segments.push_back({0, gq.columns, static_cast<int>(Activation::logsigmoid), scale});
   gq.stream = options.stream;
+  gq.after_chain_gemm = true;  // projection_chain_forward(problem, ...) just before
   const auto gate_runs = output_runs(check, gate_problem, {gate_out}, "gate_out");
   const cuda::LowRankGateProblem in_epilogue{gq.columns, gq.d,  gq.weight, gq.bias, scale, gate_runs[0].out,
                                              gate_runs[0].f32};

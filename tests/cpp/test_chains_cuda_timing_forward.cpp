@@ -233,12 +233,13 @@ void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
     projection_chain_with_gate_forward(x.view({tokens, kD}), weight.view({W, kD}), std::nullopt, kGla.segments,
                                        low_rank, outputs, gate.view({tokens, kGateWidth}), operands.options);
   };
-  // Interleaved replays (interleaved_graph_medians): the two calls, the one GEMM, and cuBLAS.
-  const char* settings[] = {"0", "1"};
-  const char* names[] = {"two calls:", "one GEMM, gate in the load warps:"};
+  // Interleaved replays (interleaved_graph_medians): the two calls, the one GEMM, the two
+  // calls with the narrow kernel's weights read after its wait, and cuBLAS.
+  const char* names[] = {"two calls:", "one GEMM, gate in the load warps:", "two calls, weights after the wait:"};
   std::vector<std::function<void()>> runs;
-  for (const char* setting : settings)
+  for (const char* setting : {"0", "1"})
     runs.push_back(with_environment("SEQMIX_CHAINS_GATE_EPILOGUE", setting, one_call));
+  runs.push_back(with_environment("SEQMIX_CHAINS_NARROW_EARLY_WEIGHTS", "0", runs[0]));
   if (cublas().ok) runs.push_back([&] { cublas().nt(tokens, W, kD, x.ptr, weight.ptr, out.ptr); });
   out.poison();
   gate.poison();
@@ -247,7 +248,7 @@ void time_gate_epilogue(int64_t tokens, cudaStream_t stream) {
   EXPECT_TRUE(gate.finite_prefix(64 * kGateWidth));
   const float reference = cublas().ok ? ms.back() : NAN;
   std::printf("  gla + gate %6lld  cuBLAS (6160 columns) %8.4f ms\n", static_cast<long long>(tokens), reference);
-  for (int i = 0; i < 2; ++i)
+  for (int i = 0; i < 3; ++i)
     std::printf("  gla + gate %6lld  %-34s %8.4f ms = %5.3fx cuBLAS, %5.3fx the two calls\n",
                 static_cast<long long>(tokens), names[i], ms[i], ms[i] / reference, ms[i] / ms[0]);
 }

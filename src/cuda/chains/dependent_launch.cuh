@@ -1,6 +1,9 @@
 // The kernels' side of a programmatic dependent launch (dependent_launch.hpp), and the launch
 // itself. A kernel launched with launch_dependent must call wait_for_previous_grid() in every
-// block before any global memory access (a no-op when it was launched normally); a kernel
+// block before it writes global memory or reads what the previous kernel writes (a no-op
+// when it was launched normally). It may read before it what only earlier kernels write when
+// the previous kernel lets it start only after its own wait (the chains' GEMMs do: at their
+// last tile), since those have finished by then; a kernel
 // may call allow_next_grid() to let a programmatic dependent start before it finishes (a
 // hint: the dependent still waits for its completion before reading what it wrote).
 #pragma once

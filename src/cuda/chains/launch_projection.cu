@@ -435,8 +435,9 @@ void projection_chain_forward(const ProjectionChainProblem& p, const std::vector
     // more than the output writes there (NOTES.md, "Narrow K").
     if (p.d <= kNarrowProjectionMaxK) {
       columns.uniform_code = chains::uniform_code(p, run.first, run.first + run.width);
-      if (run.f32) narrow_projection_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
-      else narrow_projection_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream);
+      if (run.f32)
+        narrow_projection_f32out(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream, p.after_chain_gemm);
+      else narrow_projection_bf16(p.tokens, run.width, p.d, p.x, weight, run.out, columns, p.stream, p.after_chain_gemm);
     } else if (run.f32) {
       // A few f32 gate columns (seqmix.nn's Gated DeltaNet decay input): the narrow-column kernel.
       if (chains::narrow_fits(p, run.first, run.first + run.width))

@@ -22,6 +22,7 @@
 #include "cuda/chains/dependent_launch.cuh"
 #include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
+#include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "cuda/common/vector_store.cuh"
 #include "seqmix/error.hpp"
@@ -272,11 +273,9 @@ __device__ __forceinline__ void pre_activations(const float (&acc)[4][4], int ha
 // general form, half of them branches, convergence barriers, predicates and addresses.
 template <class Out, Mode kMode, int kCode = -1>
 __global__ void __launch_bounds__(kThreads, kMode == Mode::forward ? kForwardBlocksPerSm : 1)
-    narrow_projection(int64_t M, int64_t N, int K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns) {
+    narrow_projection(int64_t M, int64_t N, int K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns,
+                      bool weights_before_wait) {
   static_assert(kCode < 0 || kMode == Mode::forward, "a compiled-in code is built for the forward only");
-  // Launched as a programmatic dependent: x is usually the previous GEMM's output (GLA's
-  // low-rank code), so nothing is read before that GEMM has finished.
-  wait_for_previous_grid();
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t slab = int64_t(blockIdx.x) * kSlabColumns;
   const int steps = (K + 15) / 16;
@@ -285,15 +284,25 @@ __global__ void __launch_bounds__(kThreads, kMode == Mode::forward ? kForwardBlo
   // k = 2·(lane % 4) + {0, 1}, + 8), for the columns each tile stands for; zeros past N.
   const auto* w = static_cast<const bf16*>(weight.data);
   uint32_t b[kMaxSteps][4][2];
+  const auto load_weights = [&] {
 #pragma unroll
-  for (int s = 0; s < kMaxSteps; ++s)
+    for (int s = 0; s < kMaxSteps; ++s)
 #pragma unroll
-    for (int t = 0; t < 4; ++t) {
-      const int64_t column = slab + slab_column(t, lane / 4);
-      const int k = 16 * s + lane % 4 * 2;
-      b[s][t][0] = pair(w, weight.stride, column, N, k, K);
-      b[s][t][1] = pair(w, weight.stride, column, N, k + 8, K);
-    }
+      for (int t = 0; t < 4; ++t) {
+        const int64_t column = slab + slab_column(t, lane / 4);
+        const int k = 16 * s + lane % 4 * 2;
+        b[s][t][0] = pair(w, weight.stride, column, N, k, K);
+        b[s][t][1] = pair(w, weight.stride, column, N, k + 8, K);
+      }
+  };
+  // Launched as a programmatic dependent: x is usually the previous GEMM's output (GLA's
+  // low-rank code) and the column vectors may be the previous kernel's, so they are read after
+  // that kernel has finished. The weights too, unless the host says they were complete before
+  // it (weights_before_wait): then their L2 round trip overlaps the previous kernel's end
+  // (measured −0.6 to −0.8 µs at 2048 tokens on the H100, NOTES.md).
+  if (weights_before_wait) load_weights();
+  wait_for_previous_grid();
+  if (!weights_before_wait) load_weights();
 
   // This lane's 8 output columns and their epilogue vectors (null: no bias, identity, scale 1).
   const int64_t first = slab + lane % 4 * kColumnsPerLane;
@@ -368,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, kMode == Mode::forward ? kForwardBlo
 // registers.
 template <class Out, Mode kMode, int kCode>
 void launch_with_code(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns,
-                      void* stream) {
+                      void* stream, bool weights_before_wait) {
   const int sms = multiprocessor_count();
   static const int resident = [] {
     int blocks = 0;
@@ -384,21 +393,24 @@ void launch_with_code(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, Muta
   const int64_t row_grid = std::min({row_blocks, wanted, int64_t{65535}});
   const dim3 grid(static_cast<unsigned>(slabs), static_cast<unsigned>(row_grid));
   launch_dependent(narrow_projection<Out, kMode, kCode>, grid, kThreads, 0, static_cast<cudaStream_t>(stream),
-                   "projection chain: narrow_projection", M, N, static_cast<int>(K), x, weight, out, columns);
+                   "projection chain: narrow_projection", M, N, static_cast<int>(K), x, weight, out, columns,
+                   weights_before_wait && flag_from_environment("SEQMIX_CHAINS_NARROW_EARLY_WEIGHTS", true));
 }
 
 // The forward of a call whose columns are all log-sigmoid (GLA's low-rank gate) takes the
 // kernel with that code compiled in; every other call the general one.
+// SEQMIX_CHAINS_NARROW_EARLY_WEIGHTS=0 reads the weights after the wait in every call.
 template <class Out, Mode kMode = Mode::forward>
 void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns,
-            void* stream) {
+            void* stream, bool weights_before_wait = false) {
   if (K > kNarrowProjectionMaxK || K < 1) throw Error("seqmix: narrow projection: K outside [1, 32]");
   if (M == 0 || N == 0) return;
   constexpr int kLogSigmoid = 3;
   if constexpr (kMode == Mode::forward)
     if (columns.uniform_code == kLogSigmoid)
-      return launch_with_code<Out, kMode, kLogSigmoid>(M, N, K, x, weight, out, columns, stream);
-  launch_with_code<Out, kMode, -1>(M, N, K, x, weight, out, columns, stream);
+      return launch_with_code<Out, kMode, kLogSigmoid>(M, N, K, x, weight, out, columns, stream,
+                                                       weights_before_wait);
+  launch_with_code<Out, kMode, -1>(M, N, K, x, weight, out, columns, stream, weights_before_wait);
 }
 
 }  // namespace seqmix::cuda::narrow

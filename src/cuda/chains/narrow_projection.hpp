@@ -16,12 +16,14 @@ constexpr int64_t kNarrowProjectionMaxK = 32;
 
 // out [M, N] = act(x·weightᵀ + bias)·scale, column by column, as activation_gemm_bf16, for
 // K ≤ kNarrowProjectionMaxK. x and weight may have any row stride and alignment; null
-// column vectors stand for no bias, identity, scale 1.
+// column vectors stand for no bias, identity, scale 1. weights_before_wait: the weights are
+// complete when the kernel may start (ProjectionChainProblem::after_chain_gemm), so their
+// loads overlap the previous kernel's end.
 void narrow_projection_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
-                            ColumnEpilogue columns, void* stream);
+                            ColumnEpilogue columns, void* stream, bool weights_before_wait = false);
 // The same with an f32 out.
 void narrow_projection_f32out(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
-                              ColumnEpilogue columns, void* stream);
+                              ColumnEpilogue columns, void* stream, bool weights_before_wait = false);
 // dz [M, N] ⊙= act'(x·weightᵀ + bias)·scale in place (bf16), as derivative_gemm_bf16 with dy
 // = dz, for K ≤ kNarrowProjectionMaxK: the backward's recompute of the low-rank gate.
 void narrow_derivative_bf16(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows dz,

@@ -91,6 +91,12 @@ struct ProjectionChainProblem {
   const void* bias = nullptr;
   std::vector<SegmentColumns> segments;
   void* stream = nullptr;
+  // The call comes right after a projection chain's call on the same stream (the low-rank
+  // gate after its chain). That call's kernels let a dependent start only after their own
+  // wait (the GEMMs, at their last tile) or at their exit, so every kernel before them has
+  // finished by then, and none writes this call's weights: the narrow kernel may read them
+  // before its wait.
+  bool after_chain_gemm = false;
 };
 
 // Consecutive columns [first, first + width) written by one GEMM into out [tokens, width],
