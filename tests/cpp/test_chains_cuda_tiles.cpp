@@ -7,6 +7,7 @@
 
 #include <cstdlib>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "cuda/chains/gemm_tiles.hpp"
@@ -137,22 +138,26 @@ TEST(ChainsCudaTiles, ActivationNamesAnUnbuiltTile) {
   }
 }
 
-// The dispatch's 256 × 192 tile through gemm_nt_bf16 (the entry the chains call) on a shape
-// it takes that fills no tile: 3100 rows (a partial 256-row band, above the 3k-token
-// threshold), 4104 columns (21 column tiles of 192, the last 72 wide), depth 200 (a partial
-// 64-deep k-block), against the float64 oracle. Not Small: the oracle takes seconds.
+// The dispatch's 256 × 192 tile through gemm_nt_bf16 (the entry the chains call) on shapes
+// it takes that fill no tile, against the float64 oracle: 3100 rows (a partial 256-row band,
+// above the 3k-token threshold: along N), 4104 columns (21 column tiles of 192, the last 72
+// wide); 2000 rows (below it: along M), 6160 columns (GLA's width, the last tile 16 wide);
+// depth 200 (a partial 64-deep k-block). Not Small: the oracle takes seconds.
 TEST(ChainsCudaTiles, WideTileThroughTheDispatchMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  constexpr int64_t M = 3100, N = 4104;
-  ASSERT_EQ(cuda::forward_schedule(M, N, kDepth).tile, cuda::GemmTile::cooperative_256x192_cluster2x1);
-  const std::vector<ProjectionSegment> identity = {{N, Activation::identity, 1.0}};
-  HostTensor x = uniform({M, kDepth}, DType::bf16), w = uniform({N, kDepth}, DType::bf16);
-  const HostTensor want = oracle(x, w, std::nullopt, identity, M);
-  DeviceTensor d_x(x), d_w(w);
-  HostTensor y = poisoned({M, N}, DType::bf16);
-  DeviceTensor d_y(y);
-  cuda::gemm_nt_bf16(M, N, kDepth, {d_x.ptr, kDepth}, {d_w.ptr, kDepth}, {d_y.ptr, N}, nullptr);
-  EXPECT_LT(rel_err(d_y.values(y), want.values()), tolerance(DType::bf16));
+  for (const auto [M, N] : {std::pair<int64_t, int64_t>{3100, 4104}, {2000, 6160}}) {
+    const cuda::GemmSchedule schedule = cuda::forward_schedule(M, N, kDepth);
+    ASSERT_EQ(schedule.tile, cuda::GemmTile::cooperative_256x192_cluster2x1) << M << " x " << N;
+    const std::vector<ProjectionSegment> identity = {{N, Activation::identity, 1.0}};
+    HostTensor x = uniform({M, kDepth}, DType::bf16), w = uniform({N, kDepth}, DType::bf16);
+    const HostTensor want = oracle(x, w, std::nullopt, identity, M);
+    DeviceTensor d_x(x), d_w(w);
+    HostTensor y = poisoned({M, N}, DType::bf16);
+    DeviceTensor d_y(y);
+    cuda::gemm_nt_bf16(M, N, kDepth, {d_x.ptr, kDepth}, {d_w.ptr, kDepth}, {d_y.ptr, N}, nullptr);
+    EXPECT_LT(rel_err(d_y.values(y), want.values()), tolerance(DType::bf16))
+        << M << " x " << N << (schedule.raster == cuda::Raster::along_m ? " along M" : " along N");
+  }
 }
 
 // The SM count the dispatch counts rounds on: the device's, or an H100's 132 without a GPU.
@@ -191,7 +196,8 @@ TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
 // 4096) above 3k tokens: up to 16k tokens along N with a swizzle of 2 where that adds no round
 // (GDN's 65 column tiles pad to 66: 16 rounds at 8192 tokens either way), without one elsewhere
 // (GLA's 33 pad to 34: 9 rounds against 8); above 16k tokens without a swizzle where the
-// weights take at most 32 MiB (GLA's 25 MB, not GDN's 50 MB); never for o_proj's 2048 columns.
+// weights take at most 32 MiB (GLA's 25 MB, not GDN's 50 MB); up to 3k tokens along M where
+// its rounds are at most 2/3 of the tall tile's; never for o_proj's 2048 columns.
 // Skipped on other devices.
 TEST(ChainsCudaTiles, ForwardScheduleTakesTheWideTile) {
   const int sms = dispatch_sm_count();
@@ -200,15 +206,20 @@ TEST(ChainsCudaTiles, ForwardScheduleTakesTheWideTile) {
   const auto expect = [&](int64_t M, int64_t N, bool is_wide, int swizzle) {
     const cuda::GemmSchedule s = cuda::forward_schedule(M, N, 2048);
     EXPECT_EQ(s.tile == wide, is_wide) << M << " x " << N;
-    if (is_wide) EXPECT_EQ(s.raster, cuda::Raster::along_n) << M << " x " << N;
+    const auto raster = M <= 3072 ? cuda::Raster::along_m : cuda::Raster::along_n;
+    if (is_wide) EXPECT_EQ(s.raster, raster) << M << " x " << N;
     if (is_wide) EXPECT_EQ(s.swizzle, swizzle) << M << " x " << N;
   };
   expect(8192, 12320, true, 2);
   expect(32768, 12320, false, 0);
   expect(8192, 6160, true, 1);
   expect(32768, 6160, true, 1);
-  expect(2048, 6160, false, 0);
+  expect(2048, 6160, true, 1);   // 2 rounds against the tall tile's 3
+  expect(2048, 12320, true, 1);  // 4 against 6
+  expect(1000, 6160, true, 1);   // 1 against 2
+  expect(256, 6160, false, 0);   // 1 round either way: 33 wide tiles would leave 99 SMs idle
   expect(8192, 2048, false, 0);
+  expect(2048, 2048, false, 0);
   setenv("SEQMIX_CHAINS_WIDE_TILE", "0", 1);
   expect(8192, 12320, false, 0);
   unsetenv("SEQMIX_CHAINS_WIDE_TILE");

@@ -369,8 +369,8 @@ void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t
   const auto chain = [&] { forward(); };
   std::vector<std::function<void()>> runs = {with_wide(false, plain), with_wide(true, plain),
                                              with_wide(false, chain), with_wide(true, chain)};
-  // The wide tile in explicit orders: along M up to 3k tokens (where the dispatch keeps the
-  // tall tile), else along N without and with a swizzle of 2.
+  // The wide tile in explicit orders: along M up to 3k tokens (the dispatch's order there),
+  // else along N without and with a swizzle of 2.
   constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
   const std::vector<GemmSchedule> wide = tokens <= 3072
                                              ? std::vector<GemmSchedule>{{kWide, Raster::along_m, 1}}

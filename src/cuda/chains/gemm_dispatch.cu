@@ -170,7 +170,8 @@ GemmSchedule tall_or_default_schedule(int64_t M, int64_t N) {
   return {GemmTile::cooperative_128x256_cluster2x1, Raster::heuristic, 1};
 }
 
-// The projections' GEMMs (N ≥ 4096) above 3k tokens on the 256 × 192 tile along N, measured
+// The projections' GEMMs (N ≥ 4096) above 3k tokens on the 256 × 192 tile along N (below,
+// along M where its rounds allow: forward_schedule), measured
 // on the H100 (NOTES.md, "The 256 × 192 tile"; replays interleaved): up to 16k tokens 0.96×
 // the tall tile's time at GLA's width (no swizzle: its 33 column tiles padded to 34 would add
 // a round) and 0.98–0.99× at GDN's (a swizzle of 2, which adds no round there); above, only
@@ -184,6 +185,17 @@ bool wide_tile_enabled() { return flag_from_environment("SEQMIX_CHAINS_WIDE_TILE
 GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K) {
   constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
   constexpr int64_t kL2ResidentWeightBytes = int64_t(32) << 20;
+  if (M <= 3072 && N >= 4096 && forward_rounds_enabled() && wide_tile_enabled()) {
+    // Up to 3k tokens: along M, where its rounds hold no more work than the tall tile's (one
+    // 256 × 192 tile is 1.5 tall ones). At 2048 tokens that is 2 rounds against 3 for GLA's
+    // 6160 columns and 4 against 6 for GDN's 12320, measured 0.987–0.995× the tall tile on
+    // the H100; at a few hundred tokens one round of fewer, larger tiles would leave SMs idle.
+    const int sms = sm_count();
+    const GemmSchedule wide{kWide, Raster::along_m, 1};
+    const GemmSchedule tall = tall_or_default_schedule(M, N);
+    if (3 * schedule_rounds(wide, M, N, sms) <= 2 * schedule_rounds(tall, M, N, sms)) return wide;
+    return tall;
+  }
   if (M > 3072 && N >= 4096 && forward_rounds_enabled() && wide_tile_enabled()) {
     const int sms = sm_count();
     const auto wide_rounds = [&](int swizzle) { return schedule_rounds({kWide, Raster::along_n, swizzle}, M, N, sms); };
