@@ -160,22 +160,13 @@ TEST(ChainsCudaTiles, WideTileThroughTheDispatchMatchesOracle) {
   }
 }
 
-// The SM count the dispatch counts rounds on: the device's, or an H100's 132 without a GPU.
-int dispatch_sm_count() {
-  int device = 0, sms = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-    return 132;
-  return sms;
-}
-
 // The forward schedule by rounds (SEQMIX_CHAINS_FORWARD_ROUNDS=1) on a 132-SM H100, at
 // issue 6's widths: a swizzle of 2 where it costs no round (Gated DeltaNet's 97 column tiles
 // of 128 at 8192 tokens: 24 rounds either way), 1 where padding the column tiles to an even
 // count would add one (GLA's 49: 13 rounds against 12); above 16k tokens 256 × 128 where it
 // needs fewer rounds than 128 × 256 (GLA 32768: 48 against 49). Skipped on other devices.
 TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
-  const int sms = dispatch_sm_count();
+  const int sms = cuda::dispatch_sm_count();
   if (sms != 132) GTEST_SKIP() << "the expected schedules are an H100's (132 SMs), this device has " << sms;
   setenv("SEQMIX_CHAINS_FORWARD_ROUNDS", "1", 1);
   setenv("SEQMIX_CHAINS_WIDE_TILE", "0", 1);  // the tall and default tiles' rounds
@@ -200,7 +191,7 @@ TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
 // its rounds are at most 2/3 of the tall tile's; never for o_proj's 2048 columns.
 // Skipped on other devices.
 TEST(ChainsCudaTiles, ForwardScheduleTakesTheWideTile) {
-  const int sms = dispatch_sm_count();
+  const int sms = cuda::dispatch_sm_count();
   if (sms != 132) GTEST_SKIP() << "the expected schedules are an H100's (132 SMs), this device has " << sms;
   const auto wide = cuda::GemmTile::cooperative_256x192_cluster2x1;
   const auto expect = [&](int64_t M, int64_t N, bool is_wide, int swizzle) {

@@ -96,17 +96,13 @@ int64_t schedule_rounds(GemmSchedule s, int64_t M, int64_t N, int sms) {
   return (clusters + slots - 1) / slots;
 }
 
-namespace {
-
-int sm_count() {
+int dispatch_sm_count() {
   int device = 0, sms = 0;
   if (cudaGetDevice(&device) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
     return 132;
   return sms;
 }
-
-}  // namespace
 
 // Measured on the H100 (ChainsCudaTiming.BackwardTnTiles, NOTES.md "The dW GEMM"): at GLA's
 // width (6160 rows: 49 row tiles) the default's clusters of 2 along M pad the grid to 50 row
@@ -119,7 +115,7 @@ GemmSchedule backward_tn_schedule(int64_t M, int64_t N, int64_t /*K*/) {
     const int t = std::atoi(forced);
     if (t >= 0 && t < kGemmTiles && tn_tile_built(static_cast<GemmTile>(t))) return {static_cast<GemmTile>(t)};
   }
-  const int sms = sm_count();
+  const int sms = dispatch_sm_count();
   const GemmSchedule along_n{GemmTile::cooperative_128x256_cluster1x2, Raster::along_n, 1};
   if (schedule_rounds(along_n, M, N, sms) < schedule_rounds({}, M, N, sms)) return along_n;
   return {};
@@ -163,7 +159,7 @@ GemmSchedule tall_or_default_schedule(int64_t M, int64_t N) {
   constexpr GemmTile kTall = GemmTile::cooperative_256x128_cluster2x1;
   if (M <= 3072) return {kTall, Raster::along_m, 1};
   const bool by_rounds = forward_rounds_enabled();
-  const int sms = by_rounds ? sm_count() : 132;
+  const int sms = by_rounds ? dispatch_sm_count() : 132;
   const auto tall_rounds = [&](int swizzle) { return schedule_rounds({kTall, Raster::along_n, swizzle}, M, N, sms); };
   if (M <= 16384) return {kTall, Raster::along_n, !by_rounds || tall_rounds(2) <= tall_rounds(1) ? 2 : 1};
   if (by_rounds && tall_rounds(1) < schedule_rounds({}, M, N, sms)) return {kTall, Raster::along_n, 1};
@@ -190,14 +186,14 @@ GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K) {
     // 256 × 192 tile is 1.5 tall ones). At 2048 tokens that is 2 rounds against 3 for GLA's
     // 6160 columns and 4 against 6 for GDN's 12320, measured 0.987–0.995× the tall tile on
     // the H100; at a few hundred tokens one round of fewer, larger tiles would leave SMs idle.
-    const int sms = sm_count();
+    const int sms = dispatch_sm_count();
     const GemmSchedule wide{kWide, Raster::along_m, 1};
     const GemmSchedule tall = tall_or_default_schedule(M, N);
     if (3 * schedule_rounds(wide, M, N, sms) <= 2 * schedule_rounds(tall, M, N, sms)) return wide;
     return tall;
   }
   if (M > 3072 && N >= 4096 && forward_rounds_enabled() && wide_tile_enabled()) {
-    const int sms = sm_count();
+    const int sms = dispatch_sm_count();
     const auto wide_rounds = [&](int swizzle) { return schedule_rounds({kWide, Raster::along_n, swizzle}, M, N, sms); };
     if (M <= 16384) return {kWide, Raster::along_n, wide_rounds(2) <= wide_rounds(1) ? 2 : 1};
     if (N * K * 2 <= kL2ResidentWeightBytes) return {kWide, Raster::along_n, 1};

@@ -62,6 +62,10 @@ GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K);
 // SMs hold at a time.
 int64_t schedule_rounds(GemmSchedule schedule, int64_t M, int64_t N, int sms);
 
+// The SM count forward_schedule counts rounds on: the current device's, or an H100's 132
+// where none can be asked.
+int dispatch_sm_count();
+
 // out [M, N] = a·bᵀ (as gemm_nt_bf16) in a given schedule; every GemmTile is built.
 void gemm_nt_bf16_scheduled(GemmSchedule schedule, int64_t M, int64_t N, int64_t K, Rows a, Rows b,
                             MutableRows out, void* stream);
