@@ -143,21 +143,34 @@ TEST(ChainsCudaTiles, ActivationNamesAnUnbuiltTile) {
 // above the 3k-token threshold: along N), 4104 columns (21 column tiles of 192, the last 72
 // wide); 2000 rows (below it: along M), 6160 columns (GLA's width, the last tile 16 wide);
 // depth 200 (a partial 64-deep k-block). Not Small: the oracle takes seconds.
+// The same for the 256 × 160 tile (SEQMIX_CHAINS_TILE_160, on by default): 3100 × 4104 takes
+// it (3 rounds of 26 column tiles, the last 104 wide, against 256 × 192's 3 rounds of 22).
+void expect_dispatch_matches_oracle(int64_t M, int64_t N, cuda::GemmTile tile) {
+  const cuda::GemmSchedule schedule = cuda::forward_schedule(M, N, kDepth);
+  ASSERT_EQ(schedule.tile, tile) << M << " x " << N;
+  const std::vector<ProjectionSegment> identity = {{N, Activation::identity, 1.0}};
+  HostTensor x = uniform({M, kDepth}, DType::bf16), w = uniform({N, kDepth}, DType::bf16);
+  const HostTensor want = oracle(x, w, std::nullopt, identity, M);
+  DeviceTensor d_x(x), d_w(w);
+  HostTensor y = poisoned({M, N}, DType::bf16);
+  DeviceTensor d_y(y);
+  cuda::gemm_nt_bf16(M, N, kDepth, {d_x.ptr, kDepth}, {d_w.ptr, kDepth}, {d_y.ptr, N}, nullptr);
+  EXPECT_LT(rel_err(d_y.values(y), want.values()), tolerance(DType::bf16))
+      << cuda::gemm_tile_name(tile) << ", " << M << " x " << N
+      << (schedule.raster == cuda::Raster::along_m ? " along M" : " along N");
+}
+
 TEST(ChainsCudaTiles, WideTileThroughTheDispatchMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (const auto [M, N] : {std::pair<int64_t, int64_t>{3100, 4104}, {2000, 6160}}) {
-    const cuda::GemmSchedule schedule = cuda::forward_schedule(M, N, kDepth);
-    ASSERT_EQ(schedule.tile, cuda::GemmTile::cooperative_256x192_cluster2x1) << M << " x " << N;
-    const std::vector<ProjectionSegment> identity = {{N, Activation::identity, 1.0}};
-    HostTensor x = uniform({M, kDepth}, DType::bf16), w = uniform({N, kDepth}, DType::bf16);
-    const HostTensor want = oracle(x, w, std::nullopt, identity, M);
-    DeviceTensor d_x(x), d_w(w);
-    HostTensor y = poisoned({M, N}, DType::bf16);
-    DeviceTensor d_y(y);
-    cuda::gemm_nt_bf16(M, N, kDepth, {d_x.ptr, kDepth}, {d_w.ptr, kDepth}, {d_y.ptr, N}, nullptr);
-    EXPECT_LT(rel_err(d_y.values(y), want.values()), tolerance(DType::bf16))
-        << M << " x " << N << (schedule.raster == cuda::Raster::along_m ? " along M" : " along N");
-  }
+  setenv("SEQMIX_CHAINS_TILE_160", "0", 1);
+  for (const auto [M, N] : {std::pair<int64_t, int64_t>{3100, 4104}, {2000, 6160}})
+    expect_dispatch_matches_oracle(M, N, cuda::GemmTile::cooperative_256x192_cluster2x1);
+  unsetenv("SEQMIX_CHAINS_TILE_160");
+}
+
+TEST(ChainsCudaTiles, Tile160ThroughTheDispatchMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  expect_dispatch_matches_oracle(3100, 4104, cuda::GemmTile::cooperative_256x160_cluster2x1);
 }
 
 // The forward schedule by rounds (SEQMIX_CHAINS_FORWARD_ROUNDS=1) on a 132-SM H100, at
@@ -170,6 +183,7 @@ TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
   if (sms != 132) GTEST_SKIP() << "the expected schedules are an H100's (132 SMs), this device has " << sms;
   setenv("SEQMIX_CHAINS_FORWARD_ROUNDS", "1", 1);
   setenv("SEQMIX_CHAINS_WIDE_TILE", "0", 1);  // the tall and default tiles' rounds
+  setenv("SEQMIX_CHAINS_TILE_160", "0", 1);
   const auto tall = cuda::GemmTile::cooperative_256x128_cluster2x1;
   EXPECT_EQ(cuda::forward_schedule(8192, 12320, 2048).swizzle, 2);
   EXPECT_EQ(cuda::forward_schedule(8192, 6160, 2048).swizzle, 1);
@@ -181,6 +195,17 @@ TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
   EXPECT_EQ(cuda::forward_schedule(8192, 6160, 2048).swizzle, 2);
   unsetenv("SEQMIX_CHAINS_FORWARD_ROUNDS");
   unsetenv("SEQMIX_CHAINS_WIDE_TILE");
+  unsetenv("SEQMIX_CHAINS_TILE_160");
+}
+
+// forward_schedule(M, N, 2048) on `tile` or not; where on it, along M up to 3k tokens and
+// along N above, with `swizzle`.
+void expect_tile(cuda::GemmTile tile, int64_t M, int64_t N, bool taken, int swizzle) {
+  const cuda::GemmSchedule s = cuda::forward_schedule(M, N, 2048);
+  EXPECT_EQ(s.tile == tile, taken) << cuda::gemm_tile_name(tile) << ", " << M << " x " << N;
+  if (!taken) return;
+  EXPECT_EQ(s.raster, M <= 3072 ? cuda::Raster::along_m : cuda::Raster::along_n) << M << " x " << N;
+  EXPECT_EQ(s.swizzle, swizzle) << M << " x " << N;
 }
 
 // The 256 × 192 tile (on unless SEQMIX_CHAINS_WIDE_TILE=0) for the projections' GEMMs (N ≥
@@ -189,17 +214,13 @@ TEST(ChainsCudaTiles, ForwardScheduleCountsRounds) {
 // (GLA's 33 pad to 34: 9 rounds against 8); above 16k tokens without a swizzle where the
 // weights take at most 32 MiB (GLA's 25 MB, not GDN's 50 MB); up to 3k tokens along M where
 // its rounds are at most 2/3 of the tall tile's; never for o_proj's 2048 columns.
-// Skipped on other devices.
+// Skipped on other devices. (With the 256 × 160 tile's comparison off: the test below.)
 TEST(ChainsCudaTiles, ForwardScheduleTakesTheWideTile) {
   const int sms = cuda::dispatch_sm_count();
   if (sms != 132) GTEST_SKIP() << "the expected schedules are an H100's (132 SMs), this device has " << sms;
-  const auto wide = cuda::GemmTile::cooperative_256x192_cluster2x1;
-  const auto expect = [&](int64_t M, int64_t N, bool is_wide, int swizzle) {
-    const cuda::GemmSchedule s = cuda::forward_schedule(M, N, 2048);
-    EXPECT_EQ(s.tile == wide, is_wide) << M << " x " << N;
-    const auto raster = M <= 3072 ? cuda::Raster::along_m : cuda::Raster::along_n;
-    if (is_wide) EXPECT_EQ(s.raster, raster) << M << " x " << N;
-    if (is_wide) EXPECT_EQ(s.swizzle, swizzle) << M << " x " << N;
+  setenv("SEQMIX_CHAINS_TILE_160", "0", 1);  // the rules before the 256 × 160 tile's comparison
+  const auto expect = [](int64_t M, int64_t N, bool is_wide, int swizzle) {
+    expect_tile(cuda::GemmTile::cooperative_256x192_cluster2x1, M, N, is_wide, swizzle);
   };
   expect(8192, 12320, true, 2);
   expect(32768, 12320, false, 0);
@@ -214,6 +235,34 @@ TEST(ChainsCudaTiles, ForwardScheduleTakesTheWideTile) {
   setenv("SEQMIX_CHAINS_WIDE_TILE", "0", 1);
   expect(8192, 12320, false, 0);
   unsetenv("SEQMIX_CHAINS_WIDE_TILE");
+  unsetenv("SEQMIX_CHAINS_TILE_160");
+}
+
+// The 256 × 160 tile above 3k tokens (N ≥ 4096) where its rounds hold less work (rounds × tile
+// area) than the rules above choose: GDN's 12320 columns (77 column tiles) at 8192 tokens (19
+// rounds of 160 against 16 of 192: 3040 against 3072 column-rounds) and 32768 (75 against the
+// tall tile's 95 rounds of 128); GLA's 6160 at 32768 (38 × 160 against 32 × 192), not at 8192
+// (10 × 160 against 8 × 192) or 4096; a swizzle of 2 up to 16k tokens where it adds no round;
+// never at 3k tokens or fewer. Skipped on other devices.
+TEST(ChainsCudaTiles, ForwardScheduleTakesTheTile160) {
+  const int sms = cuda::dispatch_sm_count();
+  if (sms != 132) GTEST_SKIP() << "the expected schedules are an H100's (132 SMs), this device has " << sms;
+  const auto expect = [](int64_t M, int64_t N, bool is_160, int swizzle) {
+    expect_tile(cuda::GemmTile::cooperative_256x160_cluster2x1, M, N, is_160, swizzle);
+  };
+  expect(8192, 12320, true, 2);
+  expect(16384, 12320, true, 2);
+  expect(32768, 12320, true, 1);
+  expect(32768, 12288, true, 1);  // GDN's identity columns alone (the gates split off)
+  expect(32768, 6160, true, 1);
+  expect(8192, 6160, false, 0);
+  expect(4096, 6160, false, 0);
+  expect(4096, 12320, false, 0);
+  expect(2048, 12320, false, 0);
+  expect(8192, 2048, false, 0);
+  setenv("SEQMIX_CHAINS_TILE_160", "0", 1);
+  expect(8192, 12320, false, 0);
+  unsetenv("SEQMIX_CHAINS_TILE_160");
 }
 
 }  // namespace

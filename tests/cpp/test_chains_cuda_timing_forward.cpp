@@ -350,18 +350,19 @@ TEST(ChainsCudaTiming, WideTile) {
     for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_wide_tile(*layer, tokens, timing.stream);
 }
 
-// The same switch in replays taken in turn (interleaved_graph_medians): cuBLAS, the plain GEMM
-// as dispatched with SEQMIX_CHAINS_WIDE_TILE off and on and on 256 × 192 in explicit orders,
-// and the bench's forward off and on; 2048 to 32768 tokens.
+// A dispatch switch in replays taken in turn (interleaved_graph_medians): cuBLAS, the plain
+// GEMM as dispatched with the switch (SEQMIX_CHAINS_WIDE_TILE, SEQMIX_CHAINS_TILE_160) off
+// and on and on its tile in explicit orders, and the bench's forward off and on.
 // The blocks of replays above put 32768 tokens' second configuration of a pair up to 6 %
 // behind whichever it was (the clock drifting under minutes of GEMMs).
-void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t stream) {
+void time_switch_interleaved(const Layer& layer, int64_t tokens, cudaStream_t stream, const char* name,
+                             seqmix::cuda::GemmTile tile) {
   using namespace seqmix::cuda;
   BenchForward forward(layer, tokens, stream);
   const int64_t W = forward.W;
   DeviceBf16 &x = forward.x, &weight = forward.weight, &out = forward.out;
-  const auto with_wide = [](bool on, std::function<void()> issue) {
-    return with_environment("SEQMIX_CHAINS_WIDE_TILE", on ? "1" : "0", std::move(issue));
+  const auto with_wide = [name](bool on, std::function<void()> issue) {
+    return with_environment(name, on ? "1" : "0", std::move(issue));
   };
   const auto plain = [&] {
     gemm_nt_bf16(tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(), stream);
@@ -369,13 +370,12 @@ void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t
   const auto chain = [&] { forward(); };
   std::vector<std::function<void()>> runs = {with_wide(false, plain), with_wide(true, plain),
                                              with_wide(false, chain), with_wide(true, chain)};
-  // The wide tile in explicit orders: along M up to 3k tokens (the dispatch's order there),
-  // else along N without and with a swizzle of 2.
-  constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
+  // The tile in explicit orders: along M up to 3k tokens (the dispatch's order there), else
+  // along N without and with a swizzle of 2.
   const std::vector<GemmSchedule> wide = tokens <= 3072
-                                             ? std::vector<GemmSchedule>{{kWide, Raster::along_m, 1}}
-                                             : std::vector<GemmSchedule>{{kWide, Raster::along_n, 1},
-                                                                         {kWide, Raster::along_n, 2}};
+                                             ? std::vector<GemmSchedule>{{tile, Raster::along_m, 1}}
+                                             : std::vector<GemmSchedule>{{tile, Raster::along_n, 1},
+                                                                         {tile, Raster::along_n, 2}};
   for (const GemmSchedule& schedule : wide)
     runs.push_back([&, schedule] {
       gemm_nt_bf16_scheduled(schedule, tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(),
@@ -387,13 +387,14 @@ void time_wide_tile_interleaved(const Layer& layer, int64_t tokens, cudaStream_t
   unsetenv("SEQMIX_CHAINS_PDL");
   EXPECT_TRUE(out.finite_prefix(64 * W));
   const float reference = cublas().ok ? ms.back() : NAN;
-  std::printf("  %-15s %6lld  interleaved: cuBLAS %8.4f ms; plain off %8.4f, on %8.4f ms (%5.3fx off; %5.3fx / %5.3fx "
-              "cuBLAS); forward off %8.4f, on %8.4f ms (%5.3fx off; %5.3fx / %5.3fx cuBLAS)\n",
-              layer.name, static_cast<long long>(tokens), reference, ms[0], ms[1], ms[1] / ms[0], ms[0] / reference,
+  std::printf("  %-15s %6lld  interleaved %s: cuBLAS %8.4f ms; plain off %8.4f, on %8.4f ms (%5.3fx off; %5.3fx / "
+              "%5.3fx cuBLAS); forward off %8.4f, on %8.4f ms (%5.3fx off; %5.3fx / %5.3fx cuBLAS)\n",
+              layer.name, static_cast<long long>(tokens), name, reference, ms[0], ms[1], ms[1] / ms[0], ms[0] / reference,
               ms[1] / reference, ms[2], ms[3], ms[3] / ms[2], ms[2] / reference, ms[3] / reference);
   for (size_t i = 0; i < wide.size(); ++i)
-    std::printf("  %-15s %6lld  interleaved: plain 256x192 %s swizzle %d %8.4f ms (%5.3fx off, %5.3fx cuBLAS)\n",
-                layer.name, static_cast<long long>(tokens), raster_name(wide[i].raster), wide[i].swizzle, ms[4 + i],
+    std::printf("  %-15s %6lld  interleaved: plain %s %s swizzle %d %8.4f ms (%5.3fx off, %5.3fx cuBLAS)\n",
+                layer.name, static_cast<long long>(tokens), gemm_tile_name(tile), raster_name(wide[i].raster),
+                wide[i].swizzle, ms[4 + i],
                 ms[4 + i] / ms[0], ms[4 + i] / reference);
 }
 
@@ -401,7 +402,18 @@ TEST(ChainsCudaTiming, WideTileInterleaved) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const TimingStream timing;
   for (int64_t tokens : {2048, 4096, 8192, 16384, 32768})
-    for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_wide_tile_interleaved(*layer, tokens, timing.stream);
+    for (const Layer* layer : {&kGla, &kGatedDeltaNet})
+      time_switch_interleaved(*layer, tokens, timing.stream, "SEQMIX_CHAINS_WIDE_TILE",
+                              seqmix::cuda::GemmTile::cooperative_256x192_cluster2x1);
+}
+
+TEST(ChainsCudaTiming, Tile160Interleaved) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const TimingStream timing;
+  for (int64_t tokens : {4096, 8192, 16384, 32768})
+    for (const Layer* layer : {&kGla, &kGatedDeltaNet})
+      time_switch_interleaved(*layer, tokens, timing.stream, "SEQMIX_CHAINS_TILE_160",
+                              seqmix::cuda::GemmTile::cooperative_256x160_cluster2x1);
 }
 
 // Every nt tile × raster order × swizzle (1, 2, 4) of one projection GEMM in replays taken in
@@ -444,7 +456,7 @@ void time_tiles_interleaved(const Layer& layer, int64_t tokens, cudaStream_t str
 TEST(ChainsCudaTiming, ForwardTilesInterleaved) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const TimingStream timing;
-  for (int64_t tokens : {2048, 32768})
+  for (int64_t tokens : {2048, 8192, 32768})
     for (const Layer* layer : {&kGla, &kGatedDeltaNet}) time_tiles_interleaved(*layer, tokens, timing.stream);
 }
 

@@ -24,6 +24,7 @@ const char* gemm_tile_name(GemmTile tile) {
     case GemmTile::pingpong_128x128_cluster2x1: return "pingpong 128x128 cluster 2x1";
     case GemmTile::pingpong_128x128_cluster1x1: return "pingpong 128x128 cluster 1x1";
     case GemmTile::cooperative_256x192_cluster2x1: return "cooperative 256x192 cluster 2x1";
+    case GemmTile::cooperative_256x160_cluster2x1: return "cooperative 256x160 cluster 2x1";
   }
   return "unknown tile";
 }
@@ -46,7 +47,7 @@ struct BuiltTiles {
 using NtTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_128x256_cluster1x2,
                            GemmTile::cooperative_256x128_cluster2x1, GemmTile::cooperative_256x128_cluster1x2,
                            GemmTile::pingpong_128x128_cluster2x1, GemmTile::pingpong_128x128_cluster1x1,
-                           GemmTile::cooperative_256x192_cluster2x1>;
+                           GemmTile::cooperative_256x192_cluster2x1, GemmTile::cooperative_256x160_cluster2x1>;
 using ActivationTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_256x128_cluster2x1,
                                    GemmTile::pingpong_128x128_cluster2x1>;
 using TnTiles = BuiltTiles<GemmTile::cooperative_128x256_cluster2x1, GemmTile::cooperative_256x128_cluster2x1,
@@ -167,7 +168,7 @@ GemmSchedule tall_or_default_schedule(int64_t M, int64_t N) {
 }
 
 // The projections' GEMMs (N ≥ 4096) above 3k tokens on the 256 × 192 tile along N (below,
-// along M where its rounds allow: forward_schedule), measured
+// along M where its rounds allow: schedule_without_160), measured
 // on the H100 (NOTES.md, "The 256 × 192 tile"; replays interleaved): up to 16k tokens 0.96×
 // the tall tile's time at GLA's width (no swizzle: its 33 column tiles padded to 34 would add
 // a round) and 0.98–0.99× at GDN's (a swizzle of 2, which adds no round there); above, only
@@ -176,9 +177,15 @@ GemmSchedule tall_or_default_schedule(int64_t M, int64_t N) {
 // tall or default tile. Only the nt GEMM has this tile. SEQMIX_CHAINS_WIDE_TILE=0 turns it off.
 bool wide_tile_enabled() { return flag_from_environment("SEQMIX_CHAINS_WIDE_TILE", true); }
 
-}  // namespace
+// Above 3k tokens, 256 × 160 along N where the work its rounds hold (rounds × tile area) is
+// less than the choice by the rules above: cuBLAS's tile at GDN's 12320 columns (77 column
+// tiles, none padded), measured on the H100 at 0.988× the 256 × 192 tile at 8192 tokens and
+// 0.983× the tall tile at 32768 (NOTES.md, "The 256 × 160 tile"), and within 0.1 % of 256 × 192
+// at GLA's 32768, where the count ties. SEQMIX_CHAINS_TILE_160=0 turns it off.
+bool tile_160_enabled() { return flag_from_environment("SEQMIX_CHAINS_TILE_160", true); }
 
-GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K) {
+// The choice by the rules above, before forward_schedule weighs the 256 × 160 tile against it.
+GemmSchedule schedule_without_160(int64_t M, int64_t N, int64_t K) {
   constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
   constexpr int64_t kL2ResidentWeightBytes = int64_t(32) << 20;
   if (M <= 3072 && N >= 4096 && forward_rounds_enabled() && wide_tile_enabled()) {
@@ -199,6 +206,22 @@ GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K) {
     if (N * K * 2 <= kL2ResidentWeightBytes) return {kWide, Raster::along_n, 1};
   }
   return tall_or_default_schedule(M, N);
+}
+
+}  // namespace
+
+GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K) {
+  const GemmSchedule chosen = schedule_without_160(M, N, K);
+  if (M <= 3072 || N < 4096 || !forward_rounds_enabled() || !tile_160_enabled()) return chosen;
+  const int sms = dispatch_sm_count();
+  constexpr GemmTile k160 = GemmTile::cooperative_256x160_cluster2x1;
+  const auto rounds = [&](int swizzle) { return schedule_rounds({k160, Raster::along_n, swizzle}, M, N, sms); };
+  const GemmSchedule narrow{k160, Raster::along_n, M <= 16384 && rounds(2) <= rounds(1) ? 2 : 1};
+  const auto work = [&](GemmSchedule s) {
+    const TileGeometry g = tile_geometry(s.tile);
+    return schedule_rounds(s, M, N, sms) * g.rows * g.columns;
+  };
+  return work(narrow) < work(chosen) ? narrow : chosen;
 }
 
 void gemm_nt_bf16(int64_t M, int64_t N, int64_t K, Rows a, Rows b, MutableRows out, void* stream,

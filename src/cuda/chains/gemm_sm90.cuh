@@ -17,6 +17,12 @@
 #ifndef CUTLASS_ENABLE_GDC_FOR_SM90
 #define CUTLASS_ENABLE_GDC_FOR_SM90 1
 #endif
+// wgmma's N in steps of 8 (CuTe's selector otherwise takes only 256, 192, 128, 96, 64, ...):
+// the 256 × 160 tile then runs m64n160 products, not five m64n32 ones that each read A again.
+// The tiles whose width is one of the short list get the same product either way.
+#ifndef CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED
+#define CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED 1
+#endif
 
 #include <cutlass/cutlass.h>
 #include <cutlass/epilogue/collective/collective_builder.hpp>
@@ -76,6 +82,9 @@ struct TileConfig<GemmTile::pingpong_128x128_cluster1x1>
 template <>
 struct TileConfig<GemmTile::cooperative_256x192_cluster2x1>
     : TileTypes<Shape<_256, _192, _64>, Shape<_2, _1, _1>, false> {};
+template <>
+struct TileConfig<GemmTile::cooperative_256x160_cluster2x1>
+    : TileTypes<Shape<_256, _160, _64>, Shape<_2, _1, _1>, false> {};
 
 constexpr GemmTile kDefaultTile = GemmTile::cooperative_128x256_cluster2x1;
 

@@ -24,8 +24,11 @@ enum class GemmTile : int {
   // least shared memory a MAC of the cooperative tiles whose accumulators fit (192 floats a
   // consumer thread). NOTES.md, "The 256 × 192 tile".
   cooperative_256x192_cluster2x1,
+  // cuBLAS's choice at Gated DeltaNet's 12320 columns (nvjet 160 × 256, 4 stages, clusters of
+  // 2 along the tokens): 77 column tiles with no padding. NOTES.md, "The 256 × 160 tile".
+  cooperative_256x160_cluster2x1,
 };
-constexpr int kGemmTiles = 7;
+constexpr int kGemmTiles = 8;
 const char* gemm_tile_name(GemmTile tile);
 
 // A tile's shape in plain numbers (the tile scheduler's arithmetic on the host): CTA tile
@@ -35,7 +38,7 @@ struct TileGeometry {
 };
 inline constexpr TileGeometry kTileGeometry[kGemmTiles] = {
     {128, 256, 2, 1}, {128, 256, 1, 2}, {256, 128, 2, 1}, {256, 128, 1, 2}, {128, 128, 2, 1}, {128, 128, 1, 1},
-    {256, 192, 2, 1},
+    {256, 192, 2, 1}, {256, 160, 2, 1},
 };
 inline constexpr TileGeometry tile_geometry(GemmTile tile) { return kTileGeometry[static_cast<int>(tile)]; }
 
