@@ -361,15 +361,15 @@ void time_switch_interleaved(const Layer& layer, int64_t tokens, cudaStream_t st
   BenchForward forward(layer, tokens, stream);
   const int64_t W = forward.W;
   DeviceBf16 &x = forward.x, &weight = forward.weight, &out = forward.out;
-  const auto with_wide = [name](bool on, std::function<void()> issue) {
+  const auto with_switch = [name](bool on, std::function<void()> issue) {
     return with_environment(name, on ? "1" : "0", std::move(issue));
   };
   const auto plain = [&] {
     gemm_nt_bf16(tokens, W, kD, forward.x_rows(), forward.weight_rows(), forward.out_rows(), stream);
   };
   const auto chain = [&] { forward(); };
-  std::vector<std::function<void()>> runs = {with_wide(false, plain), with_wide(true, plain),
-                                             with_wide(false, chain), with_wide(true, chain)};
+  std::vector<std::function<void()>> runs = {with_switch(false, plain), with_switch(true, plain),
+                                             with_switch(false, chain), with_switch(true, chain)};
   // The tile in explicit orders: along M up to 3k tokens (the dispatch's order there), else
   // along N without and with a swizzle of 2.
   const std::vector<GemmSchedule> wide = tokens <= 3072

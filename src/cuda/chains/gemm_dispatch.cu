@@ -184,6 +184,13 @@ bool wide_tile_enabled() { return flag_from_environment("SEQMIX_CHAINS_WIDE_TILE
 // at GLA's 32768, where the count ties. SEQMIX_CHAINS_TILE_160=0 turns it off.
 bool tile_160_enabled() { return flag_from_environment("SEQMIX_CHAINS_TILE_160", true); }
 
+// A wide tile along N above 3k tokens: a swizzle of 2 up to 16k tokens where it adds no round
+// (for L2 reuse across the band of rows), none beyond.
+GemmSchedule along_n_schedule(GemmTile tile, int64_t M, int64_t N, int sms) {
+  const auto rounds = [&](int swizzle) { return schedule_rounds({tile, Raster::along_n, swizzle}, M, N, sms); };
+  return {tile, Raster::along_n, M <= 16384 && rounds(2) <= rounds(1) ? 2 : 1};
+}
+
 // The choice by the rules above, before forward_schedule weighs the 256 × 160 tile against it.
 GemmSchedule schedule_without_160(int64_t M, int64_t N, int64_t K) {
   constexpr GemmTile kWide = GemmTile::cooperative_256x192_cluster2x1;
@@ -199,12 +206,9 @@ GemmSchedule schedule_without_160(int64_t M, int64_t N, int64_t K) {
     if (3 * schedule_rounds(wide, M, N, sms) <= 2 * schedule_rounds(tall, M, N, sms)) return wide;
     return tall;
   }
-  if (M > 3072 && N >= 4096 && forward_rounds_enabled() && wide_tile_enabled()) {
-    const int sms = dispatch_sm_count();
-    const auto wide_rounds = [&](int swizzle) { return schedule_rounds({kWide, Raster::along_n, swizzle}, M, N, sms); };
-    if (M <= 16384) return {kWide, Raster::along_n, wide_rounds(2) <= wide_rounds(1) ? 2 : 1};
-    if (N * K * 2 <= kL2ResidentWeightBytes) return {kWide, Raster::along_n, 1};
-  }
+  if (M > 3072 && N >= 4096 && forward_rounds_enabled() && wide_tile_enabled() &&
+      (M <= 16384 || N * K * 2 <= kL2ResidentWeightBytes))
+    return along_n_schedule(kWide, M, N, dispatch_sm_count());
   return tall_or_default_schedule(M, N);
 }
 
@@ -214,9 +218,7 @@ GemmSchedule forward_schedule(int64_t M, int64_t N, int64_t K) {
   const GemmSchedule chosen = schedule_without_160(M, N, K);
   if (M <= 3072 || N < 4096 || !forward_rounds_enabled() || !tile_160_enabled()) return chosen;
   const int sms = dispatch_sm_count();
-  constexpr GemmTile k160 = GemmTile::cooperative_256x160_cluster2x1;
-  const auto rounds = [&](int swizzle) { return schedule_rounds({k160, Raster::along_n, swizzle}, M, N, sms); };
-  const GemmSchedule narrow{k160, Raster::along_n, M <= 16384 && rounds(2) <= rounds(1) ? 2 : 1};
+  const GemmSchedule narrow = along_n_schedule(GemmTile::cooperative_256x160_cluster2x1, M, N, sms);
   const auto work = [&](GemmSchedule s) {
     const TileGeometry g = tile_geometry(s.tile);
     return schedule_rounds(s, M, N, sms) * g.rows * g.columns;
