@@ -124,6 +124,18 @@ struct BackwardStateStages {
   ~BackwardStateStages() { cuda::gla_set_backward_state_stages(before); }
 };
 
+// Selects where the backward walks dL/dS for one test, and restores it.
+struct BackwardStateWalk {
+  cuda::GlaBackwardStateWalk before = cuda::gla_backward_state_walk();
+  explicit BackwardStateWalk(cuda::GlaBackwardStateWalk walk) { cuda::gla_set_backward_state_walk(walk); }
+  ~BackwardStateWalk() { cuda::gla_set_backward_state_walk(before); }
+};
+
+// Launches of one name among a profiled backward's.
+int launches_of(const std::vector<std::string>& launches, const char* kernel) {
+  return static_cast<int>(std::count(launches.begin(), launches.end(), std::string(kernel)));
+}
+
 // The oracle's forward of one case's inputs, and the device's (by the forms selected) checked
 // against it.
 struct ForwardCheck {
@@ -319,11 +331,28 @@ TEST_P(GlaCuda, BackwardTallTilingMatchesOracle) {
   backward_matches_oracle(GetParam());
 }
 
-// The default backward with the dL/dS walk's copies three stages deep.
+// The default backward with the separate dL/dS walk, its copies three stages deep.
 TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
+  const BackwardStateWalk walk(cuda::GlaBackwardStateWalk::separate);
   const BackwardStateStages stages(3);
   backward_matches_oracle(GetParam());
+}
+
+// The default backward by each dL/dS walk, the forward's chunk states saved: every gradient
+// against the oracle, and the walk that ran: split sequences always walk separately, unsplit
+// ones inside the gradient kernel when fused is chosen.
+TEST_P(GlaCuda, BackwardStateWalksMatchOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const auto form : {cuda::GlaBackwardStateWalk::separate, cuda::GlaBackwardStateWalk::fused}) {
+    const BackwardStateWalk walk(form);
+    const std::vector<std::string> launches = backward_matches_oracle(GetParam(), true);
+    const int separate = launches_of(launches, "gla backward state gradients"),
+              fused = launches_of(launches, "gla backward (fused dL/dS walk)"),
+              split = launches_of(launches, "gla backward chain segments");
+    EXPECT_EQ(separate + fused, 1) << "walks of dL/dS";
+    EXPECT_EQ(fused, form == cuda::GlaBackwardStateWalk::fused && split == 0 ? 1 : 0) << "fused walks";
+  }
 }
 
 // The forward saving every chunk's entering state (GlaOutputs::chunk_states) and the backward
@@ -339,7 +368,7 @@ TEST_P(GlaCuda, SavedStatesMatchesOracle) {
     EXPECT_NE(kernel, "gla chunk states") << "the backward walked its states";
     EXPECT_NE(kernel, "gla forward segment states") << "the backward walked its segments";
   }
-  EXPECT_EQ(std::count(launches.begin(), launches.end(), std::string("gla backward state gradients")), 1)
+  EXPECT_EQ(launches_of(launches, "gla backward state gradients") + launches_of(launches, "gla backward (fused dL/dS walk)"), 1)
       << "walks of dL/dS";
 }
 
@@ -370,7 +399,8 @@ INSTANTIATE_TEST_SUITE_P(
         GpuGlaCase{"bf16_varlen_long", 1, 2100, 2, 128, 128, DType::bf16, false, -0.1, 0.0, {0, 700, 701, 2100}},
         GpuGlaCase{"f16_T1000_decay20_K64", 2, 1000, 2, 64, 192, DType::f16, true, -20.0, -5.0, {}},
         GpuGlaCase{"bf16_unsplit_B4_H17", 4, 300, 17, 64, 64, DType::bf16, true, -0.3, 0.0, {}},
-        GpuGlaCase{"f16_split_T5000", 1, 5000, 1, 128, 128, DType::f16, true, -0.05, 0.0, {}}),
+        GpuGlaCase{"f16_split_T5000", 1, 5000, 1, 128, 128, DType::f16, true, -0.05, 0.0, {}},
+        GpuGlaCase{"bf16_unsplit_varlen_H20", 1, 1500, 20, 128, 128, DType::bf16, true, -0.3, 0.0, {0, 1, 200, 777, 1500}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Every pair of head dimensions in {64, 128, 256} (K = 256 runs as two key blocks of 128
