@@ -124,18 +124,6 @@ struct BackwardStateStages {
   ~BackwardStateStages() { cuda::gla_set_backward_state_stages(before); }
 };
 
-// Selects where the backward walks dL/dS for one test, and restores it.
-struct BackwardStateWalk {
-  cuda::GlaBackwardStateWalk before = cuda::gla_backward_state_walk();
-  explicit BackwardStateWalk(cuda::GlaBackwardStateWalk walk) { cuda::gla_set_backward_state_walk(walk); }
-  ~BackwardStateWalk() { cuda::gla_set_backward_state_walk(before); }
-};
-
-// Launches of one name among a profiled backward's.
-int launches_of(const std::vector<std::string>& launches, const char* kernel) {
-  return static_cast<int>(std::count(launches.begin(), launches.end(), std::string(kernel)));
-}
-
 // The oracle's forward of one case's inputs, and the device's (by the forms selected) checked
 // against it.
 struct ForwardCheck {
@@ -331,28 +319,11 @@ TEST_P(GlaCuda, BackwardTallTilingMatchesOracle) {
   backward_matches_oracle(GetParam());
 }
 
-// The default backward with the separate dL/dS walk, its copies three stages deep.
+// The default backward with the dL/dS walk's copies three stages deep.
 TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const BackwardStateWalk walk(cuda::GlaBackwardStateWalk::separate);
   const BackwardStateStages stages(3);
   backward_matches_oracle(GetParam());
-}
-
-// The default backward by each dL/dS walk, the forward's chunk states saved: every gradient
-// against the oracle, and the walk that ran: split sequences always walk separately, unsplit
-// ones inside the gradient kernel when fused is chosen.
-TEST_P(GlaCuda, BackwardStateWalksMatchOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  for (const auto form : {cuda::GlaBackwardStateWalk::separate, cuda::GlaBackwardStateWalk::fused}) {
-    const BackwardStateWalk walk(form);
-    const std::vector<std::string> launches = backward_matches_oracle(GetParam(), true);
-    const int separate = launches_of(launches, "gla backward state gradients"),
-              fused = launches_of(launches, "gla backward (fused dL/dS walk)"),
-              split = launches_of(launches, "gla backward chain segments");
-    EXPECT_EQ(separate + fused, 1) << "walks of dL/dS";
-    EXPECT_EQ(fused, form == cuda::GlaBackwardStateWalk::fused && split == 0 ? 1 : 0) << "fused walks";
-  }
 }
 
 // The forward saving every chunk's entering state (GlaOutputs::chunk_states) and the backward
@@ -368,7 +339,7 @@ TEST_P(GlaCuda, SavedStatesMatchesOracle) {
     EXPECT_NE(kernel, "gla chunk states") << "the backward walked its states";
     EXPECT_NE(kernel, "gla forward segment states") << "the backward walked its segments";
   }
-  EXPECT_EQ(launches_of(launches, "gla backward state gradients") + launches_of(launches, "gla backward (fused dL/dS walk)"), 1)
+  EXPECT_EQ(std::count(launches.begin(), launches.end(), std::string("gla backward state gradients")), 1)
       << "walks of dL/dS";
 }
 
@@ -384,8 +355,9 @@ TEST_P(GlaCuda, BackwardRowWalkMatchesOracle) {
 // leave partial chunks and sequences that start mid-chunk; decays from near 0 (the state
 // carries over thousands of tokens) to −20 (every product underflows but the diagonal's).
 // Grids of fewer than half the SMs' blocks split each sequence into segments (most cases
-// here; the backward's state passes split the same way); T ≤ 192 and bf16_unsplit_B4_H17
-// take the unsplit path. Every case runs the forward and the backward.
+// here; the backward's state passes split the same way); T ≤ 192, bf16_unsplit_B4_H17 and
+// bf16_unsplit_varlen_H20 (uneven sequences, one of length 1) take the unsplit path. Every
+// case runs the forward and the backward.
 INSTANTIATE_TEST_SUITE_P(
     Cases, GlaCuda,
     ::testing::Values(

@@ -254,15 +254,6 @@ void compare_forward_tilings(int64_t B, int64_t T) {
   cuda::gla_set_forward_tiling(tiling_before);
 }
 
-// A process-wide choice (params.hpp) set for a scope and restored at its end.
-template <class T>
-struct Chosen {
-  void (*set)(T);
-  T before;
-  Chosen(T (*get)(), void (*set_to)(T), T value) : set(set_to), before(get()) { set(value); }
-  ~Chosen() { set(before); }
-};
-
 // The backward with its dL/dS walk's copies two and three stages deep (params.hpp
 // gla_backward_state_stages), side by side on the same inputs, alternated twice: medians of 20
 // event-timed runs after 3 warm-ups, then one profiled run each (launches). Asserts that the
@@ -271,8 +262,6 @@ void compare_state_stages(int64_t B, int64_t T) {
   TimingInputs in(B, T);
   auto backward = [&] { in.backward(); };
   const int before = cuda::gla_backward_state_stages();
-  const Chosen separate(cuda::gla_backward_state_walk, cuda::gla_set_backward_state_walk,
-                        cuda::GlaBackwardStateWalk::separate);  // the stages are the separate walk's
   std::printf("gla backward B%lld T%lld H16 K128 V128 bf16 by dL/dS walk stages, medians of 20:\n",
               static_cast<long long>(B), static_cast<long long>(T));
   std::vector<double> first_dq, first_dg;
@@ -295,57 +284,14 @@ void compare_state_stages(int64_t B, int64_t T) {
   cuda::gla_set_backward_state_stages(before);
 }
 
-// The backward's dL/dS walk separate and fused into the gradient kernel (params.hpp
-// GlaBackwardStateWalk), side by side on the same inputs with the forward's saved chunk states
-// (the training path), alternated separate fused three times: medians of 20 event-timed
-// backwards and forward+backwards after 3 warm-ups, then one profiled backward each
-// (launches). Asserts that the gradients agree within the bf16 bound and which kernels ran.
-void compare_state_walks(int64_t B, int64_t T) {
-  TimingInputs in(B, T);
-  DeviceTensor table(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
-  auto backward = [&] { in.backward(table.view); };
-  auto forward_backward = [&] { in.forward(table.view), in.backward(table.view); };
-  const Chosen walk(cuda::gla_backward_state_walk, cuda::gla_set_backward_state_walk,
-                    cuda::GlaBackwardStateWalk::separate);
-  std::printf("gla B%lld T%lld H16 K128 V128 bf16 by dL/dS walk, saved states, medians of 20:\n",
-              static_cast<long long>(B), static_cast<long long>(T));
-  in.forward(table.view);
-  std::vector<double> first_dq, first_dk, first_dv, first_dg;
-  for (int round = 0; round < 3; ++round)
-    for (const cuda::GlaBackwardStateWalk form : {cuda::GlaBackwardStateWalk::separate, cuda::GlaBackwardStateWalk::fused}) {
-      cuda::gla_set_backward_state_walk(form);
-      const bool fused = form == cuda::GlaBackwardStateWalk::fused;
-      const float bwd = median_ms(backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
-      const float both = median_ms(forward_backward, {.reps = 20, .warmups = 3, .flush_l2 = false});
-      std::printf("  %-8s backward %.4f ms, forward+backward %.4f ms\n", fused ? "fused" : "separate", bwd, both);
-      if (round > 0) continue;
-      for (auto* d : {&in.d_dq, &in.d_dk, &in.d_dv, &in.d_dg}) cuda_ok(cudaMemset(d->ptr, 0xff, d->bytes));
-      cuda::gla_profile_start();
-      backward();
-      const GlaProfile profile = cuda::gla_profile_stop();
-      print_launches(fused ? "fused" : "separate", profile);
-      int walks = 0, fused_kernels = 0;
-      for (const auto& l : profile.launches) {
-        walks += l.kernel == "gla backward state gradients";
-        fused_kernels += l.kernel == "gla backward (fused dL/dS walk)";
-      }
-      EXPECT_EQ(walks, fused ? 0 : 1) << "separate dL/dS walks";
-      EXPECT_EQ(fused_kernels, fused ? 1 : 0) << "fused gradient kernels";
-      const std::vector<double> dq = in.d_dq.values(in.dq), dk = in.d_dk.values(in.dk), dv = in.d_dv.values(in.dv),
-                                dg = in.d_dg.values(in.dg);
-      if (!fused) {
-        first_dq = dq, first_dk = dk, first_dv = dv, first_dg = dg;
-        continue;
-      }
-      std::printf("  fused against separate, relative differences: dq %.2e dk %.2e dv %.2e dg %.2e\n",
-                  rel_err(dq, first_dq), rel_err(dk, first_dk), rel_err(dv, first_dv), rel_err(dg, first_dg));
-      const double tol = tolerance(DType::bf16);
-      EXPECT_LT(rel_err(dq, first_dq), tol) << "dq";
-      EXPECT_LT(rel_err(dk, first_dk), tol) << "dk";
-      EXPECT_LT(rel_err(dv, first_dv), tol) << "dv";
-      EXPECT_LT(rel_err(dg, first_dg), tol) << "dg";
-    }
-}
+// A process-wide choice (params.hpp) set for a scope and restored at its end.
+template <class T>
+struct Chosen {
+  void (*set)(T);
+  T before;
+  Chosen(T (*get)(), void (*set_to)(T), T value) : set(set_to), before(get()) { set(value); }
+  ~Chosen() { set(before); }
+};
 
 // Two forms of one process-wide forward choice (params.hpp) side by side on the same inputs,
 // with the tensor-core diagonal and the tall tiling, alternated three times: forward medians
@@ -484,13 +430,6 @@ TEST(GlaCudaTiming, BackwardStateStagesB8T2048) {
 TEST(GlaCudaTiming, BackwardStateStagesB1T32768) {
   SKIP_WITHOUT_CUDA_DEVICE();
   compare_state_stages(1, 32768);
-}
-
-// The unsplit shapes of the table (at B·T = 16384, 16 heads: B ≥ 8), one process.
-TEST(GlaCudaTiming, BackwardStateWalks) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  compare_state_walks(8, 2048);
-  compare_state_walks(16, 1024);
 }
 
 TEST(GlaCudaTiming, ForwardTilingsB8T2048) {

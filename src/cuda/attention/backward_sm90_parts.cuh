@@ -7,7 +7,6 @@
 #include <cuda.h>
 
 #include <cstdint>
-#include <mutex>
 
 #include "cuda/attention/backward.cuh"
 #include "cuda/attention/launch.cuh"
@@ -347,43 +346,6 @@ inline CUtensorMap dq_workspace_map(float* dq, int width, const AttentionParams&
                                                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   if (status != CUDA_SUCCESS) check(cudaErrorInvalidValue, "cuTensorMapEncodeTiled (attention dQ workspace)");
   return map;
-}
-
-// Stream-ordered allocation of the workspace. Outside graph capture it comes from a
-// per-device pool that keeps its memory across synchronizations: the default pool returns
-// freed memory at every synchronization, and mapping the workspace again (136 MB at B·S =
-// 16384, H = 16, D = 128) cost ~0.2 ms of host time per backward on the H100. The pool holds
-// the largest workspace used so far. Under capture the default pool (graph memory nodes).
-inline void* allocate_workspace(size_t bytes, cudaStream_t stream) {
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  check(cudaStreamIsCapturing(stream, &capture), "cudaStreamIsCapturing(attention dQ)");
-  void* ptr = nullptr;
-  if (capture != cudaStreamCaptureStatusNone) {
-    check(cudaMallocAsync(&ptr, bytes, stream), "cudaMallocAsync(attention dQ)");
-    return ptr;
-  }
-  static std::mutex mutex;
-  static cudaMemPool_t pools[64] = {};
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice(attention dQ)");
-  cudaMemPool_t pool;
-  {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!pools[device]) {
-      cudaMemPoolProps props = {};
-      props.allocType = cudaMemAllocationTypePinned;
-      props.handleTypes = cudaMemHandleTypeNone;
-      props.location.type = cudaMemLocationTypeDevice;
-      props.location.id = device;
-      check(cudaMemPoolCreate(&pools[device], &props), "cudaMemPoolCreate(attention dQ)");
-      uint64_t keep = UINT64_MAX;
-      check(cudaMemPoolSetAttribute(pools[device], cudaMemPoolAttrReleaseThreshold, &keep),
-            "cudaMemPoolSetAttribute(attention dQ)");
-    }
-    pool = pools[device];
-  }
-  check(cudaMallocFromPoolAsync(&ptr, bytes, pool, stream), "cudaMallocFromPoolAsync(attention dQ)");
-  return ptr;
 }
 
 // Floats of the workspace: dQ accumulators (`dq_width` a row), lse2 and delta for every

@@ -1,6 +1,6 @@
-// Helpers of the chains' launchers. Stream-ordered scratch: allocated from a memory pool
-// on the caller's stream (cudaMallocFromPoolAsync) and given back on that stream when it leaves
-// scope, so kernels queued before the free still see it. The chains' intermediates (the
+// Helpers of the chains' launchers. Stream-ordered scratch: allocated from the device's
+// scratch pool (common/runtime.cuh scratch_pool) on the caller's stream and given back on that
+// stream when it leaves scope, so kernels queued before the free still see it. The chains' intermediates (the
 // column vectors, dz, the normalised gated heads) live here: the public API has no
 // workspace argument, as for gla (src/cuda/gla/launch.cuh).
 #pragma once
@@ -8,10 +8,8 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
-#include <array>
 #include <cstddef>
 #include <cstdint>
-#include <mutex>
 
 #include "cuda/common/runtime.cuh"
 #include "seqmix/error.hpp"
@@ -20,37 +18,13 @@ namespace seqmix::cuda::chains {
 
 using bf16 = __nv_bfloat16;
 
-// The chains' own memory pool on the current device, created on first use, that keeps what
-// is freed (no release threshold): the device's default pool gives its memory back at every
-// synchronisation (threshold 0), so each call re-mapped its scratch (up to 0.8 GB of dz in
-// the backward), a driver cost in the GPU timeline of every call. The price: the largest
-// scratch a process has used stays reserved, as in PyTorch's caching allocator.
-inline cudaMemPool_t scratch_pool() {
-  int device = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  static std::mutex mutex;
-  static std::array<cudaMemPool_t, 64> pools{};
-  const std::lock_guard<std::mutex> lock(mutex);
-  if (device >= static_cast<int>(pools.size())) throw Error("seqmix: chain scratch: device index above 63");
-  if (!pools[device]) {
-    cudaMemPoolProps props{};
-    props.allocType = cudaMemAllocationTypePinned;
-    props.location.type = cudaMemLocationTypeDevice;
-    props.location.id = device;
-    check(cudaMemPoolCreate(&pools[device], &props), "chain scratch pool");
-    uint64_t keep = UINT64_MAX;
-    check(cudaMemPoolSetAttribute(pools[device], cudaMemPoolAttrReleaseThreshold, &keep), "chain scratch pool");
-  }
-  return pools[device];
-}
-
 template <class T>
 class Scratch {
  public:
   Scratch(size_t count, cudaStream_t stream) : stream_(stream) {
     if (count > 0)
       check(cudaMallocFromPoolAsync(reinterpret_cast<void**>(&data_), count * sizeof(T), scratch_pool(), stream),
-            "chain scratch");
+            "chain scratch");  // the pool that keeps its memory (common/runtime.cuh), under capture too
   }
   ~Scratch() {
     if (data_) cudaFreeAsync(data_, stream_);

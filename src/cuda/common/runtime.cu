@@ -1,8 +1,10 @@
-// CUDA runtime helpers shared by the kernels: device queries and launch checks.
+// CUDA runtime helpers shared by the kernels: device queries, launch checks and call scratch.
 #include <cuda_runtime.h>
 
+#include <mutex>
 #include <string>
 
+#include "cuda/common/environment.hpp"
 #include "cuda/common/runtime.cuh"
 #include "seqmix/error.hpp"
 
@@ -28,6 +30,38 @@ int multiprocessor_count() {
   check(cudaGetDevice(&device), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute (SM count)");
   return sms;
+}
+
+cudaMemPool_t scratch_pool() {
+  static std::mutex mutex;
+  static cudaMemPool_t pools[64] = {};
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice (scratch pool)");
+  if (device >= 64) throw Error("seqmix: scratch pool: device index above 63");
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!pools[device]) {
+    cudaMemPoolProps props = {};
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = device;
+    check(cudaMemPoolCreate(&pools[device], &props), "cudaMemPoolCreate (scratch pool)");
+    uint64_t keep = UINT64_MAX;
+    check(cudaMemPoolSetAttribute(pools[device], cudaMemPoolAttrReleaseThreshold, &keep),
+          "cudaMemPoolSetAttribute (scratch pool)");
+  }
+  return pools[device];
+}
+
+void* stream_scratch(size_t bytes, cudaStream_t stream, const char* what) {
+  // SEQMIX_SCRATCH_POOL_KEEP=0 (read once): the default pool outside capture too, to time the difference.
+  static const bool keep = flag_from_environment("SEQMIX_SCRATCH_POOL_KEEP", true);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  check(cudaStreamIsCapturing(stream, &capture), what);
+  void* ptr = nullptr;
+  if (capture != cudaStreamCaptureStatusNone || !keep) check(cudaMallocAsync(&ptr, bytes, stream), what);
+  else check(cudaMallocFromPoolAsync(&ptr, bytes, scratch_pool(), stream), what);
+  return ptr;
 }
 
 }  // namespace seqmix::cuda

@@ -708,117 +708,27 @@ struct CarriedIn {
   }
 };
 
-// The dL/dS walk inside the gradient kernel (params.hpp GlaBackwardStateWalk::fused): one block
-// walks its sequence's chunks from the last down (walking_gradient_kernel), so the walk's step
-//   H_before = e^{b_last} ⊙ H + scale·(q ⊙ e^{b})ᵀ do
-// takes q ⊙ e^{b} and do from the tiles the chunk's gradients load anyway. H (dL/dS at the end
-// of the chunk being walked) lives in two per-block slabs in global memory (L2 holds them: 96 KB
-// a block at K = V = 128): float [KD, V] for the sums, and rounded to E for the value slices'
-// copies, which read it where they read the dL/dS table in the separate walk. Warp w owns rows
-// 16·(w % RB) of each value slice and a CS-th of its columns; every lane reads and writes only
-// its own fragments of the float slab, and the rounded slab is read by the next chunk's copies,
-// after the block's barriers (which order global memory for the block: no fence, since a fence
-// would also wait for the next slice's copies in flight). !kEnabled: nothing.
-template <class E, int KD, int kSlice, bool kEnabled>
-struct FusedWalk {
-  static constexpr int RB = KD / 16, CS = kThreads / 32 / RB, CW = kSlice / CS, NT = CW / 8;
-  static_assert(RB * CS == kThreads / 32 && NT % 2 == 0, "the warps tile a value slice");
-  float* sums = nullptr;  // float [KD, V], pitch V: the block's rows
-  E* rounded = nullptr;   // the same rounded to E
-  int64_t V = 0;
-  int m0 = 0, n0 = 0, row = 0, col = 0;
-  float old[NT][4];  // this lane's fragments of the next slice, fetched a slice ahead
-
-  __device__ FusedWalk() = default;
-  __device__ FusedWalk(float* sums_, E* rounded_, int64_t V_, int warp, int lane)
-      : sums(sums_), rounded(rounded_), V(V_), m0(16 * (warp % RB)), n0(CW * (warp / RB)),
-        row(m0 + lane / 4), col(n0 + 2 * (lane % 4)) {}
-
-  __device__ int64_t at(int e, int nt, int v0) const { return (row + 8 * (e / 2)) * V + v0 + col + 8 * nt; }
-  // Every slice of the float slab from `start` ([.., K, V] floats at the block's rows) or zeros,
-  // and its rounding; before the block's first chunk.
-  __device__ void begin(const float* start) {
-    if constexpr (kEnabled) {
-      for (int v0 = 0; v0 < V; v0 += kSlice)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; e += 2) {
-            const float2 x = start ? *reinterpret_cast<const float2*>(start + at(e, nt, v0)) : make_float2(0.0f, 0.0f);
-            *reinterpret_cast<float2*>(sums + at(e, nt, v0)) = x;
-            *reinterpret_cast<uint32_t*>(rounded + at(e, nt, v0)) = pack2<E>(x.x, x.y);
-          }
-    }
-  }
-  __device__ void fetch(int v0) {
-    if constexpr (kEnabled) {
-      if (v0 >= V) return;
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const float2 x = *reinterpret_cast<const float2*>(sums + at(e, nt, v0));
-          old[nt][e] = x.x, old[nt][e + 1] = x.y;
-        }
-    }
-  }
-  // The step over value slice v0: keys = q ⊙ e^{b} [64, KD] (pitch PK), d_o the slice's [64,
-  // kSlice] tile (pitch PS), decay = e^{b_last} per key channel. After the slice's copies landed
-  // (the rounded slab's slice is read), before the barrier that ends the slice.
-  template <int PK, int PS>
-  __device__ void step(const E* keys, const E* d_o, const float* decay, float scale, int v0, int lane) {
-    if constexpr (kEnabled) {
-      float acc[NT][4] = {};
-      mma_block<true, false>(acc, keys, PK, d_o, PS, m0, n0, 0, kChunk, lane);
-      const float d[2] = {decay[row], decay[row + 8]};
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const float x = d[e / 2] * old[nt][e] + scale * acc[nt][e];
-          const float y = d[e / 2] * old[nt][e + 1] + scale * acc[nt][e + 1];
-          *reinterpret_cast<float2*>(sums + at(e, nt, v0)) = make_float2(x, y);
-          *reinterpret_cast<uint32_t*>(rounded + at(e, nt, v0)) = pack2<E>(x, y);
-        }
-    }
-  }
-  // The float slab (dL/dS at the sequence's start once every chunk is walked) into `out`.
-  __device__ void end(float* out) const {
-    if constexpr (kEnabled) {
-      for (int v0 = 0; v0 < V; v0 += kSlice)
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-          for (int e = 0; e < 4; e += 2)
-            *reinterpret_cast<float2*>(out + at(e, nt, v0)) = *reinterpret_cast<const float2*>(sums + at(e, nt, v0));
-    }
-  }
-};
-
 // kQuadWalk (with kQuads only): the token walks by quads and the Σ H ⊙ S_0 reads 16 bytes a
 // load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
 // thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
 // kCarryIn: split sequences' chunks before their last segment take the carry-in (CarriedIn);
 // without it every chunk must be unsplit.
-// kWalk: the dL/dS walk fused (FusedWalk; unsplit sequences only): H is read from the walk's
-// rounded slab, and each value slice's step of the walk runs beside the slice's products.
-template <class E, int KD, bool kWalk>
-using GradWalk = FusedWalk<E, KD, GradSmem<E, KD>::kSlice, kWalk>;
-
-// The gradients of chunk `chunk` of sequence n (span seq), head h, key block kb, by one block.
-template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail, bool kCarryIn, bool kWalk>
-__device__ __forceinline__ void chunk_gradients(const GlaParams& p, int64_t chunk, int64_t h, int64_t n,
-                                                const KeyBlock& kb, const Span& seq, GradWalk<E, KD, kWalk>& walk) {
+template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false, bool kCarryIn = true>
+__global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
   static_assert(kQuads || !kQuadWalk, "the quad walk takes the tensor-core diagonal");
   static_assert(kQuadWalk || !kWideTail, "the wide tail comes with the quad walk");
-  static_assert(!(kWalk && kCarryIn), "the fused walk is unsplit");
   using Sm = GradSmem<E, KD>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
   constexpr int PK = Sm::PK, PA = Sm::PA, PS = Sm::PS, PF = Sm::PF, kSlice = Sm::kSlice;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  // blockIdx.x = chunk · key blocks + key block (forward.cuh KeyBlock; no value blocks here).
+  const int64_t chunk = blockIdx.x / p.key_blocks, h = blockIdx.y, n = blockIdx.z;
+  const KeyBlock kb{(blockIdx.x % p.key_blocks) * KD, 0, blockIdx.x % p.key_blocks};
   const int64_t key0 = kb.key0;
+  const Span seq = sequence_span(p, n);
   const int64_t t0 = chunk * kChunk;
+  if (t0 >= seq.length) return;  // a chunk past a shorter sequence's end
   const int valid = static_cast<int>(min(static_cast<int64_t>(kChunk), seq.length - t0));
   auto row0 = [&](const GlaTokens& x, int64_t col) {
     return static_cast<E*>(x.data) + seq.batch * x.stride_batch + (seq.start + t0) * x.stride_time +
@@ -826,7 +736,7 @@ __device__ __forceinline__ void chunk_gradients(const GlaParams& p, int64_t chun
   };
   const int64_t slot = chunk_slot(p, n, h, chunk);
   const E* const S0_all = static_cast<const E*>(p.chunk_states) + kb.state(p, slot);
-  const E* const H_all = kWalk ? walk.rounded : static_cast<const E*>(p.chunk_state_grads) + kb.state(p, slot);
+  const E* const H_all = static_cast<const E*>(p.chunk_state_grads) + kb.state(p, slot);
   // The value slices. At K = 128 a second stage lives in the bytes of e^{g} and q_start,
   // which nothing reads once A is formed ({v, S_0} and {do, H}, 15 KB of 17 KB each), so
   // each slice lands during the one before; at K = 64 one stage (no room for that split).
@@ -866,7 +776,6 @@ __device__ __forceinline__ void chunk_gradients(const GlaParams& p, int64_t chun
   issue_slice(0, 0);  // lands while A is formed
   CarriedIn<E, KD, kSlice, kCarryIn> carried_in(p, kb, n, h, chunk, tid);
   carried_in.fetch(0);
-  walk.fetch(0);
   copy_async_wait_pending<1>();
   __syncthreads();
   phases.mark(kGlaGradientLoads);
@@ -884,15 +793,6 @@ __device__ __forceinline__ void chunk_gradients(const GlaParams& p, int64_t chun
   phases.mark(kGlaGradientPairs);
   copy_async_wait_all();
   carried_in.add(slice_view(0).H, PS);
-  // The walk's keys q ⊙ e^{b}: with two stages q_start's bytes take the second, so a copy goes
-  // to dA's, which nothing uses until the value loop ends.
-  E* const walk_keys = kTwoStages ? reinterpret_cast<E*>(s.dA) : s.q_start;
-  if constexpr (kWalk && kTwoStages) {
-    static_assert(kChunk * PK * sizeof(E) <= sizeof(s.dA), "q_start's copy fits in dA");
-#pragma unroll 1
-    for (int i = tid; i < kChunk * PK / 8; i += kThreads)
-      reinterpret_cast<uint4*>(walk_keys)[i] = reinterpret_cast<const uint4*>(s.q_start)[i];
-  }
   __syncthreads();
   phases.mark(kGlaGradientSlice);
   if constexpr (kQuads) {  // the raw q and k again (the quads' operands replaced them): they land during the value loop
@@ -923,8 +823,6 @@ __device__ __forceinline__ void chunk_gradients(const GlaParams& p, int64_t chun
     float attention[2][4] = {}, carried[2][4] = {};
     mma_block<true, false>(attention, s.scores, PA, t.d_o, PS, 16 * rb, 16 * side, 16 * rb, kChunk, lane);  // Aᵀ do
     mma_block<false, false>(carried, s.k_end, PK, t.H, PS, 16 * rb, 16 * side, 0, KD, lane);  // k_end H
-    walk.template step<PK, PS>(walk_keys, t.d_o, s.decay_all, p.scale, v0, lane);
-    walk.fetch(v0 + kSlice);
     E* const dv = row0(p.dv, v0);
     float* const dv_partial = kb.partial(p, seq.batch, seq.start + t0, h, v0);  // key blocks: this block's share
     const int64_t dv_stride = dv_partial ? p.H * p.V : p.dv.stride_time;
@@ -1196,73 +1094,14 @@ __device__ __forceinline__ void chunk_gradients(const GlaParams& p, int64_t chun
   if (phases.counters) atomicAdd(p.phase_cycles + kGlaGradientBlocks, 1ull);
 }
 
-// One block per (chunk, head, sequence), all independent, H from the dL/dS table.
-template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false, bool kCarryIn = true>
-__global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
-  // blockIdx.x = chunk · key blocks + key block (forward.cuh KeyBlock; no value blocks here).
-  const int64_t chunk = blockIdx.x / p.key_blocks, h = blockIdx.y, n = blockIdx.z;
-  const KeyBlock kb{(blockIdx.x % p.key_blocks) * KD, 0, blockIdx.x % p.key_blocks};
-  const Span seq = sequence_span(p, n);
-  if (chunk * kChunk >= seq.length) return;  // a chunk past a shorter sequence's end
-  GradWalk<E, KD, false> no_walk;
-  chunk_gradients<E, KD, kQuads, kQuadWalk, kWideTail, kCarryIn, false>(p, chunk, h, n, kb, seq, no_walk);
-}
-
-// One block per (key block, head, sequence) walks the sequence's chunks from the last down, H
-// carried by the fused walk from d final state (zero without one) to d initial state. Unsplit
-// sequences only; the default gradient kernel's form (tensor-core diagonal, quad walk, wide tail).
-template <class E, int KD>
-__global__ void __launch_bounds__(kThreads, 1) walking_gradient_kernel(const GlaParams p, float* sums, E* rounded) {
-  const int64_t h = blockIdx.y, n = blockIdx.z;
-  const KeyBlock kb{static_cast<int64_t>(blockIdx.x) * KD, 0, blockIdx.x};
-  const Span seq = sequence_span(p, n);
-  const int64_t rows = kb.state(p, n * p.H + h);
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  GradWalk<E, KD, true> walk(sums + rows, rounded + rows, p.V, warp, lane);
-  walk.begin(p.d_final_state ? p.d_final_state + rows : nullptr);
-  __syncthreads();  // the rounded slab is in before the first chunk's copies read it
-  for (int64_t chunk = (seq.length + kChunk - 1) / kChunk - 1; chunk >= 0; --chunk) {
-    chunk_gradients<E, KD, true, true, true, false, true>(p, chunk, h, n, kb, seq, walk);
-    __syncthreads();  // the chunk's tiles are read before the next chunk's copies land
-  }
-  if (p.d_initial_state) walk.end(p.d_initial_state + rows);
-}
-
 // ---- Launch ----
 
 inline size_t state_table_bytes(const GlaParams& p) {
   return static_cast<size_t>(p.num_sequences * p.H * p.max_chunks * p.K * p.V) * 2;  // 16-bit elements
 }
 
-// Whether the backward walks dL/dS inside the gradient kernel (FusedWalk,
-// walking_gradient_kernel): unsplit, the default gradient kernel's form, and the walk chosen
-// fused, or automatic where the fused grid (a block a key block, head and sequence, each
-// walking all its chunks) fills at least 85 % of its waves' SM slots and no sequence is
-// shorter than another. The separate walk costs ≈ 11 % of the backward at B8 T2048 (NOTES.md,
-// the fused walk), so a fused grid that leaves more SMs idle than that loses.
-inline bool fused_state_walk(const GlaParams& p) {
-  const GlaBackwardStateWalk walk = gla_backward_state_walk();
-  if (p.segments > 1 || walk == GlaBackwardStateWalk::separate ||
-      gla_backward_diagonal() != GlaBackwardDiagonal::tensor_cores ||
-      gla_backward_walk() != GlaBackwardWalk::quads || gla_backward_tail() != GlaBackwardTail::wide)
-    return false;
-  if (walk == GlaBackwardStateWalk::fused) return true;
-  const int64_t blocks = p.num_sequences * p.H * p.key_blocks, sms = multiprocessor_count();
-  const int64_t waves = (blocks + sms - 1) / sms;
-  return p.cu_seqlens == nullptr && 100 * blocks >= 85 * waves * sms;
-}
-
-// dL/dS in the scratch: the table, or with the fused walk its slabs ([N, H, K, V] floats, then
-// the same rounded to 16 bits).
-inline size_t state_grad_bytes(const GlaParams& p) {
-  if (!fused_state_walk(p)) return state_table_bytes(p);
-  return static_cast<size_t>(p.num_sequences * p.H * p.K * p.V) * (sizeof(float) + 2);
-}
-
 // State tables in the scratch: dL/dS, and the chunk states unless the forward saved them.
-inline size_t scratch_state_bytes(const GlaParams& p) {
-  return state_grad_bytes(p) + (p.saved_chunk_states ? 0 : state_table_bytes(p));
-}
+inline int scratch_state_tables(const GlaParams& p) { return p.saved_chunk_states ? 1 : 2; }
 
 // Split: the segment tables, then every chunk's decay to its segment's end ([N, H,
 // max_chunks, K] floats, GlaParams::decay_to_segment_end).
@@ -1275,7 +1114,7 @@ inline size_t split_table_bytes(const GlaParams& p) {
 inline size_t backward_scratch_bytes(GlaParams p) {
   p.key_blocks = p.K == 256 ? 2 : 1;
   plan_segments(p, p.V / (p.V % 128 == 0 ? 128 : 64) * p.key_blocks);
-  return scratch_state_bytes(p) + split_table_bytes(p) + partial_bytes(p);
+  return scratch_state_tables(p) * state_table_bytes(p) + split_table_bytes(p) + partial_bytes(p);
 }
 
 template <class Kernel>
@@ -1306,15 +1145,15 @@ void launch_backward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
   p.key_blocks = p.K / KD;
   plan_segments(p, column_blocks<VB>(p));
-  const bool fused_walk = fused_state_walk(p);
-  const size_t split_bytes = split_table_bytes(p), tables = scratch_state_bytes(p);
+  const size_t table = state_table_bytes(p), split_bytes = split_table_bytes(p);
+  const size_t tables = scratch_state_tables(p) * table;
   const size_t bytes = tables + split_bytes + partial_bytes(p);
   void* scratch = p.scratch;
   const bool owned = scratch == nullptr || p.scratch_bytes < bytes;
-  if (owned) check(cudaMallocAsync(&scratch, bytes, stream), "gla backward workspace");
+  if (owned) scratch = stream_scratch(bytes, stream, "gla backward workspace");
   auto* base = static_cast<unsigned char*>(scratch);
   p.chunk_state_grads = base;
-  p.chunk_states = p.saved_chunk_states ? p.saved_chunk_states : base + state_grad_bytes(p);
+  p.chunk_states = p.saved_chunk_states ? p.saved_chunk_states : base + table;
   p.workspace = p.segments > 1 ? reinterpret_cast<float*>(base + tables) : nullptr;
   p.decay_to_segment_end = p.segments > 1 ? p.workspace + segment_table_floats(p) : nullptr;
   if (p.key_blocks > 1) use_partial(p, base + tables + split_bytes, stream);
@@ -1327,9 +1166,8 @@ void launch_backward(GlaParams p) {
     launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
   }
 
-  // dL/dS at every chunk's end, unless the gradient kernel walks it itself.
-  if (!fused_walk && gla_backward_state_stages() == 3) state_gradients<E, KD, VB, 3>(p, stream);
-  else if (!fused_walk) state_gradients<E, KD, VB, 2>(p, stream);
+  if (gla_backward_state_stages() == 3) state_gradients<E, KD, VB, 3>(p, stream);
+  else state_gradients<E, KD, VB, 2>(p, stream);
 
   p.phase_cycles = profile_counters();  // the gradient kernel's phase clocks while profiling
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
@@ -1343,16 +1181,7 @@ void launch_backward(GlaParams p) {
   };
   // The default form has one without the split's carry-in for unsplit sequences: its code and
   // registers cost ≈ 2 % even where it adds nothing (NOTES.md v34b).
-  if (fused_walk) {  // one block a (key block, head, sequence)
-    float* const sums = static_cast<float*>(p.chunk_state_grads);
-    E* const rounded = reinterpret_cast<E*>(sums + p.num_sequences * p.H * p.K * p.V);
-    const dim3 grid(static_cast<unsigned>(p.key_blocks), static_cast<unsigned>(p.H),
-                    static_cast<unsigned>(p.num_sequences));
-    auto kernel = walking_gradient_kernel<E, KD>;
-    allow_shared(kernel, grad_smem, "gla backward shared memory");
-    timed_launch(stream, "gla backward (fused dL/dS walk)",
-                 [&] { kernel<<<grid, kThreads, grad_smem, stream>>>(p, sums, rounded); });
-  } else if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide) {
+  if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide) {
     if (p.segments > 1) launch_gradients(gradient_kernel<E, KD, true, true, true>, "gla backward (quad walk, wide tail)");
     else launch_gradients(gradient_kernel<E, KD, true, true, true, false>, "gla backward (quad walk, wide tail)");
   } else if (quad_walk) {

@@ -261,13 +261,12 @@ void launch_forward(GlaParams p) {
   const bool in_pieces = p.segments > 1 && gla_forward_pieces();
   const PiecePlan pieces = in_pieces ? plan_pieces(p, column_blocks<VB>(p)) : PiecePlan{};
   // The segment and piece tables and the key blocks' partials live only for these launches:
-  // a stream-ordered allocation from the device's pool (the public API has no workspace
-  // argument for them yet).
+  // stream-ordered scratch (the public API has no workspace argument for them yet).
   const size_t table_bytes = segment_table_floats(p) * sizeof(float);
   const size_t piece_bytes = in_pieces ? piece_table_floats(p, pieces) * sizeof(float) : 0;
   const size_t bytes = table_bytes + piece_bytes + partial_bytes(p);
   void* workspace = nullptr;
-  if (bytes) check(cudaMallocAsync(&workspace, bytes, stream), "gla forward workspace");
+  if (bytes) workspace = stream_scratch(bytes, stream, "gla forward workspace");
   auto* const base = static_cast<unsigned char*>(workspace);
   p.workspace = p.segments > 1 ? reinterpret_cast<float*>(base) : nullptr;
   if (p.key_blocks > 1) use_partial(p, base + table_bytes + piece_bytes, stream);

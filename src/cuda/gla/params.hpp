@@ -196,23 +196,6 @@ inline constexpr int kDefaultBackwardStateStages = 2;
 int gla_backward_state_stages();
 void gla_set_backward_state_stages(int stages);
 
-// Where the backward walks dL/dS for unsplit sequences (the default gradient kernel's form):
-// separate, a kernel of its own (backward.cuh state_grad_kernel) writing every chunk's dL/dS
-// into a table the gradient kernel reads; fused, inside the gradient kernel, one block a
-// (key block, head, sequence) walking its chunks from the last down (walking_gradient_kernel),
-// with no table and no second read of q, g, do; automatic, fused where its grid fills the
-// SMs' waves (backward.cuh fused_state_walk) and the sequences are of one length (a block a
-// sequence walks the longest one's chunks alone), else separate. Split sequences always walk
-// separately.
-enum class GlaBackwardStateWalk { separate, fused, automatic };
-inline constexpr GlaBackwardStateWalk kDefaultBackwardStateWalk = GlaBackwardStateWalk::automatic;
-
-// The walk in use: process-wide, kDefaultBackwardStateWalk unless the environment variable
-// SEQMIX_GLA_BACKWARD_STATE_WALK is "separate", "fused" or "automatic" when first asked, or a
-// caller set it.
-GlaBackwardStateWalk gla_backward_state_walk();
-void gla_set_backward_state_walk(GlaBackwardStateWalk walk);
-
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:
 // process-wide, on unless the environment variable SEQMIX_GLA_FORWARD_PIECES is "0" when

@@ -1,6 +1,6 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
-// walk and tail, the stages of its dL/dS walk and where it runs, the forward walks' tiling,
-// the outputs pass's walkers and output path, and the forward's pass 1 in pieces (params.hpp).
+// walk and tail, the stages of its dL/dS walk, the forward walks' tiling, the outputs pass's
+// walkers and output path, and the forward's pass 1 in pieces (params.hpp).
 #include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
 
@@ -64,16 +64,6 @@ int& current_state_stages() {
   return stages;
 }
 
-GlaBackwardStateWalk& current_state_walk() {
-  static GlaBackwardStateWalk walk = choice_from_environment(
-      "SEQMIX_GLA_BACKWARD_STATE_WALK",
-      {{"separate", GlaBackwardStateWalk::separate},
-       {"fused", GlaBackwardStateWalk::fused},
-       {"automatic", GlaBackwardStateWalk::automatic}},
-      kDefaultBackwardStateWalk);
-  return walk;
-}
-
 // On unless SEQMIX_GLA_FORWARD_PIECES=0.
 bool& current_pieces() {
   static bool on = flag_from_environment("SEQMIX_GLA_FORWARD_PIECES", true);
@@ -87,9 +77,6 @@ void gla_set_forward_pieces(bool on) { current_pieces() = on; }
 
 int gla_backward_state_stages() { return current_state_stages(); }
 void gla_set_backward_state_stages(int stages) { current_state_stages() = stages == 3 ? 3 : 2; }
-
-GlaBackwardStateWalk gla_backward_state_walk() { return current_state_walk(); }
-void gla_set_backward_state_walk(GlaBackwardStateWalk walk) { current_state_walk() = walk; }
 
 GlaForwardTiling gla_forward_tiling() { return current_forward_tiling(); }
 void gla_set_forward_tiling(GlaForwardTiling tiling) { current_forward_tiling() = tiling; }

@@ -21,13 +21,12 @@
 
 namespace seqmix::cuda::linrec {
 
-// The caller's workspace, or one from the device's stream-ordered pool for this call.
+// The caller's workspace, or stream-ordered scratch for this call (common/runtime.cuh).
 class Scratch {
  public:
   Scratch(float* given, int64_t floats, cudaStream_t stream) : ptr_(given), stream_(stream) {
     if (!ptr_ && floats > 0) {
-      check(cudaMallocAsync(reinterpret_cast<void**>(&ptr_), floats * sizeof(float), stream_),
-            "cudaMallocAsync (linear_recurrence workspace)");
+      ptr_ = static_cast<float*>(stream_scratch(floats * sizeof(float), stream_, "linear_recurrence workspace"));
       owned_ = true;
     }
   }
