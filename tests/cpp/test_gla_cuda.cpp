@@ -372,7 +372,8 @@ INSTANTIATE_TEST_SUITE_P(
         GpuGlaCase{"f16_T1000_decay20_K64", 2, 1000, 2, 64, 192, DType::f16, true, -20.0, -5.0, {}},
         GpuGlaCase{"bf16_unsplit_B4_H17", 4, 300, 17, 64, 64, DType::bf16, true, -0.3, 0.0, {}},
         GpuGlaCase{"f16_split_T5000", 1, 5000, 1, 128, 128, DType::f16, true, -0.05, 0.0, {}},
-        GpuGlaCase{"bf16_unsplit_varlen_H20", 1, 1500, 20, 128, 128, DType::bf16, true, -0.3, 0.0, {0, 1, 200, 777, 1500}}),
+        GpuGlaCase{"bf16_unsplit_varlen_H20", 1, 1500, 20, 128, 128, DType::bf16, true, -0.3, 0.0,
+                   {0, 1, 200, 777, 1500}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Every pair of head dimensions in {64, 128, 256} (K = 256 runs as two key blocks of 128

@@ -730,7 +730,8 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   const int dq_width = kOrdered && D == 64 ? 2 * D : D;
 
   // Stream-ordered scratch: freed on the same stream once the postprocess has read it.
-  void* scratch = stream_scratch((workspace_floats(p, dq_width) + locks) * sizeof(float), stream, "attention dQ workspace");
+  const size_t scratch_bytes = (workspace_floats(p, dq_width) + locks) * sizeof(float);
+  void* scratch = stream_scratch(scratch_bytes, stream, "attention dQ workspace");
   Workspace ws;
   ws.dq = static_cast<float*>(scratch);
   ws.dq_width = dq_width;

@@ -1,8 +1,8 @@
 // Helpers of the chains' launchers. Stream-ordered scratch: allocated from the device's
 // scratch pool (common/runtime.cuh scratch_pool) on the caller's stream and given back on that
-// stream when it leaves scope, so kernels queued before the free still see it. The chains' intermediates (the
-// column vectors, dz, the normalised gated heads) live here: the public API has no
-// workspace argument, as for gla (src/cuda/gla/launch.cuh).
+// stream when it leaves scope, so kernels queued before the free still see it. The chains'
+// intermediates (the column vectors, dz, the normalised gated heads) live here: the public API
+// has no workspace argument, as for gla (src/cuda/gla/launch.cuh).
 #pragma once
 
 #include <cuda_bf16.h>
