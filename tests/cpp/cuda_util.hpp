@@ -20,6 +20,16 @@ namespace seqmix::test {
 
 inline void cuda_ok(cudaError_t status) { ASSERT_EQ(status, cudaSuccess) << cudaGetErrorString(status); }
 
+// A process-wide choice of the CUDA kernels (a getter and setter pair, as in
+// cuda/gla/params.hpp) set for a scope and restored at its end.
+template <class T>
+struct Chosen {
+  void (*set)(T);
+  T before;
+  Chosen(T (*get)(), void (*set_to)(T), T value) : set(set_to), before(get()) { set(value); }
+  ~Chosen() { set(before); }
+};
+
 // A device buffer holding a copy of a HostTensor's bytes, with the same shape and strides.
 struct DeviceTensor {
   void* ptr = nullptr;

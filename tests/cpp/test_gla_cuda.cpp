@@ -343,6 +343,15 @@ TEST_P(GlaCuda, SavedStatesMatchesOracle) {
       << "walks of dL/dS";
 }
 
+// The default backward with the gradient kernel launched after the dL/dS walk, its blocks in
+// chunk order (the default starts the last chunks first, beside the walk; params.hpp
+// gla_backward_early_start).
+TEST_P(GlaCuda, BackwardAfterTheWalkMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const Chosen early(cuda::gla_backward_early_start, cuda::gla_set_backward_early_start, false);
+  backward_matches_oracle(GetParam());
+}
+
 // The same with the token walks a row at a time.
 TEST_P(GlaCuda, BackwardRowWalkMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
@@ -356,8 +365,9 @@ TEST_P(GlaCuda, BackwardRowWalkMatchesOracle) {
 // carries over thousands of tokens) to −20 (every product underflows but the diagonal's).
 // Grids of fewer than half the SMs' blocks split each sequence into segments (most cases
 // here; the backward's state passes split the same way); T ≤ 192, bf16_unsplit_B4_H17 and
-// bf16_unsplit_varlen_H20 (uneven sequences, one of length 1) take the unsplit path. Every
-// case runs the forward and the backward.
+// the two unsplit varlen cases (uneven sequences, one of length 1) take the unsplit path, the
+// second without a final state's gradient (the gradient kernel's last chunks then start beside
+// the dL/dS walk). Every case runs the forward and the backward.
 INSTANTIATE_TEST_SUITE_P(
     Cases, GlaCuda,
     ::testing::Values(
@@ -373,7 +383,9 @@ INSTANTIATE_TEST_SUITE_P(
         GpuGlaCase{"bf16_unsplit_B4_H17", 4, 300, 17, 64, 64, DType::bf16, true, -0.3, 0.0, {}},
         GpuGlaCase{"f16_split_T5000", 1, 5000, 1, 128, 128, DType::f16, true, -0.05, 0.0, {}},
         GpuGlaCase{"bf16_unsplit_varlen_H20", 1, 1500, 20, 128, 128, DType::bf16, true, -0.3, 0.0,
-                   {0, 1, 200, 777, 1500}}),
+                   {0, 1, 200, 777, 1500}},
+        GpuGlaCase{"f16_unsplit_varlen_H20_no_state", 1, 1500, 20, 128, 128, DType::f16, false, -0.3, 0.0,
+                   {0, 777, 778, 1300, 1500}}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Every pair of head dimensions in {64, 128, 256} (K = 256 runs as two key blocks of 128

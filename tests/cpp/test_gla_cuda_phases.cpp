@@ -284,15 +284,6 @@ void compare_state_stages(int64_t B, int64_t T) {
   cuda::gla_set_backward_state_stages(before);
 }
 
-// A process-wide choice (params.hpp) set for a scope and restored at its end.
-template <class T>
-struct Chosen {
-  void (*set)(T);
-  T before;
-  Chosen(T (*get)(), void (*set_to)(T), T value) : set(set_to), before(get()) { set(value); }
-  ~Chosen() { set(before); }
-};
-
 // Two forms of one process-wide forward choice (params.hpp) side by side on the same inputs,
 // with the tensor-core diagonal and the tall tiling, alternated three times: forward medians
 // of 30 event-timed runs after 5 warm-ups, then one profiled forward each (launches, the
@@ -395,6 +386,47 @@ void compare_saved_states(int64_t B, int64_t T) {
       EXPECT_LT(rel_err(dv, off_dv), tol) << "dv";
       EXPECT_LT(rel_err(dg, off_dg), tol) << "dg";
     }
+}
+
+// The backward's gradient kernel started while the dL/dS walk runs (its blocks of the last
+// chunks first, launched as the walk's programmatic dependent; params.hpp
+// gla_backward_early_start) and after it, side by side on the same inputs with the forward's
+// saved chunk states, alternated three times: medians of 30 event-timed forward+backward runs
+// and of 30 backwards after 5 warm-ups. Not profiled: the profiler's events between the
+// launches would keep the gradient kernel from starting early. Asserts that the gradients are
+// the same bit for bit (the same sums in the same blocks).
+void compare_early_start(int64_t B, int64_t T) {
+  TimingInputs in(B, T);
+  DeviceTensor table(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
+  auto backward = [&] { in.backward(table.view); };
+  auto forward_backward = [&] { in.forward(table.view), in.backward(table.view); };
+  const Chosen chosen(cuda::gla_backward_early_start, cuda::gla_set_backward_early_start, false);
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16 by the gradient kernel's early start, saved states, medians of 30:\n",
+              static_cast<long long>(B), static_cast<long long>(T));
+  std::vector<double> first[4];  // dq, dk, dv, dg after the first form
+  for (int round = 0; round < 3; ++round)
+    for (const bool early : {false, true}) {
+      cuda::gla_set_backward_early_start(early);
+      const float both = median_ms(forward_backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
+      const float back = median_ms(backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
+      std::printf("  early start %-3s: forward+backward %.4f ms, backward %.4f ms\n", early ? "on" : "off", both, back);
+      if (round > 0) continue;
+      for (DeviceTensor* t : {&in.d_dq, &in.d_dk, &in.d_dv, &in.d_dg}) cuda_ok(cudaMemset(t->ptr, 0xff, t->bytes));
+      forward_backward();
+      const std::vector<double> got[4] = {in.d_dq.values(in.dq), in.d_dk.values(in.dk), in.d_dv.values(in.dv),
+                                          in.d_dg.values(in.dg)};
+      for (int i = 0; i < 4; ++i) {
+        if (!early) first[i] = got[i];
+        else EXPECT_EQ(got[i], first[i]) << "gradient " << i << " (dq, dk, dv, dg): early start against after the walk";
+      }
+    }
+}
+
+TEST(GlaCudaTiming, BackwardEarlyStart) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  compare_early_start(8, 2048);
+  compare_early_start(16, 1024);
+  compare_early_start(1, 32768);
 }
 
 TEST(GlaCudaTiming, SavedStatesB8T2048) {

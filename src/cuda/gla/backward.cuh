@@ -20,6 +20,7 @@
 //     (nothing overflows).
 #pragma once
 
+#include "cuda/common/dependent_launch.cuh"
 #include "cuda/gla/launch.cuh"
 
 namespace seqmix::cuda::gla {
@@ -70,6 +71,8 @@ struct StateGradSmem {
 // kStages (params.hpp gla_backward_state_stages): the copies run kStages − 1 chunks ahead.
 template <class E, int KD, int VB, int kStages = 2>
 __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams p) {
+  // The gradient kernel's blocks that need nothing of this walk may start now (GradientBlock).
+  allow_next_grid();
   using Sm = StateGradSmem<E, KD, VB, kStages>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
@@ -708,6 +711,41 @@ struct CarriedIn {
   }
 };
 
+// Which (chunk, head, sequence, key block) a gradient block takes, from its index in the
+// one-dimensional grid of max_chunks · key_blocks · H · N blocks. In order, key block fastest,
+// then chunk, head and sequence; with p.last_chunks_first, every sequence's last chunk first
+// (key block, head, sequence), then the others in that order. `skip`: nothing to do (a chunk
+// past a shorter sequence's end, or one already taken first). `zero_grad`: the chunk's dL/dS
+// is zero and known without the walk (an unsplit sequence's last chunk with no d final state),
+// so the block neither reads the walk's table nor waits for the walk.
+struct GradientBlock {
+  int64_t chunk, h, n;
+  int key_block;
+  Span seq;
+  bool skip, zero_grad;
+  __device__ explicit GradientBlock(const GlaParams& p) {
+    const int64_t kb = p.key_blocks, per_pair = p.max_chunks * kb;
+    const int64_t firsts = p.last_chunks_first ? p.num_sequences * p.H * kb : 0;
+    int64_t index = blockIdx.x;
+    bool last = false;
+    int64_t pair, along = 0;  // (sequence, head) pair n·H + h, and chunk · key blocks + key block
+    if (index < firsts) {
+      key_block = static_cast<int>(index % kb), pair = index / kb, last = true;
+    } else {
+      index -= firsts;
+      const int64_t others = p.last_chunks_first ? per_pair - kb : per_pair;
+      along = index % others, pair = index / others;
+      key_block = static_cast<int>(along % kb);
+    }
+    h = pair % p.H, n = pair / p.H;
+    seq = sequence_span(p, n);
+    const int64_t last_chunk = (seq.length + kChunk - 1) / kChunk - 1;
+    chunk = last ? last_chunk : along / kb;
+    skip = chunk < 0 || chunk > last_chunk || (p.last_chunks_first && !last && chunk == last_chunk);
+    zero_grad = last && p.segments == 1 && !p.d_final_state;
+  }
+};
+
 // kQuadWalk (with kQuads only): the token walks by quads and the Σ H ⊙ S_0 reads 16 bytes a
 // load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
 // thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
@@ -722,13 +760,17 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
   constexpr int PK = Sm::PK, PA = Sm::PA, PS = Sm::PS, PF = Sm::PF, kSlice = Sm::kSlice;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  // blockIdx.x = chunk · key blocks + key block (forward.cuh KeyBlock; no value blocks here).
-  const int64_t chunk = blockIdx.x / p.key_blocks, h = blockIdx.y, n = blockIdx.z;
-  const KeyBlock kb{(blockIdx.x % p.key_blocks) * KD, 0, blockIdx.x % p.key_blocks};
+  const GradientBlock block(p);
+  if (block.skip) return;
+  // Launched as the dL/dS walk's programmatic dependent, this block may run beside the walk:
+  // it waits for the walk's table unless it has no use for it.
+  if (!block.zero_grad) wait_for_previous_grid();
+  const int64_t chunk = block.chunk, h = block.h, n = block.n;
+  const KeyBlock kb{block.key_block * KD, 0, block.key_block};  // forward.cuh KeyBlock; no value blocks here
   const int64_t key0 = kb.key0;
-  const Span seq = sequence_span(p, n);
+  const Span seq = block.seq;
   const int64_t t0 = chunk * kChunk;
-  if (t0 >= seq.length) return;  // a chunk past a shorter sequence's end
+  const int h_rows = block.zero_grad ? 0 : KD;  // H's rows read from the table; the rest zero-filled
   const int valid = static_cast<int>(min(static_cast<int64_t>(kChunk), seq.length - t0));
   auto row0 = [&](const GlaTokens& x, int64_t col) {
     return static_cast<E*>(x.data) + seq.batch * x.stride_batch + (seq.start + t0) * x.stride_time +
@@ -760,7 +802,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     load_chunk<kSlice, PS, true>(t.v, row0(p.v, v0), p.v.stride_time, valid, tid);
     load_chunk<kSlice, PS, true>(t.d_o, row0(p.d_o, v0), p.d_o.stride_time, valid, tid);
     load_rows_rolled<KD, kSlice, PS>(t.S0, S0_all + v0, p.V, KD, tid);
-    load_rows_rolled<KD, kSlice, PS>(t.H, H_all + v0, p.V, KD, tid);
+    load_rows_rolled<KD, kSlice, PS>(t.H, H_all + v0, p.V, h_rows, tid);
     copy_async_commit();
   };
 
@@ -1171,13 +1213,17 @@ void launch_backward(GlaParams p) {
 
   p.phase_cycles = profile_counters();  // the gradient kernel's phase clocks while profiling
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
-  const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
-                       static_cast<unsigned>(p.num_sequences));
+  const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks * p.H * p.num_sequences));
+  // The walk is the stream's previous kernel only unsplit (split, the segments' chain follows it).
+  p.last_chunks_first = gla_backward_early_start();
+  const bool programmatic = p.last_chunks_first && p.segments == 1;
   const bool quad_walk =
       gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores && gla_backward_walk() == GlaBackwardWalk::quads;
   auto launch_gradients = [&](auto kernel, const char* name) {
     allow_shared(kernel, grad_smem, "gla backward shared memory");
-    timed_launch(stream, name, [&] { kernel<<<grad_grid, kThreads, grad_smem, stream>>>(p); });
+    timed_launch(stream, name, [&] {
+      launch_maybe_programmatic(programmatic, kernel, grad_grid, dim3(kThreads), grad_smem, stream, name, p);
+    });
   };
   // The default form has one without the split's carry-in for unsplit sequences: its code and
   // registers cost ≈ 2 % even where it adds nothing (NOTES.md v34b).

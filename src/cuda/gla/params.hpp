@@ -59,6 +59,12 @@ struct GlaParams {
   // Set by the backward's launcher when split: e^{Σ g} per key channel from each chunk's end to
   // its segment's end, [N, H, max_chunks, K] floats (backward.cuh state_grad_kernel).
   float* decay_to_segment_end = nullptr;
+  // Set by the backward's launcher (gla_backward_early_start): the gradient kernel's blocks
+  // take every sequence's last chunk first, and those whose dL/dS is zero (unsplit, no d
+  // final state) read nothing the dL/dS walk writes, so, launched as the walk's programmatic
+  // dependent, they run on the SMs the walk leaves free while it runs (backward.cuh
+  // GradientBlock; NOTES.md v45).
+  bool last_chunks_first = false;
 
   // The state entering every chunk, rounded to the input type, [N, H, max_chunks, K, V]
   // contiguous (the backward's chunk_states layout), or nullptr. Forward: written as well as
@@ -195,6 +201,13 @@ inline constexpr int kDefaultBackwardStateStages = 2;
 // SEQMIX_GLA_BACKWARD_STATE_STAGES is "2" or "3" when first asked, or a caller set it.
 int gla_backward_state_stages();
 void gla_set_backward_state_stages(int stages);
+
+// Whether the backward's gradient kernel starts its blocks of the sequences' last chunks
+// while the dL/dS walk still runs (GlaParams::last_chunks_first, a programmatic dependent
+// launch): process-wide, on unless the environment variable SEQMIX_GLA_BACKWARD_EARLY_START
+// is "0" when first asked, or a caller (the timing tests) set it.
+bool gla_backward_early_start();
+void gla_set_backward_early_start(bool on);
 
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:
