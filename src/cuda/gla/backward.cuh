@@ -711,13 +711,13 @@ struct CarriedIn {
   }
 };
 
-// Which (chunk, head, sequence, key block) a gradient block takes, from its index in the
-// one-dimensional grid of max_chunks · key_blocks · H · N blocks. In order, key block fastest,
-// then chunk, head and sequence; with p.last_chunks_first, every sequence's last chunk first
-// (key block, head, sequence), then the others in that order. `skip`: nothing to do (a chunk
-// past a shorter sequence's end, or one already taken first). `zero_grad`: the chunk's dL/dS
-// is zero and known without the walk (an unsplit sequence's last chunk with no d final state),
-// so the block neither reads the walk's table nor waits for the walk.
+// Which (chunk, head, sequence, key block) a gradient block takes, from its place in the
+// (max_chunks · key_blocks, H, N) grid counted x fastest, the order the blocks start in. In
+// order, key block fastest, then chunk, head and sequence; with p.last_chunks_first, every
+// sequence's last chunk first (key block, head, sequence), then the others in that order.
+// `skip`: nothing to do (a chunk past a shorter sequence's end, or one already taken first).
+// `zero_grad`: the chunk's dL/dS is zero and known without the walk (an unsplit sequence's last
+// chunk with no d final state), so the block neither reads the walk's table nor waits for it.
 struct GradientBlock {
   int64_t chunk, h, n;
   int key_block;
@@ -726,7 +726,7 @@ struct GradientBlock {
   __device__ explicit GradientBlock(const GlaParams& p) {
     const int64_t kb = p.key_blocks, per_pair = p.max_chunks * kb;
     const int64_t firsts = p.last_chunks_first ? p.num_sequences * p.H * kb : 0;
-    int64_t index = blockIdx.x;
+    int64_t index = blockIdx.x + static_cast<int64_t>(gridDim.x) * (blockIdx.y + int64_t{gridDim.y} * blockIdx.z);
     bool last = false;
     int64_t pair, along = 0;  // (sequence, head) pair n·H + h, and chunk · key blocks + key block
     if (index < firsts) {
@@ -1213,7 +1213,8 @@ void launch_backward(GlaParams p) {
 
   p.phase_cycles = profile_counters();  // the gradient kernel's phase clocks while profiling
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
-  const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks * p.H * p.num_sequences));
+  const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
+                       static_cast<unsigned>(p.num_sequences));
   // The walk is the stream's previous kernel only unsplit (split, the segments' chain follows it).
   p.last_chunks_first = gla_backward_early_start();
   const bool programmatic = p.last_chunks_first && p.segments == 1;
