@@ -66,63 +66,30 @@ struct GlaCaseInputs {
   }
 };
 
-// Selects how the forward forms A's diagonal sub-chunks for one test, and restores it.
-struct ForwardDiagonal {
-  cuda::GlaForwardDiagonal before = cuda::gla_forward_diagonal();
-  explicit ForwardDiagonal(cuda::GlaForwardDiagonal diagonal) { cuda::gla_set_forward_diagonal(diagonal); }
-  ~ForwardDiagonal() { cuda::gla_set_forward_diagonal(before); }
+// One test's choice of each kernel form (params.hpp), restored at the test's end.
+template <class T, T (*get)(), void (*set)(T)>
+struct Selected : Chosen<T> {
+  explicit Selected(T value) : Chosen<T>(get, set, value) {}
 };
-
-// Selects how the backward's gradient kernel forms the pairs inside each sub-chunk for one
-// test, and restores it.
-struct BackwardDiagonal {
-  cuda::GlaBackwardDiagonal before = cuda::gla_backward_diagonal();
-  explicit BackwardDiagonal(cuda::GlaBackwardDiagonal diagonal) { cuda::gla_set_backward_diagonal(diagonal); }
-  ~BackwardDiagonal() { cuda::gla_set_backward_diagonal(before); }
-};
-
-// Selects how the gradient kernel's token walks read their tiles for one test, and restores it.
-struct BackwardWalk {
-  cuda::GlaBackwardWalk before = cuda::gla_backward_walk();
-  explicit BackwardWalk(cuda::GlaBackwardWalk walk) { cuda::gla_set_backward_walk(walk); }
-  ~BackwardWalk() { cuda::gla_set_backward_walk(before); }
-};
-
-// Selects the gradient kernel's tail (dg's sums, the quad operands' walk) for one test, and
-// restores it.
-struct BackwardTail {
-  cuda::GlaBackwardTail before = cuda::gla_backward_tail();
-  explicit BackwardTail(cuda::GlaBackwardTail tail) { cuda::gla_set_backward_tail(tail); }
-  ~BackwardTail() { cuda::gla_set_backward_tail(before); }
-};
-
-// Selects the forward walks' tiling of the state and o for one test, and restores it.
-struct ForwardTiling {
-  cuda::GlaForwardTiling before = cuda::gla_forward_tiling();
-  explicit ForwardTiling(cuda::GlaForwardTiling tiling) { cuda::gla_set_forward_tiling(tiling); }
-  ~ForwardTiling() { cuda::gla_set_forward_tiling(before); }
-};
-
-// Selects the outputs pass's walkers for one test, and restores it.
-struct ForwardWalkers {
-  cuda::GlaForwardWalkers before = cuda::gla_forward_walkers();
-  explicit ForwardWalkers(cuda::GlaForwardWalkers walkers) { cuda::gla_set_forward_walkers(walkers); }
-  ~ForwardWalkers() { cuda::gla_set_forward_walkers(before); }
-};
-
-// Selects how the outputs pass writes o for one test, and restores it.
-struct ForwardOutput {
-  cuda::GlaForwardOutput before = cuda::gla_forward_output();
-  explicit ForwardOutput(cuda::GlaForwardOutput output) { cuda::gla_set_forward_output(output); }
-  ~ForwardOutput() { cuda::gla_set_forward_output(before); }
-};
-
-// Selects the stages of the backward's dL/dS walk for one test, and restores it.
-struct BackwardStateStages {
-  int before = cuda::gla_backward_state_stages();
-  explicit BackwardStateStages(int stages) { cuda::gla_set_backward_state_stages(stages); }
-  ~BackwardStateStages() { cuda::gla_set_backward_state_stages(before); }
-};
+// How the forward forms A's diagonal sub-chunks.
+using ForwardDiagonal = Selected<cuda::GlaForwardDiagonal, cuda::gla_forward_diagonal, cuda::gla_set_forward_diagonal>;
+// How the backward's gradient kernel forms the pairs inside each sub-chunk.
+using BackwardDiagonal =
+    Selected<cuda::GlaBackwardDiagonal, cuda::gla_backward_diagonal, cuda::gla_set_backward_diagonal>;
+// How the gradient kernel's token walks read their tiles.
+using BackwardWalk = Selected<cuda::GlaBackwardWalk, cuda::gla_backward_walk, cuda::gla_set_backward_walk>;
+// The gradient kernel's tail (dg's sums, the quad operands' walk).
+using BackwardTail = Selected<cuda::GlaBackwardTail, cuda::gla_backward_tail, cuda::gla_set_backward_tail>;
+// The forward walks' tiling of the state and o.
+using ForwardTiling = Selected<cuda::GlaForwardTiling, cuda::gla_forward_tiling, cuda::gla_set_forward_tiling>;
+// The outputs pass's walkers.
+using ForwardWalkers = Selected<cuda::GlaForwardWalkers, cuda::gla_forward_walkers, cuda::gla_set_forward_walkers>;
+// How the outputs pass writes o.
+using ForwardOutput = Selected<cuda::GlaForwardOutput, cuda::gla_forward_output, cuda::gla_set_forward_output>;
+// The stages of the backward's dL/dS walk.
+using BackwardStateStages = Selected<int, cuda::gla_backward_state_stages, cuda::gla_set_backward_state_stages>;
+// Whether the gradient kernel's last chunks start beside the dL/dS walk.
+using BackwardEarlyStart = Selected<bool, cuda::gla_backward_early_start, cuda::gla_set_backward_early_start>;
 
 // The oracle's forward of one case's inputs, and the device's (by the forms selected) checked
 // against it.
@@ -348,7 +315,7 @@ TEST_P(GlaCuda, SavedStatesMatchesOracle) {
 // gla_backward_early_start).
 TEST_P(GlaCuda, BackwardAfterTheWalkMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const Chosen early(cuda::gla_backward_early_start, cuda::gla_set_backward_early_start, false);
+  const BackwardEarlyStart early(false);
   backward_matches_oracle(GetParam());
 }
 
