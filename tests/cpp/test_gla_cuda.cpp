@@ -90,6 +90,10 @@ using ForwardOutput = Selected<cuda::GlaForwardOutput, cuda::gla_forward_output,
 using BackwardStateStages = Selected<int, cuda::gla_backward_state_stages, cuda::gla_set_backward_state_stages>;
 // Whether the gradient kernel's last chunks start beside the dL/dS walk.
 using BackwardEarlyStart = Selected<bool, cuda::gla_backward_early_start, cuda::gla_set_backward_early_start>;
+// Whether the gradient kernel's value slices of S_0 and dL/dS come by the copy engine.
+using BackwardTableCopies = Selected<bool, cuda::gla_backward_table_copies, cuda::gla_set_backward_table_copies>;
+// Whether the value loop holds k_end's and do's fragments.
+using BackwardHeldOperands = Selected<bool, cuda::gla_backward_held_operands, cuda::gla_set_backward_held_operands>;
 
 // The oracle's forward of one case's inputs, and the device's (by the forms selected) checked
 // against it.
@@ -316,6 +320,22 @@ TEST_P(GlaCuda, SavedStatesMatchesOracle) {
 TEST_P(GlaCuda, BackwardAfterTheWalkMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackwardEarlyStart early(false);
+  backward_matches_oracle(GetParam());
+}
+
+// The default backward with the value slices of S_0 and dL/dS copied as cp.async pieces (the
+// default copies them by the copy engine; params.hpp gla_backward_table_copies).
+TEST_P(GlaCuda, BackwardTablePiecesMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const BackwardTableCopies copies(false);
+  backward_matches_oracle(GetParam());
+}
+
+// The default backward with the value loop's operands read from shared memory at each product
+// (the default holds k_end's and do's fragments; params.hpp gla_backward_held_operands).
+TEST_P(GlaCuda, BackwardOperandsReadMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const BackwardHeldOperands held(false);
   backward_matches_oracle(GetParam());
 }
 

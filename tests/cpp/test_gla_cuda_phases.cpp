@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <utility>
 
 #include "cuda/gla/params.hpp"
 #include "cuda/gla/profile.hpp"
@@ -388,45 +389,62 @@ void compare_saved_states(int64_t B, int64_t T) {
     }
 }
 
-// The backward's gradient kernel started while the dL/dS walk runs (its blocks of the last
-// chunks first, launched as the walk's programmatic dependent; params.hpp
-// gla_backward_early_start) and after it, side by side on the same inputs with the forward's
-// saved chunk states, alternated three times: medians of 30 event-timed forward+backward runs
-// and of 30 backwards after 5 warm-ups. Not profiled: the profiler's events between the
-// launches would keep the gradient kernel from starting early. Asserts that the gradients are
-// the same bit for bit (the same sums in the same blocks).
-void compare_early_start(int64_t B, int64_t T) {
+// The two settings of one of the backward's switches (`get`, `set`), side by side on the same
+// inputs with the forward's saved chunk states, alternated three times: medians of 30
+// event-timed forward+backward runs and of 30 backwards after 5 warm-ups. Not profiled: the
+// profiler's events between the launches would keep the gradient kernel from starting early.
+// Asserts that the gradients are the same bit for bit (both settings sum the same terms in the
+// same blocks).
+void compare_backward_switch(int64_t B, int64_t T, const char* what, bool (*get)(), void (*set)(bool)) {
   TimingInputs in(B, T);
   DeviceTensor table(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
   auto backward = [&] { in.backward(table.view); };
   auto forward_backward = [&] { in.forward(table.view), in.backward(table.view); };
-  const Chosen chosen(cuda::gla_backward_early_start, cuda::gla_set_backward_early_start, false);
-  std::printf("gla B%lld T%lld H16 K128 V128 bf16 by the gradient kernel's early start, saved states, medians of 30:\n",
-              static_cast<long long>(B), static_cast<long long>(T));
+  const Chosen chosen(get, set, false);
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16 by the %s, saved states, medians of 30:\n",
+              static_cast<long long>(B), static_cast<long long>(T), what);
   std::vector<double> first[4];  // dq, dk, dv, dg after the first form
   for (int round = 0; round < 3; ++round)
-    for (const bool early : {false, true}) {
-      cuda::gla_set_backward_early_start(early);
+    for (const bool on : {false, true}) {
+      set(on);
       const float both = median_ms(forward_backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
       const float back = median_ms(backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
-      std::printf("  early start %-3s: forward+backward %.4f ms, backward %.4f ms\n", early ? "on" : "off", both, back);
+      std::printf("  %s %-3s: forward+backward %.4f ms, backward %.4f ms\n", what, on ? "on" : "off", both, back);
       if (round > 0) continue;
       for (DeviceTensor* t : {&in.d_dq, &in.d_dk, &in.d_dv, &in.d_dg}) cuda_ok(cudaMemset(t->ptr, 0xff, t->bytes));
       forward_backward();
       const std::vector<double> got[4] = {in.d_dq.values(in.dq), in.d_dk.values(in.dk), in.d_dv.values(in.dv),
                                           in.d_dg.values(in.dg)};
       for (int i = 0; i < 4; ++i) {
-        if (!early) first[i] = got[i];
-        else EXPECT_EQ(got[i], first[i]) << "gradient " << i << " (dq, dk, dv, dg): early start against after the walk";
+        if (!on) first[i] = got[i];
+        else EXPECT_EQ(got[i], first[i]) << "gradient " << i << " (dq, dk, dv, dg): " << what << " on against off";
       }
     }
 }
 
+// The gradient kernel started while the dL/dS walk runs (its blocks of the last chunks first,
+// launched as the walk's programmatic dependent; params.hpp gla_backward_early_start) and after it.
 TEST(GlaCudaTiming, BackwardEarlyStart) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  compare_early_start(8, 2048);
-  compare_early_start(16, 1024);
-  compare_early_start(1, 32768);
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
+    compare_backward_switch(B, T, "early start", cuda::gla_backward_early_start, cuda::gla_set_backward_early_start);
+}
+
+// The gradient kernel's value slices of S_0 and dL/dS by the copy engine and as cp.async pieces
+// (params.hpp gla_backward_table_copies).
+TEST(GlaCudaTiming, BackwardTableCopies) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
+    compare_backward_switch(B, T, "table copies", cuda::gla_backward_table_copies, cuda::gla_set_backward_table_copies);
+}
+
+// The value loop's operands held (k_end's fragments for all slices, do's for both of its
+// products) and read at each product (params.hpp gla_backward_held_operands).
+TEST(GlaCudaTiming, BackwardHeldOperands) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
+    compare_backward_switch(B, T, "held operands", cuda::gla_backward_held_operands,
+                            cuda::gla_set_backward_held_operands);
 }
 
 TEST(GlaCudaTiming, SavedStatesB8T2048) {

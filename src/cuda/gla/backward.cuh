@@ -20,6 +20,10 @@
 //     (nothing overflows).
 #pragma once
 
+#include <cstdint>
+#include <optional>
+#include <utility>
+
 #include "cuda/common/dependent_launch.cuh"
 #include "cuda/gla/launch.cuh"
 
@@ -28,21 +32,28 @@ namespace seqmix::cuda::gla {
 // acc (a 16 × 8·NT block at rows m0, cols n0) += A·B over k in [k_begin, k_end) (multiples
 // of 16). A is a row-major [m][k] tile, or with kATransposed a row-major [k][m] one; B is a
 // row-major [k][n] tile, or with kBRows a row-major [n][k] one (B = tileᵀ).
+// One 16-deep step of it, at k0, with A's fragment already in registers.
+template <bool kBRows, int NT, class E>
+__device__ __forceinline__ void mma_step(float (&acc)[NT][4], const uint32_t (&af)[4], const E* b, int pb, int n0,
+                                         int k0, int lane) {
+  static_assert(NT % 2 == 0, "B fragments come in pairs of 8-column tiles");
+#pragma unroll
+  for (int np = 0; np < NT / 2; ++np) {
+    uint32_t bf[4];
+    if constexpr (kBRows) load_b_from_rows(bf, b, pb, n0 + 16 * np, k0, lane);
+    else load_b(bf, b, pb, k0, n0 + 16 * np, lane);
+    mma_pair<E>(acc[2 * np], acc[2 * np + 1], af, bf);
+  }
+}
+
 template <bool kATransposed, bool kBRows, int NT, class E>
 __device__ __forceinline__ void mma_block(float (&acc)[NT][4], const E* a, int pa, const E* b, int pb, int m0,
                                           int n0, int k_begin, int k_end, int lane) {
-  static_assert(NT % 2 == 0, "B fragments come in pairs of 8-column tiles");
   for (int k0 = k_begin; k0 < k_end; k0 += 16) {
     uint32_t af[4];
     if constexpr (kATransposed) load_a_transposed(af, a, pa, k0, m0, lane);
     else load_a(af, a, pa, m0, k0, lane);
-#pragma unroll
-    for (int np = 0; np < NT / 2; ++np) {
-      uint32_t bf[4];
-      if constexpr (kBRows) load_b_from_rows(bf, b, pb, n0 + 16 * np, k0, lane);
-      else load_b(bf, b, pb, k0, n0 + 16 * np, lane);
-      mma_pair<E>(acc[2 * np], acc[2 * np + 1], af, bf);
-    }
+    mma_step<kBRows>(acc, af, b, pb, n0, k0, lane);
   }
 }
 
@@ -214,6 +225,7 @@ struct GradSmem {
   float start_of_sub[4 * KD];  // e^{b_{i0(I)}}
   float end_from_sub[4 * KD];  // e^{b_last − b_{r(J)}}
   float across[6 * KD];        // e^{b_{i0(I)} − b_{r(J)}} for J < I, at I(I−1)/2 + J
+  uint64_t table_full[2];      // a value slice's S_0 and H landed, a barrier a stage (TableSlices)
 
   __device__ float* tile(int i) { return reinterpret_cast<float*>(g) + i * kChunk * PF; }
   static_assert(kChunk * PF * sizeof(float) <= sizeof(E) * (3 * kChunk * PK + kChunk * PA),
@@ -237,6 +249,34 @@ struct GradSmem {
   static_assert(kChunk * PF * sizeof(float) + kQuadRows * PK * sizeof(E) <= sizeof(E) * (3 * kChunk * PK + kChunk * PA),
                 "dk's quad queries end before q_sub");
   static_assert(32 * KD * sizeof(float) <= sizeof(decay), "the quad factors fit in the e^{g} tile");
+};
+
+// The value slices of S_0 and H by the copy engine: a tensor copy a table a slice, one box of
+// KD rows × PS columns of the [rows, V] table (rows: slot·K + key channel), which lands in the
+// slice's padded tile as it is (its last 8 columns, the next slice's or zeros past V, fill the
+// padding nothing reads). Thread 0 issues both and announces their bytes on the stage's
+// barrier; every thread waits on it. A row past the table (h_row for a zero-gradient block)
+// reads as zeros. Each stage's bytes take generic accesses between its slices, so every
+// thread orders them before the async proxy's writes (fence_async_shared) ahead of the
+// barrier after which the next slice into them is issued.
+template <class Sm, int kStages>
+struct TableSlices {
+  using E = typename Sm::Element;
+  static constexpr uint32_t kBytes = 2 * Sm::kKeys * Sm::PS * sizeof(E);
+  const CUtensorMap& s0_map;
+  const CUtensorMap& h_map;
+  uint64_t* full;
+  int s0_row, h_row;
+  __device__ void init() const {
+    for (int i = 0; i < kStages; ++i) tma::barrier_init(full + i, 1);
+    tma::barrier_init_fence();
+  }
+  __device__ void issue(E* S0, E* H, int v0, int stage) const {
+    tma::arrive_expect_bytes(full + stage, kBytes);
+    tma::load_box(S0, s0_map, v0, s0_row, 0, full + stage);
+    tma::load_box(H, h_map, v0, h_row, 0, full + stage);
+  }
+  __device__ void wait(int slice) const { tma::wait(full + slice % kStages, (slice / kStages) % 2); }
 };
 
 // Thread c < KD: the sub-chunk factors of channel c from e^{g} (products of values ≤ 1).
@@ -711,6 +751,11 @@ struct CarriedIn {
   }
 };
 
+// Rows of the [N, H, max_chunks, K, V] state tables seen as [rows, V] (TableSlices).
+__host__ __device__ inline int64_t state_table_rows(const GlaParams& p) {
+  return p.num_sequences * p.H * p.max_chunks * p.K;
+}
+
 // Which (chunk, head, sequence, key block) a gradient block takes, from its place in the
 // (max_chunks · key_blocks, H, N) grid counted x fastest, the order the blocks start in. In
 // order, key block fastest, then chunk, head and sequence; with p.last_chunks_first, every
@@ -750,9 +795,16 @@ struct GradientBlock {
 // load (params.hpp GlaBackwardWalk). kWideTail (with kQuadWalk only): dg's sums on every
 // thread and the quad operands read a sub-chunk before stored (params.hpp GlaBackwardTail).
 // kCarryIn: split sequences' chunks before their last segment take the carry-in (CarriedIn);
-// without it every chunk must be unsplit.
-template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false, bool kCarryIn = true>
-__global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p) {
+// without it every chunk must be unsplit. kTableCopies: the value slices of S_0 and H by the
+// copy engine through s0_map and h_map (TableSlices), else as cp.async pieces (the maps unused).
+// kHeldOperands (with kTableCopies): in the value loop, k_end's fragments held in registers for
+// all slices and do's read once a slice for both of its products, instead of from shared
+// memory at each product (NOTES.md v47).
+template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false, bool kCarryIn = true,
+          bool kTableCopies = false, bool kHeldOperands = false>
+__global__ void __launch_bounds__(kThreads, 1)
+    gradient_kernel(const GlaParams p, const __grid_constant__ CUtensorMap s0_map,
+                    const __grid_constant__ CUtensorMap h_map) {
   static_assert(kQuads || !kQuadWalk, "the quad walk takes the tensor-core diagonal");
   static_assert(kQuadWalk || !kWideTail, "the wide tail comes with the quad walk");
   using Sm = GradSmem<E, KD>;
@@ -784,6 +836,12 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   // each slice lands during the one before; at K = 64 one stage (no room for that split).
   constexpr bool kTwoStages = KD == 128;
   static_assert(!kTwoStages || (kChunk + KD) * PS * sizeof(E) <= sizeof(s.decay), "a stage's half fits");
+  static_assert(offsetof(Sm, u) % 128 == 0 && offsetof(Sm, decay) % 128 == 0 && offsetof(Sm, q_start) % 128 == 0 &&
+                    kChunk * PS * sizeof(E) % 128 == 0 && KD * PS * sizeof(E) % 128 == 0,
+                "every slice tile starts on the 128 bytes a tensor copy's destination needs");
+  const int table_row = static_cast<int>(slot * p.K + key0);  // the host checked the rows fit an int
+  const int h_row = block.zero_grad ? static_cast<int>(state_table_rows(p)) : table_row;  // past the table: zeros
+  const TableSlices<Sm, kTwoStages ? 2 : 1> tables{s0_map, h_map, s.table_full, table_row, h_row};
   struct SliceView {
     E *v, *d_o, *S0, *H;
   };
@@ -801,8 +859,12 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
     const SliceView t = slice_view(stage);
     load_chunk<kSlice, PS, true>(t.v, row0(p.v, v0), p.v.stride_time, valid, tid);
     load_chunk<kSlice, PS, true>(t.d_o, row0(p.d_o, v0), p.d_o.stride_time, valid, tid);
-    load_rows_rolled<KD, kSlice, PS>(t.S0, S0_all + v0, p.V, KD, tid);
-    load_rows_rolled<KD, kSlice, PS>(t.H, H_all + v0, p.V, h_rows, tid);
+    if constexpr (kTableCopies) {
+      if (tid == 0) tables.issue(t.S0, t.H, v0, stage);
+    } else {
+      load_rows_rolled<KD, kSlice, PS>(t.S0, S0_all + v0, p.V, KD, tid);
+      load_rows_rolled<KD, kSlice, PS>(t.H, H_all + v0, p.V, h_rows, tid);
+    }
     copy_async_commit();
   };
 
@@ -815,6 +877,10 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   load_chunk<KD, PK, true>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
   load_chunk<KD, PK, true>(s.g, row0(p.g, key0), p.g.stride_time, valid, tid);
   copy_async_commit();
+  if constexpr (kTableCopies) {  // the barriers initialised before thread 0 arrives on them and any thread waits
+    if (tid == 0) tables.init();
+    __syncthreads();
+  }
   issue_slice(0, 0);  // lands while A is formed
   CarriedIn<E, KD, kSlice, kCarryIn> carried_in(p, kb, n, h, chunk, tid);
   carried_in.fetch(0);
@@ -834,6 +900,10 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   pair_scores(s, warp, lane);
   phases.mark(kGlaGradientPairs);
   copy_async_wait_all();
+  if constexpr (kTableCopies) {
+    tables.wait(0);
+    fence_async_shared();  // e^{g}'s and q_start's bytes, stage 1 of the slices from here
+  }
   carried_in.add(slice_view(0).H, PS);
   __syncthreads();
   phases.mark(kGlaGradientSlice);
@@ -848,23 +918,44 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
   constexpr int NK = KD / 16;  // 8-column tiles in half of KD
   float dA_acc[4][4] = {}, dq_state[NK][4] = {}, dk_state[NK][4] = {};
   float spans = 0.0f;  // Σ_v H ⊙ S_0 of channel tid % KD (with the wide tail a part of the columns)
+  uint32_t k_end_held[kHeldOperands ? KD / 16 : 1][4];  // k_end's A fragments, rows 16·rb
+  if constexpr (kHeldOperands)
+#pragma unroll
+    for (int ks = 0; ks < KD / 16; ++ks) load_a(k_end_held[ks], s.k_end, PK, 16 * rb, 16 * ks, lane);
   for (int v0 = 0, stage = 0; v0 < p.V; v0 += kSlice, stage ^= kTwoStages ? 1 : 0) {
     const SliceView t = slice_view(stage);
     if (v0 > 0) {
       if (!kTwoStages) issue_slice(v0, 0);
       copy_async_wait_all();
+      if constexpr (kTableCopies) tables.wait(v0 / kSlice);
       carried_in.add(t.H, PS);
       __syncthreads();
     }
     // The next slice into the other stage: the last slice read it, and A is formed.
     if (kTwoStages && v0 + kSlice < p.V) issue_slice(v0 + kSlice, stage ^ 1);
     carried_in.fetch(v0 + kSlice);
-    mma_block<false, true>(dA_acc, t.d_o, PS, t.v, PS, 16 * rb, 32 * side, 0, kSlice, lane);            // do vᵀ
-    mma_block<false, true>(dq_state, t.d_o, PS, t.S0, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);  // do S_0ᵀ
+    // With kHeldOperands the same products in the same order, with fewer shared reads.
+    if constexpr (kHeldOperands) {
+#pragma unroll
+      for (int k0 = 0; k0 < kSlice; k0 += 16) {
+        uint32_t do_rows[4];
+        load_a(do_rows, t.d_o, PS, 16 * rb, k0, lane);
+        mma_step<true>(dA_acc, do_rows, t.v, PS, 32 * side, k0, lane);           // do vᵀ
+        mma_step<true>(dq_state, do_rows, t.S0, PS, (KD / 2) * side, k0, lane);  // do S_0ᵀ
+      }
+    } else {
+      mma_block<false, true>(dA_acc, t.d_o, PS, t.v, PS, 16 * rb, 32 * side, 0, kSlice, lane);            // do vᵀ
+      mma_block<false, true>(dq_state, t.d_o, PS, t.S0, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);  // do S_0ᵀ
+    }
     mma_block<false, true>(dk_state, t.v, PS, t.H, PS, 16 * rb, (KD / 2) * side, 0, kSlice, lane);     // v Hᵀ
     float attention[2][4] = {}, carried[2][4] = {};
     mma_block<true, false>(attention, s.scores, PA, t.d_o, PS, 16 * rb, 16 * side, 16 * rb, kChunk, lane);  // Aᵀ do
-    mma_block<false, false>(carried, s.k_end, PK, t.H, PS, 16 * rb, 16 * side, 0, KD, lane);  // k_end H
+    if constexpr (kHeldOperands) {
+#pragma unroll
+      for (int ks = 0; ks < KD / 16; ++ks) mma_step<false>(carried, k_end_held[ks], t.H, PS, 16 * side, 16 * ks, lane);
+    } else {
+      mma_block<false, false>(carried, s.k_end, PK, t.H, PS, 16 * rb, 16 * side, 0, KD, lane);  // k_end H
+    }
     E* const dv = row0(p.dv, v0);
     float* const dv_partial = kb.partial(p, seq.batch, seq.start + t0, h, v0);  // key blocks: this block's share
     const int64_t dv_stride = dv_partial ? p.H * p.V : p.dv.stride_time;
@@ -901,6 +992,7 @@ __global__ void __launch_bounds__(kThreads, 1) gradient_kernel(const GlaParams p
         for (int c = 0; c < kSlice; ++c) spans += to_float(t.H[tid * PS + c]) * to_float(t.S0[tid * PS + c]);
       }
     }
+    if constexpr (kTableCopies) fence_async_shared();  // read by this thread before the copy engine rewrites it
     __syncthreads();  // the slices are read before the next ones land (or the space is reused)
   }
   phases.mark(kGlaGradientValues);
@@ -1182,6 +1274,20 @@ void state_gradients(const GlaParams& p, cudaStream_t stream) {
   }
 }
 
+// The maps of the S_0 and H tables through which the gradient kernel's value slices come
+// (TableSlices), or nullopt where the copy engine cannot read them (a table's base not 16-byte
+// aligned, or rows past the coordinates' range).
+template <class E, int KD>
+std::optional<std::pair<CUtensorMap, CUtensorMap>> table_maps(const GlaParams& p) {
+  const int64_t rows = state_table_rows(p);
+  const TensorMapShape shape{map_dtype<E>(), sizeof(E), {p.V, rows, 1}, p.V, rows * p.V,
+                             {static_cast<uint32_t>(GradSmem<E, KD>::PS), static_cast<uint32_t>(KD)}};
+  const bool supported = rows <= INT32_MAX - KD && tensor_map_supported(p.chunk_states, shape) &&
+                         tensor_map_supported(p.chunk_state_grads, shape);
+  if (!supported) return std::nullopt;
+  return std::make_pair(make_tensor_map(p.chunk_states, shape), make_tensor_map(p.chunk_state_grads, shape));
+}
+
 template <class E, int KD, int VB>
 void launch_backward(GlaParams p) {
   const auto stream = static_cast<cudaStream_t>(p.stream);
@@ -1220,17 +1326,29 @@ void launch_backward(GlaParams p) {
   const bool programmatic = p.last_chunks_first && p.segments == 1;
   const bool quad_walk =
       gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores && gla_backward_walk() == GlaBackwardWalk::quads;
+  const auto maps = gla_backward_table_copies() ? table_maps<E, KD>(p) : std::nullopt;
+  const CUtensorMap s0_map = maps ? maps->first : CUtensorMap{}, h_map = maps ? maps->second : CUtensorMap{};
   auto launch_gradients = [&](auto kernel, const char* name) {
     allow_shared(kernel, grad_smem, "gla backward shared memory");
     timed_launch(stream, name, [&] {
-      launch_maybe_programmatic(programmatic, kernel, grad_grid, dim3(kThreads), grad_smem, stream, name, p);
+      launch_maybe_programmatic(programmatic, kernel, grad_grid, dim3(kThreads), grad_smem, stream, name, p, s0_map,
+                                h_map);
     });
   };
   // The default form has one without the split's carry-in for unsplit sequences: its code and
-  // registers cost ≈ 2 % even where it adds nothing (NOTES.md v34b).
+  // registers cost ≈ 2 % even where it adds nothing (NOTES.md v34b). It alone takes the table
+  // copies; the other forms are kept for comparison.
+  constexpr const char* kDefaultName = "gla backward (quad walk, wide tail)";
+  const bool held = maps && gla_backward_held_operands();
   if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide) {
-    if (p.segments > 1) launch_gradients(gradient_kernel<E, KD, true, true, true>, "gla backward (quad walk, wide tail)");
-    else launch_gradients(gradient_kernel<E, KD, true, true, true, false>, "gla backward (quad walk, wide tail)");
+    if (p.segments > 1 && held)
+      launch_gradients(gradient_kernel<E, KD, true, true, true, true, true, true>, kDefaultName);
+    else if (p.segments > 1 && maps)
+      launch_gradients(gradient_kernel<E, KD, true, true, true, true, true>, kDefaultName);
+    else if (p.segments > 1) launch_gradients(gradient_kernel<E, KD, true, true, true>, kDefaultName);
+    else if (held) launch_gradients(gradient_kernel<E, KD, true, true, true, false, true, true>, kDefaultName);
+    else if (maps) launch_gradients(gradient_kernel<E, KD, true, true, true, false, true>, kDefaultName);
+    else launch_gradients(gradient_kernel<E, KD, true, true, true, false>, kDefaultName);
   } else if (quad_walk) {
     launch_gradients(gradient_kernel<E, KD, true, true>, "gla backward (tensor-core diagonal, quad walk)");
   } else if (gla_backward_diagonal() == GlaBackwardDiagonal::tensor_cores) {

@@ -118,6 +118,12 @@ void sum_key_blocks(const GlaParams& p, const GlaTokens& out, cudaStream_t strea
   timed_launch(stream, "gla sum key blocks", [&] { sum_key_blocks_kernel<E><<<blocks, 256, 0, stream>>>(p, out); });
 }
 
+// The copy engine's element type for E.
+template <class E>
+constexpr CUtensorMapDataType map_dtype() {
+  return std::is_same_v<E, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16;
+}
+
 // The [B, T, H, V] (or varlen [T, H, V]) map of o that the staged output's copies write
 // through (forward.cuh copy_staged_output), or nullopt where the copy engine cannot write o
 // (a base or a stride that is not a multiple of 16 bytes).
@@ -127,9 +133,8 @@ std::optional<CUtensorMap> output_map(const GlaParams& p) {
   const bool aligned = reinterpret_cast<uintptr_t>(o.data) % 16 == 0 && o.stride_time % 8 == 0 &&
                        o.stride_head % 8 == 0 && o.stride_batch % 8 == 0;
   if (!aligned) return std::nullopt;
-  const HeadRowsShape shape{std::is_same_v<E, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-                            p.V, p.T, p.H, p.cu_seqlens ? 1 : p.num_sequences, o.stride_time, o.stride_head,
-                            p.cu_seqlens ? 0 : o.stride_batch};
+  const HeadRowsShape shape{map_dtype<E>(), p.V, p.T, p.H, p.cu_seqlens ? 1 : p.num_sequences,
+                            o.stride_time, o.stride_head, p.cu_seqlens ? 0 : o.stride_batch};
   return make_head_rows_map(o.data, shape, static_cast<int>(kGlaChunk), "gla output");
 }
 

@@ -209,6 +209,21 @@ void gla_set_backward_state_stages(int stages);
 bool gla_backward_early_start();
 void gla_set_backward_early_start(bool on);
 
+// Whether the gradient kernel's value slices of S_0 and dL/dS come from their tables by the
+// copy engine (one tensor copy a table a slice, backward.cuh TableSlices) or as 16-byte
+// cp.async pieces from every thread: process-wide, on unless the environment variable
+// SEQMIX_GLA_BACKWARD_TABLE_COPIES is "0" when first asked, or a caller (the timing tests) set
+// it. Tables the copy engine cannot read (a base not 16-byte aligned) take the pieces.
+bool gla_backward_table_copies();
+void gla_set_backward_table_copies(bool on);
+
+// Whether the gradient kernel's value loop (with the table copies) holds k_end's fragments in
+// registers for all slices and reads do's once a slice for both its products (backward.cuh
+// gradient_kernel kHeldOperands): process-wide, on unless the environment variable
+// SEQMIX_GLA_BACKWARD_HELD_OPERANDS is "0" when first asked, or a caller set it.
+bool gla_backward_held_operands();
+void gla_set_backward_held_operands(bool on);
+
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:
 // process-wide, on unless the environment variable SEQMIX_GLA_FORWARD_PIECES is "0" when
