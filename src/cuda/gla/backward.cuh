@@ -29,10 +29,8 @@
 
 namespace seqmix::cuda::gla {
 
-// acc (a 16 × 8·NT block at rows m0, cols n0) += A·B over k in [k_begin, k_end) (multiples
-// of 16). A is a row-major [m][k] tile, or with kATransposed a row-major [k][m] one; B is a
-// row-major [k][n] tile, or with kBRows a row-major [n][k] one (B = tileᵀ).
-// One 16-deep step of it, at k0, with A's fragment already in registers.
+// acc (a 16 × 8·NT block at cols n0) += A·B over the 16-deep step at k0, with A's fragment
+// already in registers; B as in mma_block.
 template <bool kBRows, int NT, class E>
 __device__ __forceinline__ void mma_step(float (&acc)[NT][4], const uint32_t (&af)[4], const E* b, int pb, int n0,
                                          int k0, int lane) {
@@ -46,6 +44,9 @@ __device__ __forceinline__ void mma_step(float (&acc)[NT][4], const uint32_t (&a
   }
 }
 
+// acc (a 16 × 8·NT block at rows m0, cols n0) += A·B over k in [k_begin, k_end) (multiples
+// of 16). A is a row-major [m][k] tile, or with kATransposed a row-major [k][m] one; B is a
+// row-major [k][n] tile, or with kBRows a row-major [n][k] one (B = tileᵀ).
 template <bool kATransposed, bool kBRows, int NT, class E>
 __device__ __forceinline__ void mma_block(float (&acc)[NT][4], const E* a, int pa, const E* b, int pb, int m0,
                                           int n0, int k_begin, int k_end, int lane) {
