@@ -33,6 +33,9 @@ struct GlaInputs {
   // Backward only, CUDA only: the chunk states a forward on these same inputs saved
   // (GlaOutputs::chunk_states). The backward reads them instead of recomputing them.
   std::optional<Tensor> chunk_states;
+  // Backward only, CUDA only, with chunk_states: the chunk scores that forward saved
+  // (GlaOutputs::chunk_scores). The backward reads them instead of forming them again.
+  std::optional<Tensor> chunk_scores;
 };
 
 struct GlaOutputs {
@@ -43,14 +46,23 @@ struct GlaOutputs {
   // forward keeps it; it costs a few percent of the forward and saves the backward a walk
   // over the sequence.
   std::optional<Tensor> chunk_states;
+  // CUDA only, with chunk_states and K <= 128: every chunk's scores A (the causal,
+  // decay-weighted q·kᵀ block of its 64 tokens, zero above the diagonal), [N, H, C, 64, 64]
+  // contiguous in q's dtype (gla_chunk_scores_shape), for the same backward: it saves that
+  // backward forming them again, at 64·64/(K·V) of the states' memory (a quarter at
+  // K = V = 128). Only the default forward form writes them; the others refuse the tensor.
+  std::optional<Tensor> chunk_scores;
 };
 
-// Forward. Writes o and, when given, final_state and chunk_states.
+// Forward. Writes o and, when given, final_state, chunk_states and chunk_scores.
 void gla_forward(const GlaInputs& in, const GlaOutputs& out, const GlaOptions& options = {});
 
 // The shape of GlaOutputs::chunk_states for these inputs: {N, H, C, K, V}, C the chunks of
 // the longest sequence.
 std::vector<int64_t> gla_chunk_states_shape(const GlaInputs& in, const GlaOptions& options = {});
+
+// The shape of GlaOutputs::chunk_scores for these inputs: {N, H, C, 64, 64}.
+std::vector<int64_t> gla_chunk_scores_shape(const GlaInputs& in, const GlaOptions& options = {});
 
 struct GlaGrads {
   Tensor dq, dk, dv, dg;                 // shapes and dtype of q, k, v, g
@@ -59,7 +71,7 @@ struct GlaGrads {
 
 // Backward: from do (and the gradient of the final state, optional) to the gradient of
 // every differentiable input. Recomputes the states from the inputs, or reads the chunk
-// states of in.chunk_states.
+// states of in.chunk_states (and the chunk scores of in.chunk_scores).
 void gla_backward(const GlaInputs& in, const Tensor& d_o, const std::optional<Tensor>& d_final_state,
                   const GlaGrads& grads, const GlaOptions& options = {});
 

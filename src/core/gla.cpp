@@ -19,6 +19,7 @@ constexpr const char* kKeyLayout = "[B, T, H, K]";
 constexpr const char* kValueLayout = "[B, T, H, V]";
 constexpr const char* kStateLayout = "[N, H, K, V]";
 constexpr const char* kChunkStatesLayout = "[N, H, C, K, V]";
+constexpr const char* kChunkScoresLayout = "[N, H, C, 64, 64]";
 // C of the chunk-state table: the chunks of the longest sequence.
 int64_t max_chunks(const cpu::GlaProblem& p) {
   int64_t chunks = 0;
@@ -31,16 +32,33 @@ std::vector<int64_t> chunk_states_shape(const cpu::GlaProblem& p) {
   return {static_cast<int64_t>(p.sequences.size()), p.H, max_chunks(p), p.K, p.V};
 }
 
-// The chunk-state table (GlaOutputs::chunk_states), when given: CUDA inputs only, the shape
-// of chunk_states_shape, q's dtype, contiguous.
-void check_chunk_states(const core::Checker& check, const std::optional<Tensor>& t, const char* arg,
-                        const cpu::GlaProblem& p, const Tensor& q) {
+std::vector<int64_t> chunk_scores_shape(const cpu::GlaProblem& p) {
+  return {static_cast<int64_t>(p.sequences.size()), p.H, max_chunks(p), cuda::kGlaChunk, cuda::kGlaChunk};
+}
+
+// A per-chunk table (GlaOutputs::chunk_states or chunk_scores), when given: CUDA inputs only,
+// the table's shape, q's dtype, contiguous.
+void check_chunk_table(const core::Checker& check, const std::optional<Tensor>& t, const char* arg,
+                       const std::vector<int64_t>& shape, const char* layout, const Tensor& q) {
   if (!t) return;
-  if (!q.device.is_cuda()) check.fail(arg, "none with CPU inputs (only the CUDA kernels keep chunk states)", "a tensor");
-  check.view(*t, arg, 5, kChunkStatesLayout, q.device);
-  check.shape(*t, arg, chunk_states_shape(p), kChunkStatesLayout);
+  if (!q.device.is_cuda())
+    check.fail(arg, "none with CPU inputs (only the CUDA kernels keep chunk tables)", "a tensor");
+  check.view(*t, arg, 5, layout, q.device);
+  check.shape(*t, arg, shape, layout);
   check.same_dtype(*t, arg, q.dtype, "q");
   if (!t->is_contiguous()) check.fail(arg, "a contiguous tensor", "strides " + shape_str(t->strides));
+}
+
+// Both chunk tables of one direction: the scores only beside the states, and only for one key
+// block (K <= 128: K = 256's two blocks would each need their own share of A).
+void check_chunk_tables(const core::Checker& check, const std::optional<Tensor>& states,
+                        const std::optional<Tensor>& scores, const cpu::GlaProblem& p, const Tensor& q) {
+  check_chunk_table(check, states, "chunk_states", chunk_states_shape(p), kChunkStatesLayout, q);
+  if (!scores) return;
+  if (!states) check.fail("chunk_scores", "none (chunk_states is not given)", "a tensor");
+  if (p.K > 128) check.fail("chunk_scores", "none with K = " + std::to_string(p.K) + " (only K <= 128 saves them)",
+                            "a tensor");
+  check_chunk_table(check, scores, "chunk_scores", chunk_scores_shape(p), kChunkScoresLayout, q);
 }
 
 // A [B, T, H, K] tensor shaped and typed like q.
@@ -152,6 +170,7 @@ void cuda_forward(const core::Checker& check, const cpu::GlaProblem& p, const Gl
   params.o = tokens(check, out.o, "o");
   params.final_state = cuda_state<float*>(check, out.final_state, "final_state");
   params.saved_chunk_states = out.chunk_states ? out.chunk_states->data : nullptr;
+  params.saved_chunk_scores = out.chunk_scores ? out.chunk_scores->data : nullptr;
   const cuda::DeviceGuard guard(in.q.device.index);
   if (in.q.dtype == DType::bf16) cuda::gla_forward<cuda::GlaDtype::bf16>(params);
   else cuda::gla_forward<cuda::GlaDtype::f16>(params);
@@ -168,6 +187,7 @@ void cuda_backward(const core::Checker& check, const cpu::GlaProblem& p, const G
   params.d_final_state = cuda_state<const float*>(check, d_final_state, "d_final_state");
   params.d_initial_state = cuda_state<float*>(check, grads.d_initial_state, "d_initial_state");
   params.saved_chunk_states = in.chunk_states ? in.chunk_states->data : nullptr;
+  params.saved_chunk_scores = in.chunk_scores ? in.chunk_scores->data : nullptr;
   const cuda::DeviceGuard guard(in.q.device.index);
   if (in.q.dtype == DType::bf16) cuda::gla_backward<cuda::GlaDtype::bf16>(params);
   else cuda::gla_backward<cuda::GlaDtype::f16>(params);
@@ -186,7 +206,8 @@ void gla_forward(const GlaInputs& in, const GlaOutputs& out, const GlaOptions& o
   check_like_v(check, out.o, "o", in);
   check_state(check, out.final_state, "final_state", problem, in.q.device);
   if (in.chunk_states) check.fail("chunk_states", "none in the forward's inputs (it is an output there)", "a tensor");
-  check_chunk_states(check, out.chunk_states, "chunk_states", problem, in.q);
+  if (in.chunk_scores) check.fail("chunk_scores", "none in the forward's inputs (it is an output there)", "a tensor");
+  check_chunk_tables(check, out.chunk_states, out.chunk_scores, problem, in.q);
   if (in.q.device.is_cuda()) {
 #ifdef SEQMIX_CUDA_GLA
     cuda_forward(check, problem, in, out, options);
@@ -204,6 +225,11 @@ std::vector<int64_t> gla_chunk_states_shape(const GlaInputs& in, const GlaOption
   return chunk_states_shape(check_inputs(check, in, options));
 }
 
+std::vector<int64_t> gla_chunk_scores_shape(const GlaInputs& in, const GlaOptions& options) {
+  const core::Checker check("seqmix.gla_chunk_scores_shape");
+  return chunk_scores_shape(check_inputs(check, in, options));
+}
+
 void gla_backward(const GlaInputs& in, const Tensor& d_o, const std::optional<Tensor>& d_final_state,
                   const GlaGrads& grads, const GlaOptions& options) {
   const core::Checker check("seqmix.chunk_gla_backward");
@@ -216,7 +242,7 @@ void gla_backward(const GlaInputs& in, const Tensor& d_o, const std::optional<Te
   check_like_q(check, grads.dg, "dg", in.q);
   check_presence(check, grads.d_initial_state, "d_initial_state", in.initial_state, "initial_state");
   check_state(check, grads.d_initial_state, "d_initial_state", problem, in.q.device);
-  check_chunk_states(check, in.chunk_states, "chunk_states", problem, in.q);
+  check_chunk_tables(check, in.chunk_states, in.chunk_scores, problem, in.q);
   if (in.q.device.is_cuda()) {
 #ifdef SEQMIX_CUDA_GLA
     cuda_backward(check, problem, in, d_o, d_final_state, grads, options);

@@ -274,9 +274,9 @@ TEST(GlaErrors, BackwardChecksEveryGradient) {
                       "argument 'd_initial_state': expected none (initial_state is not given), got a tensor");
 }
 
-// The chunk-state table (GlaOutputs::chunk_states, GlaInputs::chunk_states): its shape counts
-// the chunks of the longest sequence; only the CUDA kernels keep it, and a forward takes it
-// as an output only.
+// The chunk tables (GlaOutputs::chunk_states and chunk_scores, the same in GlaInputs): their
+// shapes count the chunks of the longest sequence; only the CUDA kernels keep them, a forward
+// takes them as outputs only, and the scores come only beside the states.
 TEST(GlaErrors, ChunkStatesAreCheckedAndShaped) {
   HostTensor q = uniform({2, 130, 3, 4}, DType::f32), k = uniform({2, 130, 3, 4}, DType::f32),
              v = uniform({2, 130, 3, 5}, DType::f32), g = uniform({2, 130, 3, 4}, DType::f32, -1, 0);
@@ -290,7 +290,7 @@ TEST(GlaErrors, ChunkStatesAreCheckedAndShaped) {
   HostTensor o({2, 130, 3, 5}, DType::f32), table({2, 3, 3, 4, 5}, DType::f32);
   EXPECT_SEQMIX_ERROR(gla_forward(in, {o.view, std::nullopt, table.view}),
                       "seqmix.chunk_gla: argument 'chunk_states': expected none with CPU inputs (only the CUDA "
-                      "kernels keep chunk states), got a tensor");
+                      "kernels keep chunk tables), got a tensor");
   GlaInputs with_table = in;
   with_table.chunk_states = table.view;
   EXPECT_SEQMIX_ERROR(gla_forward(with_table, {o.view}),
@@ -299,6 +299,26 @@ TEST(GlaErrors, ChunkStatesAreCheckedAndShaped) {
              dk({2, 130, 3, 4}, DType::f32), dv({2, 130, 3, 5}, DType::f32), dg({2, 130, 3, 4}, DType::f32);
   EXPECT_SEQMIX_ERROR(gla_backward(with_table, d_o, std::nullopt, {dq, dk, dv, dg}),
                       "seqmix.chunk_gla_backward: argument 'chunk_states': expected none with CPU inputs");
+
+  EXPECT_EQ(gla_chunk_scores_shape(in), (std::vector<int64_t>{2, 3, 3, 64, 64}));
+  EXPECT_EQ(gla_chunk_scores_shape({q1, k1, v1, g1, std::nullopt, cu.view}),
+            (std::vector<int64_t>{3, 1, 3, 64, 64}));
+  HostTensor scores({2, 3, 3, 64, 64}, DType::f32);
+  GlaOutputs scores_alone{o.view};
+  scores_alone.chunk_scores = scores.view;
+  EXPECT_SEQMIX_ERROR(gla_forward(in, scores_alone),
+                      "seqmix.chunk_gla: argument 'chunk_scores': expected none (chunk_states is not given), got a "
+                      "tensor");
+  GlaOutputs both{o.view, std::nullopt, table.view};
+  both.chunk_scores = scores.view;
+  EXPECT_SEQMIX_ERROR(gla_forward(in, both), "argument 'chunk_states': expected none with CPU inputs");
+  GlaInputs with_scores = in;
+  with_scores.chunk_scores = scores.view;
+  EXPECT_SEQMIX_ERROR(gla_forward(with_scores, {o.view}),
+                      "argument 'chunk_scores': expected none in the forward's inputs (it is an output there)");
+  EXPECT_SEQMIX_ERROR(gla_backward(with_scores, d_o, std::nullopt, {dq, dk, dv, dg}),
+                      "seqmix.chunk_gla_backward: argument 'chunk_scores': expected none (chunk_states is not "
+                      "given), got a tensor");
 }
 
 TEST(GlaErrors, CuSeqlensIsValidated) {

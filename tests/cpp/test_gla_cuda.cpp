@@ -199,8 +199,10 @@ TEST_P(GlaCuda, ForwardStagedOutputMatchesOracle) {
 // forward_first: the device forward runs first on the same inputs (its o and final state
 // checked against the oracle too) and saves its chunk states into a poisoned table, which the
 // backward reads; the backward's launches are returned (profiled), so a test can see whether
-// it walked its own chunk states.
-std::vector<std::string> backward_matches_oracle(const GpuGlaCase& c, bool forward_first = false) {
+// it walked its own chunk states. with_scores (with forward_first): the forward also saves its
+// chunk scores into a poisoned table, which the backward reads too.
+std::vector<std::string> backward_matches_oracle(const GpuGlaCase& c, bool forward_first = false,
+                                                 bool with_scores = false) {
   const GlaCaseInputs in(c);
   const auto &key_shape = in.key_shape, &value_shape = in.value_shape, &state_shape = in.state_shape;
   HostTensor d_o = uniform(value_shape, c.dtype), dhT = uniform(state_shape, DType::f32);
@@ -223,16 +225,20 @@ std::vector<std::string> backward_matches_oracle(const GpuGlaCase& c, bool forwa
   const double tol = tolerance(c.dtype);
   GlaInputs device_in = in.inputs(true);
   HostTensor chunk_states = poisoned(gla_chunk_states_shape(device_in), c.dtype);
-  DeviceTensor dev_chunk_states(chunk_states);
+  HostTensor chunk_scores = poisoned(gla_chunk_scores_shape(device_in), c.dtype);
+  DeviceTensor dev_chunk_states(chunk_states), dev_chunk_scores(chunk_scores);
   if (forward_first) {
     HostTensor o_ref(value_shape, c.dtype), hT_ref(state_shape, DType::f32);
     gla_forward(in.inputs(false), {o_ref.view, hT_ref.view}, in.options(Impl::reference));
     HostTensor o = poisoned(value_shape, c.dtype), hT = poisoned(state_shape, DType::f32);
     DeviceTensor dev_o(o), dev_hT(hT);
-    gla_forward(device_in, {dev_o.view, dev_hT.view, dev_chunk_states.view}, in.options(Impl::automatic));
+    GlaOutputs out{dev_o.view, dev_hT.view, dev_chunk_states.view};
+    if (with_scores) out.chunk_scores = dev_chunk_scores.view;
+    gla_forward(device_in, out, in.options(Impl::automatic));
     EXPECT_LT(rel_err(dev_o.values(o), o_ref.values()), tol) << "o";
     EXPECT_LT(rel_err(dev_hT.values(hT), hT_ref.values()), tol) << "final state";
     device_in.chunk_states = dev_chunk_states.view;
+    if (with_scores) device_in.chunk_scores = dev_chunk_scores.view;
     cuda::gla_profile_start();
   }
   gla_backward(device_in, dev_do.view, device_dhT, grads, in.options(Impl::automatic));
@@ -312,6 +318,30 @@ TEST_P(GlaCuda, SavedStatesMatchesOracle) {
   }
   EXPECT_EQ(std::count(launches.begin(), launches.end(), std::string("gla backward state gradients")), 1)
       << "walks of dL/dS";
+}
+
+// The forward saving every chunk's scores A beside its states (GlaOutputs::chunk_scores) and
+// the backward reading them instead of forming A: o, the final state and every gradient against
+// the oracle, and the gradient kernel that reads them launched. K = 256 (two key blocks) keeps
+// no scores: its forward refuses the table.
+TEST_P(GlaCuda, SavedScoresMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuGlaCase& c = GetParam();
+  if (c.K > 128) {
+    const GlaCaseInputs in(c);
+    const GlaInputs device_in = in.inputs(true);
+    DeviceTensor o(HostTensor(in.value_shape, c.dtype));
+    DeviceTensor states(HostTensor(gla_chunk_states_shape(device_in), c.dtype));
+    DeviceTensor scores(HostTensor(gla_chunk_scores_shape(device_in), c.dtype));
+    GlaOutputs out{o.view, std::nullopt, states.view};
+    out.chunk_scores = scores.view;
+    EXPECT_SEQMIX_ERROR(gla_forward(device_in, out, in.options(Impl::automatic)),
+                        "argument 'chunk_scores': expected none with K = 256 (only K <= 128 saves them)");
+    return;
+  }
+  const std::vector<std::string> launches = backward_matches_oracle(c, true, true);
+  const std::string reader = "gla backward (quad walk, wide tail, saved scores)";
+  EXPECT_EQ(std::count(launches.begin(), launches.end(), reader), 1) << "gradient kernels that read the saved scores";
 }
 
 // The default backward with the gradient kernel launched after the dL/dS walk, its blocks in

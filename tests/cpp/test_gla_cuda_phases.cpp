@@ -101,13 +101,19 @@ struct TimingInputs {
     options.scale = 1.0 / std::sqrt(static_cast<double>(K));
   }
   GlaInputs inputs() const { return {d_q, d_k, d_v, d_g}; }
-  // chunk_states: the forward saves its chunk states there, the backward reads them.
-  void forward(const std::optional<Tensor>& chunk_states = std::nullopt) {
-    gla_forward(inputs(), {d_o.view, d_hT.view, chunk_states}, options);
+  // chunk_states, chunk_scores: the forward saves its chunk states (and scores) there, the
+  // backward reads them.
+  void forward(const std::optional<Tensor>& chunk_states = std::nullopt,
+               const std::optional<Tensor>& chunk_scores = std::nullopt) {
+    GlaOutputs out{d_o.view, d_hT.view, chunk_states};
+    out.chunk_scores = chunk_scores;
+    gla_forward(inputs(), out, options);
   }
-  void backward(const std::optional<Tensor>& chunk_states = std::nullopt) {
+  void backward(const std::optional<Tensor>& chunk_states = std::nullopt,
+                const std::optional<Tensor>& chunk_scores = std::nullopt) {
     GlaInputs in = inputs();
     in.chunk_states = chunk_states;
+    in.chunk_scores = chunk_scores;
     gla_backward(in, d_do.view, std::nullopt, {d_dq.view, d_dk.view, d_dv.view, d_dg.view}, options);
   }
 };
@@ -420,6 +426,59 @@ void compare_backward_switch(int64_t B, int64_t T, const char* what, bool (*get)
         else EXPECT_EQ(got[i], first[i]) << "gradient " << i << " (dq, dk, dv, dg): " << what << " on against off";
       }
     }
+}
+
+// Forward+backward with the saved chunk states alone (off) and with the chunk scores beside them
+// (on: GlaOutputs::chunk_scores, which the backward reads instead of forming A), side by side on
+// the same inputs, alternated three times: medians of 30 event-timed forward+backward runs, of 30
+// forwards and of 30 backwards (on the tables of the forward before) after 5 warm-ups, then one
+// profiled forward+backward each (launches and the gradient kernel's phases). Asserts that the
+// gradients agree within the bf16 bound (the forward's A and the backward's own may round apart:
+// the forward forms its operands with the paired walkers).
+void compare_saved_scores(int64_t B, int64_t T) {
+  TimingInputs in(B, T);
+  DeviceTensor states(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
+  DeviceTensor scores(HostTensor(gla_chunk_scores_shape(in.inputs()), DType::bf16));
+  bool on = false;
+  auto chunk_scores = [&] { return on ? std::optional<Tensor>(scores.view) : std::nullopt; };
+  auto forward = [&] { in.forward(states.view, chunk_scores()); };
+  auto backward = [&] { in.backward(states.view, chunk_scores()); };
+  auto forward_backward = [&] { forward(), backward(); };
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16 by saved chunk scores (states saved), medians of 30:\n",
+              static_cast<long long>(B), static_cast<long long>(T));
+  std::vector<double> off[4];  // dq, dk, dv, dg without the scores
+  for (int round = 0; round < 3; ++round)
+    for (const bool saving : {false, true}) {
+      on = saving;
+      const float both = median_ms(forward_backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
+      const float fwd = median_ms(forward, {.reps = 30, .warmups = 5, .flush_l2 = false});
+      const float back = median_ms(backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
+      std::printf("  saved scores %-3s: forward+backward %.4f ms, forward %.4f ms, backward %.4f ms\n",
+                  on ? "on" : "off", both, fwd, back);
+      if (round > 0) continue;
+      for (DeviceTensor* t : {&in.d_dq, &in.d_dk, &in.d_dv, &in.d_dg}) cuda_ok(cudaMemset(t->ptr, 0xff, t->bytes));
+      cuda::gla_profile_start();
+      forward_backward();
+      const GlaProfile profile = cuda::gla_profile_stop();
+      print_launches(on ? "saved scores on" : "saved scores off", profile);
+      print_gradient_phases(profile);
+      const std::vector<double> got[4] = {in.d_dq.values(in.dq), in.d_dk.values(in.dk), in.d_dv.values(in.dv),
+                                          in.d_dg.values(in.dg)};
+      for (int i = 0; i < 4; ++i) {
+        if (!on) {
+          off[i] = got[i];
+          continue;
+        }
+        const double difference = rel_err(got[i], off[i]);
+        std::printf("  gradient %d (dq, dk, dv, dg): on against off, relative difference %.2e\n", i, difference);
+        EXPECT_LT(difference, tolerance(DType::bf16)) << "gradient " << i << " (dq, dk, dv, dg)";
+      }
+    }
+}
+
+TEST(GlaCudaTiming, SavedScores) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}}) compare_saved_scores(B, T);
 }
 
 // The gradient kernel started while the dL/dS walk runs (its blocks of the last chunks first,

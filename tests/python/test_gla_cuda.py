@@ -130,9 +130,9 @@ def test_torch_compile_fullgraph_backward_on_cuda(torch, D):
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
     """A fixed-length forward at K = V = 128 that autograd will differentiate keeps the state
-    entering every chunk (the first is the initial state, rounded), and the backward reading
-    that table matches both the oracle and the backward that recomputes the states. K = 64
-    keeps no table."""
+    entering every chunk (the first is the initial state, rounded) and every chunk's scores,
+    and the backward reading those tables matches both the oracle and the backward that
+    recomputes the states (and the backward given the states alone). K = 64 keeps no table."""
     import seqmix
     from seqmix._ops import gla as ops
     from seqmix.torch._common import XP
@@ -146,8 +146,9 @@ def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
     def gradients(device, impl):
         leaves = [x.to(device).requires_grad_() for x in stored] + [h0.to(device).requires_grad_()]
         o, _ = seqmix.chunk_gla(*leaves[:4], initial_state=leaves[4], impl=impl)
-        if device == "cuda":  # what the forward kept for the backward: the table, last
-            assert o.grad_fn.saved_tensors[-1].shape == (B, H, 5, K, V)
+        if device == "cuda":  # what the forward kept for the backward: the tables, last
+            assert o.grad_fn.saved_tensors[-2].shape == (B, H, 5, K, V)
+            assert o.grad_fn.saved_tensors[-1].shape == (B, H, 5, 64, 64)
         o.backward(do.to(device))
         return [x.grad.cpu() for x in leaves]
 
@@ -156,15 +157,20 @@ def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
         assert rel_err(a, b) < TOLERANCE[dtype], name
 
     args = [x.cuda() for x in stored] + [h0.cuda(), None, K**-0.5, "automatic"]
-    _, _, table = ops.forward(XP, *args, save_states=True)
+    _, _, table, scores = ops.forward(XP, *args, save_states=True)
     assert table.shape == (B, H, 5, K, V) and table.dtype == dt
     assert torch.equal(table[:, :, 0].cpu(), h0.to(dt))
+    assert scores.shape == (B, H, 5, 64, 64) and scores.dtype == dt
+    assert torch.equal(scores, scores.tril())  # A is causal: zero above the diagonal
+    assert torch.all(scores[:, :, 4, 300 - 256:] == 0)  # and past the sequence's end (44 tokens in chunk 4)
     backward_args = args[:6] + [do.cuda(), None, K**-0.5, "automatic"]
-    saved = ops.backward(XP, *backward_args, chunk_states=table)
+    saved = ops.backward(XP, *backward_args, chunk_states=table, chunk_scores=scores)
+    states_only = ops.backward(XP, *backward_args, chunk_states=table)
     walked = ops.backward(XP, *backward_args)
-    for name, a, b in zip(("dq", "dk", "dv", "dg", "d_initial_state"), saved, walked):
-        assert rel_err(a.cpu(), b.cpu()) < TOLERANCE[dtype], name
+    for name, a, b, c in zip(("dq", "dk", "dv", "dg", "d_initial_state"), saved, states_only, walked):
+        assert rel_err(a.cpu(), c.cpu()) < TOLERANCE[dtype], name
+        assert rel_err(b.cpu(), c.cpu()) < TOLERANCE[dtype], name
 
     narrow = [x[..., :64].contiguous().cuda().requires_grad_() for x in stored]
     o, _ = seqmix.chunk_gla(*narrow)
-    assert o.grad_fn.saved_tensors[-1].numel() == 0
+    assert o.grad_fn.saved_tensors[-1].numel() == 0 and o.grad_fn.saved_tensors[-2].numel() == 0

@@ -20,6 +20,19 @@ def chunk_states_shape(q, v):
     return (q.shape[0], q.shape[2], -(-q.shape[1] // CHUNK), q.shape[3], v.shape[3])
 
 
+def chunk_scores_shape(q, v):
+    """[B, H, C, 64, 64]: every chunk's scores A (the causal, decay-weighted q k^T block of its
+    64 tokens) of each sequence and head, which the forward saves beside the chunk states at
+    K <= 128 so that the backward need not form them again."""
+    return (q.shape[0], q.shape[2], -(-q.shape[1] // CHUNK), CHUNK, CHUNK)
+
+
+def saves_scores(q):
+    """Whether a forward that saves its chunk states saves its chunk scores too: K <= 128
+    (K = 256 runs as two key blocks, whose scores the kernels do not keep)."""
+    return q.shape[3] <= 128
+
+
 def default_scale(q, scale):
     """fla's default: K^-0.5."""
     return q.shape[-1] ** -0.5 if scale is None else float(scale)
@@ -27,24 +40,30 @@ def default_scale(q, scale):
 
 def forward(xp, q, k, v, g, initial_state, cu_seqlens, scale, impl, save_states=False):
     """Returns (o [B, T, H, V] in q's dtype, final_state [N, H, K, V] in the state dtype,
-    chunk_states): with `save_states` (CUDA, fixed length) the [B, H, C, K, V] states
-    entering each chunk in q's dtype, for ``backward``; else None."""
+    chunk_states, chunk_scores): with `save_states` (CUDA, fixed length) the [B, H, C, K, V]
+    states entering each chunk in q's dtype, for ``backward``, and where ``saves_scores`` the
+    [B, H, C, 64, 64] chunk scores beside them; else None."""
     o = xp.empty(tuple(v.shape), xp.dtype(q), q)
     final_state = xp.empty(state_shape(q, v, cu_seqlens), state_dtype(xp, q), q)
     chunk_states = xp.empty(chunk_states_shape(q, v), xp.dtype(q), q) if save_states else None
+    scores = save_states and saves_scores(q)
+    chunk_scores = xp.empty(chunk_scores_shape(q, v), xp.dtype(q), q) if scores else None
     _C.gla_forward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(initial_state), xp.arg(cu_seqlens),
-                   xp.arg(o), xp.arg(final_state), xp.arg(chunk_states), scale, impl, xp.stream(q))
-    return o, final_state, chunk_states
+                   xp.arg(o), xp.arg(final_state), xp.arg(chunk_states), xp.arg(chunk_scores), scale, impl,
+                   xp.stream(q))
+    return o, final_state, chunk_states, chunk_scores
 
 
-def backward(xp, q, k, v, g, initial_state, cu_seqlens, do, d_final_state, scale, impl, chunk_states=None):
-    """Returns (dq, dk, dv, dg, d_initial_state or None). `chunk_states`: the forward's saved
-    states on these same inputs, or None (then the backward recomputes them)."""
+def backward(xp, q, k, v, g, initial_state, cu_seqlens, do, d_final_state, scale, impl, chunk_states=None,
+             chunk_scores=None):
+    """Returns (dq, dk, dv, dg, d_initial_state or None). `chunk_states`, `chunk_scores`: the
+    forward's saved states and scores on these same inputs, or None (then the backward
+    recomputes them; scores only beside states)."""
     dq, dk, dv, dg = xp.empty_like(q), xp.empty_like(k), xp.empty_like(v), xp.empty_like(g)
     dh0 = None if initial_state is None else xp.empty_like(initial_state)
     _C.gla_backward(xp.arg(q), xp.arg(k), xp.arg(v), xp.arg(g), xp.arg(initial_state), xp.arg(cu_seqlens),
                     xp.arg(do), xp.arg(d_final_state), xp.arg(dq), xp.arg(dk), xp.arg(dv), xp.arg(dg),
-                    xp.arg(dh0), xp.arg(chunk_states), scale, impl, xp.stream(q))
+                    xp.arg(dh0), xp.arg(chunk_states), xp.arg(chunk_scores), scale, impl, xp.stream(q))
     return dq, dk, dv, dg, dh0
 
 
@@ -77,7 +96,7 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     """
     if is_torch(q):
         return torch_module("gla").chunk_gla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens, impl)
-    o, final_state, _ = forward(NUMPY, q, k, v, g, initial_state, cu_seqlens, default_scale(q, scale), impl)
+    o, final_state, _, _ = forward(NUMPY, q, k, v, g, initial_state, cu_seqlens, default_scale(q, scale), impl)
     return o, (final_state if output_final_state else None)
 
 

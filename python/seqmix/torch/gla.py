@@ -10,9 +10,9 @@ from .._ops import gla as ops
 from ._common import XP, TorchOp, absent, contiguous_or_none, fake_grad, present, state_dtype
 
 
-# save_states: the forward also returns the states entering each chunk, which the backward
-# reads instead of walking the sequence again; otherwise an empty tensor stands for them (see
-# ``present``). chunk_gla asks for them when a backward will follow, on CUDA, for fixed-length
+# save_states: the forward also returns the states entering each chunk and each chunk's scores
+# A, which the backward reads instead of walking the sequence again and forming A again;
+# otherwise empty tensors stand for them (see ``present``). chunk_gla asks for them when a backward will follow, on CUDA, for fixed-length
 # batches (the fake kernel sizes the table from T alone), where it measured faster: K = 128
 # with V a multiple of 128 (forward+backward −8 to −15 % on the H100). At K = 64 it measured
 # −4 to +2 %, and K = 256's key blocks make the table by the backward's own walk anyway, so
@@ -23,46 +23,53 @@ def _saves_states(q, v, cu_seqlens) -> bool:
 
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
              initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: float, impl: str,
-             save_states: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    o, final_state, chunk_states = ops.forward(XP, q, k, v, g, initial_state, cu_seqlens, scale, impl, save_states)
-    return o, final_state, present(chunk_states, q)
+             save_states: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    o, final_state, chunk_states, chunk_scores = ops.forward(XP, q, k, v, g, initial_state, cu_seqlens, scale, impl,
+                                                             save_states)
+    return o, final_state, present(chunk_states, q), present(chunk_scores, q)
 
 
 def _forward_fake(q, k, v, g, initial_state, cu_seqlens, scale, impl, save_states):
     chunk_states = q.new_empty(ops.chunk_states_shape(q, v)) if save_states else q.new_empty((0,))
+    scores = save_states and ops.saves_scores(q)
+    chunk_scores = q.new_empty(ops.chunk_scores_shape(q, v)) if scores else q.new_empty((0,))
     return (v.new_empty(v.shape, dtype=q.dtype), q.new_empty(ops.state_shape(q, v, cu_seqlens), dtype=state_dtype(q)),
-            chunk_states)
+            chunk_states, chunk_scores)
 
 
 def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
               initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], do: torch.Tensor,
-              d_final_state: Optional[torch.Tensor], chunk_states: Optional[torch.Tensor], scale: float,
+              d_final_state: Optional[torch.Tensor], chunk_states: Optional[torch.Tensor],
+              chunk_scores: Optional[torch.Tensor], scale: float,
               impl: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     dq, dk, dv, dg, dh0 = ops.backward(XP, q, k, v, g, initial_state, cu_seqlens, do, d_final_state, scale, impl,
-                                       chunk_states)
+                                       chunk_states, chunk_scores)
     return dq, dk, dv, dg, present(dh0, q)
 
 
-def _backward_fake(q, k, v, g, initial_state, cu_seqlens, do, d_final_state, chunk_states, scale, impl):
+def _backward_fake(q, k, v, g, initial_state, cu_seqlens, do, d_final_state, chunk_states, chunk_scores, scale,
+                   impl):
     return (torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), torch.empty_like(g),
             fake_grad(initial_state, q))
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, g, initial_state, cu_seqlens, scale, impl, _ = inputs
-    ctx.mark_non_differentiable(output[2])
-    ctx.save_for_backward(q, k, v, g, initial_state, cu_seqlens, output[2])
+    ctx.mark_non_differentiable(output[2], output[3])
+    ctx.save_for_backward(q, k, v, g, initial_state, cu_seqlens, output[2], output[3])
     ctx.scale, ctx.impl = scale, impl
 
 
 def _make_backward(run_backward):
-    def backward(ctx, do, d_final_state, _d_chunk_states):
-        q, k, v, g, initial_state, cu_seqlens, chunk_states = ctx.saved_tensors
+    def backward(ctx, do, d_final_state, _d_chunk_states, _d_chunk_scores):
+        q, k, v, g, initial_state, cu_seqlens, chunk_states, chunk_scores = ctx.saved_tensors
         if do is None:  # only the final state reached the loss (eager mode, see TorchOp)
             do = v.new_zeros(v.shape, dtype=q.dtype)
-        kept = chunk_states if chunk_states.numel() > 0 else None
+        kept_states = chunk_states if chunk_states.numel() > 0 else None
+        kept_scores = chunk_scores if chunk_scores.numel() > 0 else None
         dq, dk, dv, dg, dh0 = run_backward(q, k, v, g, initial_state, cu_seqlens, do.contiguous(),
-                                           contiguous_or_none(d_final_state), kept, ctx.scale, ctx.impl)
+                                           contiguous_or_none(d_final_state), kept_states, kept_scores, ctx.scale,
+                                           ctx.impl)
         return dq, dk, dv, dg, absent(dh0, initial_state), None, None, None, None
 
     return backward
@@ -79,5 +86,5 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     in q, k, v, g and initial_state."""
     args = (q, k, v, g, initial_state, cu_seqlens, ops.default_scale(q, scale), impl)
     save_states = _saves_states(q, v, cu_seqlens) and _op.needs_autograd(args)
-    o, final_state, _ = _op(*args, save_states)
+    o, final_state, _, _ = _op(*args, save_states)
     return o, (final_state if output_final_state else None)

@@ -801,13 +801,18 @@ struct GradientBlock {
 // kHeldOperands (with kTableCopies): in the value loop, k_end's fragments held in registers for
 // all slices and do's read once a slice for both of its products, instead of from shared
 // memory at each product (NOTES.md v47).
+// kSavedScores (with kQuads): A comes from the forward's table (GlaParams::saved_chunk_scores)
+// with q, k and g instead of being formed here: no inner and pair products, and walkers that
+// leave the raw q and k in place (no quad operands), so they need no reload (NOTES.md v48).
 template <class E, int KD, bool kQuads, bool kQuadWalk, bool kWideTail = false, bool kCarryIn = true,
-          bool kTableCopies = false, bool kHeldOperands = false>
+          bool kTableCopies = false, bool kHeldOperands = false, bool kSavedScores = false>
 __global__ void __launch_bounds__(kThreads, 1)
     gradient_kernel(const GlaParams p, const __grid_constant__ CUtensorMap s0_map,
                     const __grid_constant__ CUtensorMap h_map) {
   static_assert(kQuads || !kQuadWalk, "the quad walk takes the tensor-core diagonal");
   static_assert(kQuadWalk || !kWideTail, "the wide tail comes with the quad walk");
+  static_assert(kQuads || !kSavedScores, "the saved scores come with the tensor-core diagonal");
+  constexpr bool kWalkQuads = kQuads && !kSavedScores;  // the walkers write the quads' operands over q, k
   using Sm = GradSmem<E, KD>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
@@ -869,11 +874,17 @@ __global__ void __launch_bounds__(kThreads, 1)
     copy_async_commit();
   };
 
-  // A, as the forward forms it.
+  // A, as the forward forms it, or the forward's own (kSavedScores: all 64 rows, zeros past the
+  // sequence's end and above the diagonal).
   GradientClock phases(p.phase_cycles, tid == 0);
-  // Rolled: stores only, nothing for unrolling to overlap, and code is what this kernel is short of.
+  if constexpr (kSavedScores) {
+    const E* const scores = static_cast<const E*>(p.saved_chunk_scores) + slot * kScoreTile;
+    load_chunk<kChunk, PA, true>(s.scores, scores, kChunk, kChunk, tid);
+  } else {
+    // Rolled: stores only, nothing for unrolling to overlap, and code is what this kernel is short of.
 #pragma unroll 1
-  for (int i = tid; i < kChunk * PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
+    for (int i = tid; i < kChunk * PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
+  }
   load_chunk<KD, PK, true>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
   load_chunk<KD, PK, true>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
   load_chunk<KD, PK, true>(s.g, row0(p.g, key0), p.g.stride_time, valid, tid);
@@ -888,17 +899,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   copy_async_wait_pending<1>();
   __syncthreads();
   phases.mark(kGlaGradientLoads);
-  if constexpr (kQuads) {
+  if constexpr (kWalkQuads) {
     quad_inner_scores(s, tid);
     __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
   }
   phases.mark(kGlaGradientInner);
-  decay_operands<true, Sm, kQuads>(s, tid);
+  decay_operands<true, Sm, kWalkQuads>(s, tid);
   __syncthreads();
   phases.mark(kGlaGradientWalkers);
-  if constexpr (kQuads) quad_pair_scores(s, warp, lane);
-  else diagonal_scores(s, warp, lane);
-  pair_scores(s, warp, lane);
+  if constexpr (!kSavedScores) {
+    if constexpr (kQuads) quad_pair_scores(s, warp, lane);
+    else diagonal_scores(s, warp, lane);
+    pair_scores(s, warp, lane);
+  }
   phases.mark(kGlaGradientPairs);
   copy_async_wait_all();
   if constexpr (kTableCopies) {
@@ -908,7 +921,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   carried_in.add(slice_view(0).H, PS);
   __syncthreads();
   phases.mark(kGlaGradientSlice);
-  if constexpr (kQuads) {  // the raw q and k again (the quads' operands replaced them): they land during the value loop
+  // The raw q and k again (the quads' operands replaced them): they land during the value loop.
+  if constexpr (kWalkQuads) {
     load_chunk<KD, PK, true>(s.q, row0(p.q, key0), p.q.stride_time, valid, tid);
     load_chunk<KD, PK, true>(s.k, row0(p.k, key0), p.k.stride_time, valid, tid);
     copy_async_commit();
@@ -1044,7 +1058,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int e = 0; e < 4; ++e) f(r + 8 * (e / 2), (KD / 2) * side + 8 * nt + 2 * (lane % 4) + e % 2, nt, e);
   };
   {
-    __syncthreads();  // e^{g} is in (and with kQuads the raw q, k)
+    __syncthreads();  // e^{g} is in (and with kWalkQuads the raw q, k)
     if (tid < KD) sub_chunk_factors(s, tid);
     if constexpr (kQuads) quad_gradient_operands<Sm, kWideTail>(s, tid);
     __syncthreads();
@@ -1338,11 +1352,18 @@ void launch_backward(GlaParams p) {
   };
   // The default form has one without the split's carry-in for unsplit sequences: its code and
   // registers cost ≈ 2 % even where it adds nothing (NOTES.md v34b). It alone takes the table
-  // copies; the other forms are kept for comparison.
+  // copies, and with the held operands the forward's saved scores; the other forms are kept for
+  // comparison (they form A themselves).
   constexpr const char* kDefaultName = "gla backward (quad walk, wide tail)";
+  constexpr const char* kSavedScoresName = "gla backward (quad walk, wide tail, saved scores)";
   const bool held = maps && gla_backward_held_operands();
+  const bool saved_scores = held && p.saved_chunk_scores && p.key_blocks == 1;
   if (quad_walk && gla_backward_tail() == GlaBackwardTail::wide) {
-    if (p.segments > 1 && held)
+    if (p.segments > 1 && saved_scores)
+      launch_gradients(gradient_kernel<E, KD, true, true, true, true, true, true, true>, kSavedScoresName);
+    else if (saved_scores)
+      launch_gradients(gradient_kernel<E, KD, true, true, true, false, true, true, true>, kSavedScoresName);
+    else if (p.segments > 1 && held)
       launch_gradients(gradient_kernel<E, KD, true, true, true, true, true, true>, kDefaultName);
     else if (p.segments > 1 && maps)
       launch_gradients(gradient_kernel<E, KD, true, true, true, true, true>, kDefaultName);

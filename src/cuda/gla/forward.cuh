@@ -25,6 +25,7 @@ namespace seqmix::cuda::gla {
 
 constexpr int kThreads = 256;  // 8 warps
 constexpr int kChunk = 64, kSub = 16;
+constexpr int kScoreTile = kChunk * kChunk;  // a chunk's scores A in GlaParams::saved_chunk_scores
 constexpr int kPairRows = 96;  // key rows of the sub-chunk pairs: 16 (I=1) + 32 (I=2) + 48 (I=3)
 
 // First row of sub-chunk I's keys (all sub-chunks J < I) in Smem::k_pair.
@@ -826,7 +827,8 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // kSaveStates (outputs pass only): also store each chunk's entering state into p.chunk_states,
 // as the chunk_states pass does, so that the backward need not walk its own (NOTES.md v16,
 // v19): the state's operand tile (s.state, the same rounding) leaves by bulk copies, a row a
-// thread, issued after the barrier behind the tile and read before the next step's barrier.
+// thread, issued after the barrier behind the tile and read before the next step's barrier;
+// with p.saved_chunk_scores, each chunk's A too, from its tile once formed (NOTES.md v48).
 // kStagedOutput (outputs pass with the tensor-core diagonal, no key blocks): a whole chunk's o
 // leaves through the staging boxes and one thread's tensor copies through o_map (box 64
 // columns × 64 rows), issued after the next step's first barrier and read before its walkers
@@ -957,8 +959,17 @@ __global__ void __launch_bounds__(kThreads, 1)
       phases.mark(kGlaPhaseDiagonal);
       if (more) issue_token_loads(chunk + 1, stage ^ 1);
       pair_scores(s, warp, lane);
+      if constexpr (kSaveStates) fence_async_shared();  // A's rows may leave by bulk copies after the barrier
       __syncthreads();
       phases.mark(kGlaPhasePairs);
+      if constexpr (kSaveStates) {  // A for the backward: a row a thread, read before the next step's walkers
+        if (p.saved_chunk_scores && vb0 == 0 && tid < kChunk) {
+          E* const row = static_cast<E*>(p.saved_chunk_scores) + chunk_slot(p, plan.n, h, chunk) * kScoreTile +
+                         tid * kChunk;
+          tma::store_bytes(row, s.scores + tid * Smem<E, KD, VB>::PA, kChunk * sizeof(E));
+          tma::bulk_commit();
+        }
+      }
       const int64_t t = chunk * kChunk;
       const int valid = plan.valid(chunk);
       float* const partial = kb.partial(p, plan.seq.batch, plan.seq.start + t, h, vb0);

@@ -6,6 +6,7 @@
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/gla/forward.cuh"
 #include "cuda/gla/profile.cuh"
+#include "seqmix/error.hpp"
 
 namespace seqmix::cuda::gla {
 
@@ -176,26 +177,29 @@ void launch_pass(const GlaParams& p, cudaStream_t stream) {
 // The default form writes o through the staging boxes (gla_forward_output) where there are no
 // key blocks (their float partials are summed after) and the copy engine can write o. With
 // p.chunk_states set (GlaParams::saved_chunk_states) that form also copies out every chunk's
-// entering state; the other forms are followed by the chunk-state pass (the same table, the
-// same cost as the backward's: correct, not faster).
+// entering state, and with p.saved_chunk_scores every chunk's A; the other forms are followed
+// by the chunk-state pass (the same table, the same cost as the backward's: correct, not
+// faster) and cannot save A, so they refuse the scores table.
 template <class E, int KD, int VB>
 void launch_outputs(GlaParams p, cudaStream_t stream) {
   const bool save = p.chunk_states != nullptr;
-  if (gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores) {
-    if (gla_forward_walkers() == GlaForwardWalkers::paired && gla_forward_tiling() == GlaForwardTiling::tall) {
-      if (gla_forward_output() == GlaForwardOutput::staged && p.key_blocks == 1) {
-        if (const std::optional<CUtensorMap> o_map = output_map<E>(p)) {
-          if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true, true>(p, stream, *o_map);
-          return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true>(p, stream, *o_map);
-        }
-      }
-      launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
-    } else {
-      launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
-    }
-  } else {
-    launch_pass<E, KD, VB, Pass::outputs>(p, stream);
+  const bool tensor_cores = gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores;
+  const bool paired_tall = tensor_cores && gla_forward_walkers() == GlaForwardWalkers::paired &&
+                           gla_forward_tiling() == GlaForwardTiling::tall;
+  const bool staged = paired_tall && gla_forward_output() == GlaForwardOutput::staged && p.key_blocks == 1;
+  const std::optional<CUtensorMap> o_map = staged ? output_map<E>(p) : std::nullopt;
+  if (p.saved_chunk_scores && !(save && o_map))
+    throw Error(
+        "seqmix.chunk_gla: argument 'chunk_scores': expected none with this forward (the chunk scores are saved "
+        "only with chunk_states by the default outputs pass: tensor-core diagonal, paired walkers, tall tiling, "
+        "staged output, K <= 128, o writable by the copy engine), got a tensor");
+  if (o_map) {
+    if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true, true>(p, stream, *o_map);
+    return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true>(p, stream, *o_map);
   }
+  if (paired_tall) launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
+  else if (tensor_cores) launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
+  else launch_pass<E, KD, VB, Pass::outputs>(p, stream);
   if (save) launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
 }
 

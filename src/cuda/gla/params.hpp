@@ -71,6 +71,12 @@ struct GlaParams {
   // o (the default outputs pass copies its state operand out; NOTES.md v19). Backward: read
   // instead of walking the chunk-state pass; it must be the forward's on these same inputs.
   void* saved_chunk_states = nullptr;
+  // Every chunk's scores A (the causal, decay-weighted q·kᵀ block, zero above the diagonal, as
+  // the outputs pass forms it), rounded to the input type, [N, H, max_chunks, 64, 64]
+  // contiguous, or nullptr; only with saved_chunk_states and one key block (K ≤ 128).
+  // Forward: written by the form that saves the states (else the launcher throws). Backward:
+  // read instead of forming A again (NOTES.md v48); it must be the forward's on these inputs.
+  void* saved_chunk_scores = nullptr;
 };
 
 enum class GlaDtype { bf16, f16 };
