@@ -876,8 +876,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   // A, as the forward forms it, or the forward's own (kSavedScores: all 64 rows, zeros past the
   // sequence's end and above the diagonal).
+  // (Asked for later, after q, k, g's commit or once they are in, A's copies measured no faster:
+  // NOTES.md v48b, v48c.)
   GradientClock phases(p.phase_cycles, tid == 0);
-  if constexpr (!kSavedScores) {
+  if constexpr (kSavedScores) {
+    const E* const scores = static_cast<const E*>(p.saved_chunk_scores) + slot * kScoreTile;
+    load_chunk<kChunk, PA, true>(s.scores, scores, kChunk, kChunk, tid);
+  } else {
     // Rolled: stores only, nothing for unrolling to overlap, and code is what this kernel is short of.
 #pragma unroll 1
     for (int i = tid; i < kChunk * PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
@@ -896,14 +901,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   copy_async_wait_pending<1>();
   __syncthreads();
   phases.mark(kGlaGradientLoads);
-  // kSavedScores: A is first read in the value loop, so its copies go once q, k, g are in (asked
-  // for with them, they shared the SM's copy rate and delayed them: NOTES.md v48) and land
-  // during the walkers, waited for with slice 0.
-  if constexpr (kSavedScores) {
-    const E* const scores = static_cast<const E*>(p.saved_chunk_scores) + slot * kScoreTile;
-    load_chunk<kChunk, PA, true>(s.scores, scores, kChunk, kChunk, tid);
-    copy_async_commit();
-  }
   if constexpr (kWalkQuads) {
     quad_inner_scores(s, tid);
     __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
