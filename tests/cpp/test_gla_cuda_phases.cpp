@@ -397,8 +397,9 @@ void compare_saved_states(int64_t B, int64_t T) {
 
 // The two settings of one of the backward's switches (`get`, `set`), side by side on the same
 // inputs with the forward's saved chunk states, alternated three times: medians of 30
-// event-timed forward+backward runs and of 30 backwards after 5 warm-ups. Not profiled: the
-// profiler's events between the launches would keep the gradient kernel from starting early.
+// event-timed forward+backward runs and of 30 backwards after 5 warm-ups; then, in the first
+// round, one profiled backward (its launches), kept apart from the timed runs because the
+// profiler's events between the launches keep the gradient kernel from starting early.
 // Asserts that the gradients are the same bit for bit (both settings sum the same terms in the
 // same blocks).
 void compare_backward_switch(int64_t B, int64_t T, const char* what, bool (*get)(), void (*set)(bool)) {
@@ -425,6 +426,9 @@ void compare_backward_switch(int64_t B, int64_t T, const char* what, bool (*get)
         if (!on) first[i] = got[i];
         else EXPECT_EQ(got[i], first[i]) << "gradient " << i << " (dq, dk, dv, dg): " << what << " on against off";
       }
+      cuda::gla_profile_start();
+      backward();
+      print_launches(on ? "on" : "off", cuda::gla_profile_stop());
     }
 }
 
@@ -487,6 +491,14 @@ TEST(GlaCudaTiming, BackwardEarlyStart) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
     compare_backward_switch(B, T, "early start", cuda::gla_backward_early_start, cuda::gla_set_backward_early_start);
+}
+
+// The dL/dS walk in 64-column value blocks, two an SM, and in the gradient kernel's 128-column
+// ones, one an SM (params.hpp gla_backward_narrow_walk).
+TEST(GlaCudaTiming, BackwardNarrowWalk) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
+    compare_backward_switch(B, T, "narrow walk", cuda::gla_backward_narrow_walk, cuda::gla_set_backward_narrow_walk);
 }
 
 // The gradient kernel's value slices of S_0 and dL/dS by the copy engine and as cp.async pieces
