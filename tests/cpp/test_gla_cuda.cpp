@@ -88,8 +88,6 @@ using ForwardWalkers = Selected<cuda::GlaForwardWalkers, cuda::gla_forward_walke
 using ForwardOutput = Selected<cuda::GlaForwardOutput, cuda::gla_forward_output, cuda::gla_set_forward_output>;
 // The stages of the backward's dL/dS walk.
 using BackwardStateStages = Selected<int, cuda::gla_backward_state_stages, cuda::gla_set_backward_state_stages>;
-// Whether the dL/dS walk runs in 64-column value blocks.
-using BackwardNarrowWalk = Selected<bool, cuda::gla_backward_narrow_walk, cuda::gla_set_backward_narrow_walk>;
 // Whether the gradient kernel's last chunks start beside the dL/dS walk.
 using BackwardEarlyStart = Selected<bool, cuda::gla_backward_early_start, cuda::gla_set_backward_early_start>;
 // Whether the gradient kernel's value slices of S_0 and dL/dS come by the copy engine.
@@ -352,14 +350,6 @@ TEST_P(GlaCuda, SavedScoresMatchesOracle) {
 TEST_P(GlaCuda, BackwardAfterTheWalkMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackwardEarlyStart early(false);
-  backward_matches_oracle(GetParam());
-}
-
-// The default backward with the dL/dS walk in the gradient kernel's value blocks, one block an
-// SM (the default walks 64 columns a block, two an SM; params.hpp gla_backward_narrow_walk).
-TEST_P(GlaCuda, BackwardWideWalkMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const BackwardNarrowWalk narrow(false);
   backward_matches_oracle(GetParam());
 }
 

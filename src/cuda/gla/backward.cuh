@@ -61,13 +61,12 @@ __device__ __forceinline__ void mma_block(float (&acc)[NT][4], const E* a, int p
 // ---- Pass 2: dL/dS at every chunk's end ----
 
 // kStages stages of q, g, do: the chunk kStages − 1 ahead lands during this one (two stages:
-// 140 KB at K = V = 128, 104.5 KB at K = 128, V = 64, two blocks an SM; three: 193 KB).
+// 157 KB at K = V = 128; three: 210 KB).
 template <class E, int KD, int VB, int kStages = 2>
 struct StateGradSmem {
   static constexpr int PK = KD + 8, PV = VB + 8;  // the pitches StateTile::advance reads
-  // Each step turns its stage of q into scale · q ⊙ e^{b} in place (no tile of its own: the
-  // bytes that let a 64-column walk run two blocks an SM, NOTES.md v49).
   E q[kStages][kChunk * PK], g[kStages][kChunk * PK];
+  E q_start[kChunk * PK];  // scale · q ⊙ e^{b}
   E d_o[kStages][kChunk * PV];
   E grad_rows[KD * PV];  // this step's dL/dS, rounded, on its way to the table (bulk copies)
   float decay_all[KD];   // e^{b_last}
@@ -82,9 +81,8 @@ struct StateGradSmem {
 // own dL/dS at its start into its slot of p.workspace and its total decay into the decay
 // table, for the chain (chain_segment_grads_kernel) that finds each segment's end.
 // kStages (params.hpp gla_backward_state_stages): the copies run kStages − 1 chunks ahead.
-// 64 columns and two stages fit two blocks an SM (params.hpp gla_backward_narrow_walk).
 template <class E, int KD, int VB, int kStages = 2>
-__global__ void __launch_bounds__(kThreads, VB == 64 && kStages == 2 ? 2 : 1) state_grad_kernel(const GlaParams p) {
+__global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams p) {
   // The gradient kernel's blocks that need nothing of this walk may start now (GradientBlock).
   allow_next_grid();
   using Sm = StateGradSmem<E, KD, VB, kStages>;
@@ -137,7 +135,6 @@ __global__ void __launch_bounds__(kThreads, VB == 64 && kStages == 2 ? 2 : 1) st
       tma::bulk_commit();
     }
     issue_loads(chunk - (kStages - 1));
-    E* const q_start = s.q[stage];  // scale · q ⊙ e^{b}, over q: each thread reads its column, then writes it
     if (tid < KD) {  // rows past the sequence's end hold zeros: e^{0} = 1, q = 0
       const E* const q = s.q[stage];
       const E* const g = s.g[stage];
@@ -154,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, VB == 64 && kStages == 2 ? 2 : 1) st
 #pragma unroll
         for (int tt = 0; tt < kSub; ++tt) {
           from_start *= e[tt];
-          q_start[(t0 + tt) * PK + tid] = from_float<E>(p.scale * qs[tt] * from_start);
+          s.q_start[(t0 + tt) * PK + tid] = from_float<E>(p.scale * qs[tt] * from_start);
         }
       }
       s.decay_all[tid] = from_start;
@@ -164,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, VB == 64 && kStages == 2 ? 2 : 1) st
       }
     }
     __syncthreads();
-    D.advance(q_start, s.decay_all, s.d_o[stage], lane);
+    D.advance(s.q_start, s.decay_all, s.d_o[stage], lane);
     if (tid < KD) tma::bulk_wait_read();  // grad_rows is rewritten at the next step's top
     __syncthreads();  // q_start and e^{b_last} are read before the next step writes them
   }
@@ -1334,9 +1331,7 @@ void launch_backward(GlaParams p) {
     launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
   }
 
-  // The walk's own value blocks: 64 columns, two blocks an SM, unless the switch is off.
   if (gla_backward_state_stages() == 3) state_gradients<E, KD, VB, 3>(p, stream);
-  else if (gla_backward_narrow_walk()) state_gradients<E, KD, 64, 2>(p, stream);
   else state_gradients<E, KD, VB, 2>(p, stream);
 
   p.phase_cycles = profile_counters();  // the gradient kernel's phase clocks while profiling

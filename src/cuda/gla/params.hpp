@@ -208,14 +208,6 @@ inline constexpr int kDefaultBackwardStateStages = 2;
 int gla_backward_state_stages();
 void gla_set_backward_state_stages(int stages);
 
-// Whether the backward's dL/dS walk (two stages) runs in value blocks of 64 columns, two
-// blocks an SM, so that one block's serial phases overlap the other's copies (NOTES.md v49),
-// or in the gradient kernel's value blocks (128 columns where V allows), one block an SM:
-// process-wide, on unless the environment variable SEQMIX_GLA_BACKWARD_NARROW_WALK is "0"
-// when first asked, or a caller (the timing tests) set it.
-bool gla_backward_narrow_walk();
-void gla_set_backward_narrow_walk(bool on);
-
 // Whether the backward's gradient kernel starts its blocks of the sequences' last chunks
 // while the dL/dS walk still runs (GlaParams::last_chunks_first, a programmatic dependent
 // launch): process-wide, on unless the environment variable SEQMIX_GLA_BACKWARD_EARLY_START
