@@ -493,15 +493,6 @@ TEST(GlaCudaTiming, BackwardEarlyStart) {
     compare_backward_switch(B, T, "early start", cuda::gla_backward_early_start, cuda::gla_set_backward_early_start);
 }
 
-// The dL/dS walk's rows of q, g, do by the copy engine and as cp.async pieces (params.hpp
-// gla_backward_walk_bulk_copies).
-TEST(GlaCudaTiming, BackwardWalkBulkCopies) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
-    compare_backward_switch(B, T, "walk bulk copies", cuda::gla_backward_walk_bulk_copies,
-                            cuda::gla_set_backward_walk_bulk_copies);
-}
-
 // The gradient kernel's value slices of S_0 and dL/dS by the copy engine and as cp.async pieces
 // (params.hpp gla_backward_table_copies).
 TEST(GlaCudaTiming, BackwardTableCopies) {

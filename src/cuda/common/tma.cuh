@@ -84,15 +84,6 @@ __device__ inline void store_bytes(void* dst, const void* src, uint32_t bytes) {
                : "memory");
 }
 
-// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from global memory to
-// shared memory, completing them on `bar`: a row without a tensor map, into a padded pitch.
-__device__ inline void load_bytes(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(
-                   shared_address(dst)),
-               "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(shared_address(bar))
-               : "memory");
-}
-
 // Ends this thread's bulk group of copies out of shared memory.
 __device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // This thread's bulk copies have read their shared memory (it may be rewritten).

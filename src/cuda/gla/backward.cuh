@@ -70,7 +70,6 @@ struct StateGradSmem {
   E d_o[kStages][kChunk * PV];
   E grad_rows[KD * PV];  // this step's dL/dS, rounded, on its way to the table (bulk copies)
   float decay_all[KD];   // e^{b_last}
-  uint64_t landed[kStages];  // kBulkCopies: a stage's rows are in
 };
 
 // One block walks one segment (the whole sequence when not split) backwards, from dL/dS at
@@ -82,9 +81,7 @@ struct StateGradSmem {
 // own dL/dS at its start into its slot of p.workspace and its total decay into the decay
 // table, for the chain (chain_segment_grads_kernel) that finds each segment's end.
 // kStages (params.hpp gla_backward_state_stages): the copies run kStages − 1 chunks ahead.
-// kBulkCopies (params.hpp gla_backward_walk_bulk_copies): each row of q, g, do by one bulk copy
-// of the copy engine, counted on the stage's barrier; otherwise 16-byte cp.async pieces.
-template <class E, int KD, int VB, int kStages = 2, bool kBulkCopies = false>
+template <class E, int KD, int VB, int kStages = 2>
 __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams p) {
   // The gradient kernel's blocks that need nothing of this walk may start now (GradientBlock).
   allow_next_grid();
@@ -110,45 +107,18 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   float to_segment_end = 1.0f;  // split: e^{Σ g} of channel key0 + tid from the chunk's end to the segment's
   // The stage of a chunk: the walk goes from the last chunk down.
   auto stage_of = [&](int64_t chunk) { return static_cast<int>((plan.end_chunk - 1 - chunk) % kStages); };
-  // How many chunks used the stage before this one: the parity of its barrier's phase.
-  auto stage_use = [&](int64_t chunk) { return (plan.end_chunk - 1 - chunk) / kStages; };
-  // Bulk: thread r < 3·64 copies row r % 64 of q, g or do (r / 64), or zero-fills it past the
-  // chunk's end; thread 0 announces the stage's bytes.
-  auto issue_bulk_loads = [&](int64_t t0, int valid, int stage) {
-    if (tid == 0) tma::arrive_expect_bytes(&s.landed[stage], valid * (2 * KD + VB) * sizeof(E));
-    const int r = tid % kChunk, which = tid / kChunk;
-    if (which > 2) return;
-    const GlaTokens& x = which == 0 ? p.q : which == 1 ? p.g : p.d_o;
-    const int cols = which == 2 ? VB : KD;
-    E* const to = which == 0 ? s.q[stage] + r * PK : which == 1 ? s.g[stage] + r * PK : s.d_o[stage] + r * PV;
-    if (r < valid)
-      tma::load_bytes(to, row0(x, t0 + r, which == 2 ? vb0 : key0), cols * sizeof(E), &s.landed[stage]);
-    else
-      for (int c = 0; c < cols; c += 8) *reinterpret_cast<uint4*>(to + c) = make_uint4(0, 0, 0, 0);
-  };
-  // Pieces: one commit group a call, empty past the segment's first chunk, so that each step
-  // waits on a fixed count of newer groups.
+  // One commit group a call, empty past the segment's first chunk, so that each step waits on
+  // a fixed count of newer groups.
   auto issue_loads = [&](int64_t chunk) {
     if (chunk >= plan.first_chunk) {
       const int64_t t0 = chunk * kChunk;
       const int valid = plan.valid(chunk), stage = stage_of(chunk);
-      if constexpr (kBulkCopies) {
-        issue_bulk_loads(t0, valid, stage);
-      } else {
-        load_chunk<KD, PK>(s.q[stage], row0(p.q, t0, key0), p.q.stride_time, valid, tid);
-        load_chunk<KD, PK>(s.g[stage], row0(p.g, t0, key0), p.g.stride_time, valid, tid);
-        load_chunk<VB, PV>(s.d_o[stage], row0(p.d_o, t0, vb0), p.d_o.stride_time, valid, tid);
-      }
+      load_chunk<KD, PK>(s.q[stage], row0(p.q, t0, key0), p.q.stride_time, valid, tid);
+      load_chunk<KD, PK>(s.g[stage], row0(p.g, t0, key0), p.g.stride_time, valid, tid);
+      load_chunk<VB, PV>(s.d_o[stage], row0(p.d_o, t0, vb0), p.d_o.stride_time, valid, tid);
     }
-    if constexpr (!kBulkCopies) copy_async_commit();
+    copy_async_commit();
   };
-  if constexpr (kBulkCopies) {
-    if (tid == 0) {
-      for (int i = 0; i < kStages; ++i) tma::barrier_init(&s.landed[i], 1);
-      tma::barrier_init_fence();
-    }
-    __syncthreads();
-  }
 #pragma unroll
   for (int ahead = 0; ahead < kStages - 1; ++ahead) issue_loads(plan.end_chunk - 1 - ahead);
   for (int64_t chunk = plan.end_chunk - 1; chunk >= plan.first_chunk; --chunk) {
@@ -156,8 +126,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
     // dL/dS into the table through grad_rows: one bulk copy a row (NOTES.md v20)
     D.store_pairs(s.grad_rows, PV);
     fence_async_shared();
-    if constexpr (kBulkCopies) tma::wait(&s.landed[stage], static_cast<uint32_t>(stage_use(chunk) % 2));
-    else copy_async_wait_pending<kStages - 2>();
+    copy_async_wait_pending<kStages - 2>();
     __syncthreads();  // this chunk's tiles are in; the stage issued next was read by the last step
     const int64_t slot = chunk_slot(p, n, h, chunk);
     if (tid < KD) {
@@ -1306,12 +1275,12 @@ void allow_shared(Kernel kernel, size_t bytes, const char* what) {
 
 // Pass 2 (the dL/dS walk, split like the forward when the grid is small) with kStages stages
 // of copies; split, the chain of the segments after it.
-template <class E, int KD, int VB, int kStages, bool kBulkCopies>
+template <class E, int KD, int VB, int kStages>
 void state_gradients(const GlaParams& p, cudaStream_t stream) {
   const size_t state_smem = sizeof(StateGradSmem<E, KD, VB, kStages>);
   const dim3 state_grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                         static_cast<unsigned>(p.num_sequences * p.segments));
-  auto walk = state_grad_kernel<E, KD, VB, kStages, kBulkCopies>;
+  auto walk = state_grad_kernel<E, KD, VB, kStages>;
   allow_shared(walk, state_smem, "gla backward state gradients shared memory");
   timed_launch(stream, "gla backward state gradients", [&] { walk<<<state_grid, kThreads, state_smem, stream>>>(p); });
   if (p.segments > 1) {
@@ -1362,10 +1331,8 @@ void launch_backward(GlaParams p) {
     launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
   }
 
-  const bool bulk = gla_backward_walk_bulk_copies();
-  if (gla_backward_state_stages() == 3) state_gradients<E, KD, VB, 3, false>(p, stream);
-  else if (bulk) state_gradients<E, KD, VB, 2, true>(p, stream);
-  else state_gradients<E, KD, VB, 2, false>(p, stream);
+  if (gla_backward_state_stages() == 3) state_gradients<E, KD, VB, 3>(p, stream);
+  else state_gradients<E, KD, VB, 2>(p, stream);
 
   p.phase_cycles = profile_counters();  // the gradient kernel's phase clocks while profiling
   const size_t grad_smem = sizeof(GradSmem<E, KD>);

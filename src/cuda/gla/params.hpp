@@ -208,14 +208,6 @@ inline constexpr int kDefaultBackwardStateStages = 2;
 int gla_backward_state_stages();
 void gla_set_backward_state_stages(int stages);
 
-// Whether the backward's two-stage dL/dS walk copies each row of q, g and do by one bulk copy
-// of the copy engine, completed on a barrier a stage (backward.cuh state_grad_kernel
-// kBulkCopies; NOTES.md v50), or as 16-byte cp.async pieces from every thread: process-wide,
-// on unless the environment variable SEQMIX_GLA_BACKWARD_WALK_BULK_COPIES is "0" when first
-// asked, or a caller (the timing tests) set it.
-bool gla_backward_walk_bulk_copies();
-void gla_set_backward_walk_bulk_copies(bool on);
-
 // Whether the backward's gradient kernel starts its blocks of the sequences' last chunks
 // while the dL/dS walk still runs (GlaParams::last_chunks_first, a programmatic dependent
 // launch): process-wide, on unless the environment variable SEQMIX_GLA_BACKWARD_EARLY_START

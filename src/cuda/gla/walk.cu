@@ -1,7 +1,7 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
 // walk and tail, the stages of its dL/dS walk, the forward walks' tiling, the outputs pass's
-// walkers and output path, the forward's pass 1 in pieces, the backward's walk copies, early
-// start and table copies (params.hpp).
+// walkers and output path, the forward's pass 1 in pieces, the backward's early start and its
+// table copies (params.hpp).
 #include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
 
@@ -71,12 +71,6 @@ bool& current_pieces() {
   return on;
 }
 
-// On unless SEQMIX_GLA_BACKWARD_WALK_BULK_COPIES=0.
-bool& current_walk_bulk_copies() {
-  static bool on = flag_from_environment("SEQMIX_GLA_BACKWARD_WALK_BULK_COPIES", true);
-  return on;
-}
-
 // On unless SEQMIX_GLA_BACKWARD_EARLY_START=0.
 bool& current_early_start() {
   static bool on = flag_from_environment("SEQMIX_GLA_BACKWARD_EARLY_START", true);
@@ -102,9 +96,6 @@ void gla_set_backward_held_operands(bool on) { current_held_operands() = on; }
 
 bool gla_backward_table_copies() { return current_table_copies(); }
 void gla_set_backward_table_copies(bool on) { current_table_copies() = on; }
-
-bool gla_backward_walk_bulk_copies() { return current_walk_bulk_copies(); }
-void gla_set_backward_walk_bulk_copies(bool on) { current_walk_bulk_copies() = on; }
 
 bool gla_backward_early_start() { return current_early_start(); }
 void gla_set_backward_early_start(bool on) { current_early_start() = on; }
