@@ -480,6 +480,44 @@ void compare_saved_scores(int64_t B, int64_t T) {
     }
 }
 
+// The forward with and without the final state (GlaOutputs::final_state, which the Python op
+// leaves out without output_final_state), inference and with the chunk tables saved, alternated
+// three times: medians of 30 event-timed forwards after 5 warm-ups. Asserts that o is the same
+// bit for bit.
+void compare_final_state(int64_t B, int64_t T) {
+  TimingInputs in(B, T);
+  DeviceTensor states(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
+  DeviceTensor scores(HostTensor(gla_chunk_scores_shape(in.inputs()), DType::bf16));
+  std::printf("gla forward B%lld T%lld H16 K128 V128 bf16 with and without the final state, medians of 30:\n",
+              static_cast<long long>(B), static_cast<long long>(T));
+  std::vector<double> kept_o;
+  for (int round = 0; round < 3; ++round)
+    for (const bool keep : {true, false}) {
+      const std::optional<Tensor> final_state = keep ? std::optional<Tensor>(in.d_hT.view) : std::nullopt;
+      auto infer = [&] { gla_forward(in.inputs(), GlaOutputs{in.d_o.view, final_state}, in.options); };
+      auto train = [&] {
+        GlaOutputs out{in.d_o.view, final_state, states.view};
+        out.chunk_scores = scores.view;
+        gla_forward(in.inputs(), out, in.options);
+      };
+      const float infer_ms = median_ms(infer, {.reps = 30, .warmups = 5, .flush_l2 = false});
+      const float train_ms = median_ms(train, {.reps = 30, .warmups = 5, .flush_l2 = false});
+      std::printf("  final state %-4s: inference %.4f ms, with the chunk tables %.4f ms\n", keep ? "kept" : "none",
+                  infer_ms, train_ms);
+      if (round > 0) continue;
+      cuda_ok(cudaMemset(in.d_o.ptr, 0xff, in.d_o.bytes));  // NaN: o must be written in full
+      train();
+      const std::vector<double> o = in.d_o.values(in.o);
+      if (keep) kept_o = o;
+      else EXPECT_EQ(o, kept_o) << "o without the final state against o with it";
+    }
+}
+
+TEST(GlaCudaTiming, FinalState) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {1, 32768}}) compare_final_state(B, T);
+}
+
 TEST(GlaCudaTiming, SavedScores) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}}) compare_saved_scores(B, T);

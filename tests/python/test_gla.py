@@ -105,6 +105,40 @@ def test_torch_fast_grads_match_oracle_bf16():
 
 
 @requires_torch
+@pytest.mark.parametrize("compiled", [False, True])
+def test_torch_without_final_state_gives_the_same_outputs_and_grads(compiled):
+    """output_final_state=False skips the final state (neither allocated nor written) and
+    changes nothing else: o and the gradients equal those of a call that keeps it."""
+    import torch
+
+    base = [torch.tensor(x, dtype=torch.float32) for x in inputs(2, 9, 2, 4, 3)[:4]]
+    dy = torch.randn(base[2].shape, generator=torch.Generator().manual_seed(5))
+
+    def layer(q, k, v, g, keep):
+        o, hT = seqmix.chunk_gla(q, k, v, g, output_final_state=keep)
+        assert (hT is not None) == keep
+        return o
+
+    def run(keep):
+        leaves = [t.clone().requires_grad_() for t in base]
+        fn = torch.compile(layer, fullgraph=True, backend="aot_eager") if compiled else layer
+        o = fn(*leaves, keep)
+        o.backward(dy)
+        return [o.detach()] + [t.grad for t in leaves]
+
+    for name, without, with_state in zip(["o", "dq", "dk", "dv", "dg"], run(False), run(True)):
+        assert torch.equal(without, with_state), name
+
+
+def test_numpy_without_final_state_returns_none_and_the_same_o():
+    q, k, v, g, _ = inputs(1, 10, 2, 3, 4)
+    o, hT = seqmix.chunk_gla(q, k, v, g)
+    o_kept, hT_kept = seqmix.chunk_gla(q, k, v, g, output_final_state=True)
+    assert hT is None and hT_kept.shape == (1, 2, 3, 4)
+    assert np.array_equal(o, o_kept)
+
+
+@requires_torch
 def test_torch_compile_fullgraph_has_no_graph_break():
     import torch
 

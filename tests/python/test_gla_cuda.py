@@ -63,6 +63,28 @@ def test_long_single_sequence_is_split_and_matches_the_fast_cpu_path(torch):
     assert rel_err(hT.cpu(), hT_ref) < TOLERANCE["bfloat16"]
 
 
+def test_training_step_without_final_state_matches_the_kept_one(torch):
+    """At the training shape (K = 128: chunk states and scores saved), output_final_state=False
+    skips the final state and leaves o and every gradient bit for bit the same."""
+    import seqmix
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    B, T, H, D = 2, 200, 2, 128
+    base = [torch.randn(B, T, H, D, generator=gen, device="cuda").mul(D**-0.25).bfloat16() for _ in range(3)]
+    base.append((-0.1 * torch.rand(B, T, H, D, generator=gen, device="cuda")).bfloat16())
+    do = torch.randn(B, T, H, D, generator=gen, device="cuda").bfloat16()
+
+    def step(keep):
+        leaves = [t.clone().requires_grad_() for t in base]
+        o, hT = seqmix.chunk_gla(*leaves, output_final_state=keep)
+        assert (hT is not None) == keep
+        o.backward(do)
+        return [o.detach()] + [t.grad for t in leaves]
+
+    for name, without, kept in zip(["o", "dq", "dk", "dv", "dg"], step(False), step(True)):
+        assert torch.equal(without, kept), name
+
+
 def test_torch_compile_fullgraph_forward_on_cuda(torch):
     import seqmix
 

@@ -38,13 +38,14 @@ def default_scale(q, scale):
     return q.shape[-1] ** -0.5 if scale is None else float(scale)
 
 
-def forward(xp, q, k, v, g, initial_state, cu_seqlens, scale, impl, save_states=False):
-    """Returns (o [B, T, H, V] in q's dtype, final_state [N, H, K, V] in the state dtype,
-    chunk_states, chunk_scores): with `save_states` (CUDA, fixed length) the [B, H, C, K, V]
-    states entering each chunk in q's dtype, for ``backward``, and where ``saves_scores`` the
-    [B, H, C, 64, 64] chunk scores beside them; else None."""
+def forward(xp, q, k, v, g, initial_state, cu_seqlens, scale, impl, save_states=False, keep_final_state=True):
+    """Returns (o [B, T, H, V] in q's dtype, final_state [N, H, K, V] in the state dtype or
+    None without `keep_final_state` (then it is neither allocated nor written), chunk_states,
+    chunk_scores): with `save_states` (CUDA, fixed length) the [B, H, C, K, V] states entering
+    each chunk in q's dtype, for ``backward``, and where ``saves_scores`` the [B, H, C, 64, 64]
+    chunk scores beside them; else None."""
     o = xp.empty(tuple(v.shape), xp.dtype(q), q)
-    final_state = xp.empty(state_shape(q, v, cu_seqlens), state_dtype(xp, q), q)
+    final_state = xp.empty(state_shape(q, v, cu_seqlens), state_dtype(xp, q), q) if keep_final_state else None
     chunk_states = xp.empty(chunk_states_shape(q, v), xp.dtype(q), q) if save_states else None
     scores = save_states and saves_scores(q)
     chunk_scores = xp.empty(chunk_scores_shape(q, v), xp.dtype(q), q) if scores else None
@@ -96,8 +97,9 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     """
     if is_torch(q):
         return torch_module("gla").chunk_gla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens, impl)
-    o, final_state, _, _ = forward(NUMPY, q, k, v, g, initial_state, cu_seqlens, default_scale(q, scale), impl)
-    return o, (final_state if output_final_state else None)
+    o, final_state, _, _ = forward(NUMPY, q, k, v, g, initial_state, cu_seqlens, default_scale(q, scale), impl,
+                                   keep_final_state=output_final_state)
+    return o, final_state
 
 
 def chunk_gla_backward(q, k, v, g, do, scale=None, initial_state=None, d_final_state=None, cu_seqlens=None,

@@ -12,8 +12,9 @@ from ._common import XP, TorchOp, absent, contiguous_or_none, fake_grad, present
 
 # save_states: the forward also returns the states entering each chunk and each chunk's scores
 # A, which the backward reads instead of walking the sequence again and forming A again;
-# otherwise empty tensors stand for them (see ``present``). chunk_gla asks for them when a backward will follow, on CUDA, for fixed-length
-# batches (the fake kernel sizes the table from T alone), where it measured faster: K = 128
+# otherwise empty tensors stand for them (see ``present``). chunk_gla asks for them when a
+# backward will follow, on CUDA, for fixed-length batches (the fake kernel sizes the table
+# from T alone), where it measured faster: K = 128
 # with V a multiple of 128 (forward+backward −8 to −15 % on the H100). At K = 64 it measured
 # −4 to +2 %, and K = 256's key blocks make the table by the backward's own walk anyway, so
 # those keep the backward's walk (src/cuda/gla/NOTES.md, v19).
@@ -21,20 +22,28 @@ def _saves_states(q, v, cu_seqlens) -> bool:
     return q.is_cuda and cu_seqlens is None and q.shape[-1] == 128 and v.shape[-1] % 128 == 0
 
 
+# keep_final_state: without it the final state is neither allocated nor written (an empty
+# tensor stands for it), as fla skips it without output_final_state.
 def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
              initial_state: Optional[torch.Tensor], cu_seqlens: Optional[torch.Tensor], scale: float, impl: str,
-             save_states: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+             save_states: bool,
+             keep_final_state: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     o, final_state, chunk_states, chunk_scores = ops.forward(XP, q, k, v, g, initial_state, cu_seqlens, scale, impl,
-                                                             save_states)
-    return o, final_state, present(chunk_states, q), present(chunk_scores, q)
+                                                             save_states, keep_final_state)
+    return o, _present_state(final_state, q), present(chunk_states, q), present(chunk_scores, q)
 
 
-def _forward_fake(q, k, v, g, initial_state, cu_seqlens, scale, impl, save_states):
+def _present_state(final_state, q):
+    """The final state, or the empty state-dtype tensor that stands for it when not kept."""
+    return q.new_empty((0,), dtype=state_dtype(q)) if final_state is None else final_state
+
+
+def _forward_fake(q, k, v, g, initial_state, cu_seqlens, scale, impl, save_states, keep_final_state):
     chunk_states = q.new_empty(ops.chunk_states_shape(q, v)) if save_states else q.new_empty((0,))
     scores = save_states and ops.saves_scores(q)
     chunk_scores = q.new_empty(ops.chunk_scores_shape(q, v)) if scores else q.new_empty((0,))
-    return (v.new_empty(v.shape, dtype=q.dtype), q.new_empty(ops.state_shape(q, v, cu_seqlens), dtype=state_dtype(q)),
-            chunk_states, chunk_scores)
+    final_state = q.new_empty(ops.state_shape(q, v, cu_seqlens), dtype=state_dtype(q)) if keep_final_state else None
+    return v.new_empty(v.shape, dtype=q.dtype), _present_state(final_state, q), chunk_states, chunk_scores
 
 
 def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -54,7 +63,7 @@ def _backward_fake(q, k, v, g, initial_state, cu_seqlens, do, d_final_state, chu
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, g, initial_state, cu_seqlens, scale, impl, _ = inputs
+    q, k, v, g, initial_state, cu_seqlens, scale, impl, _, _ = inputs
     ctx.mark_non_differentiable(output[2], output[3])
     ctx.save_for_backward(q, k, v, g, initial_state, cu_seqlens, output[2], output[3])
     ctx.scale, ctx.impl = scale, impl
@@ -65,12 +74,15 @@ def _make_backward(run_backward):
         q, k, v, g, initial_state, cu_seqlens, chunk_states, chunk_scores = ctx.saved_tensors
         if do is None:  # only the final state reached the loss (eager mode, see TorchOp)
             do = v.new_zeros(v.shape, dtype=q.dtype)
+        # A final state not kept is an empty output, whose gradient (compiled: an empty tensor) is none.
+        if d_final_state is not None and d_final_state.numel() == 0:
+            d_final_state = None
         kept_states = chunk_states if chunk_states.numel() > 0 else None
         kept_scores = chunk_scores if chunk_scores.numel() > 0 else None
         dq, dk, dv, dg, dh0 = run_backward(q, k, v, g, initial_state, cu_seqlens, do.contiguous(),
                                            contiguous_or_none(d_final_state), kept_states, kept_scores, ctx.scale,
                                            ctx.impl)
-        return dq, dk, dv, dg, absent(dh0, initial_state), None, None, None, None
+        return dq, dk, dv, dg, absent(dh0, initial_state), None, None, None, None, None
 
     return backward
 
@@ -86,5 +98,5 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     in q, k, v, g and initial_state."""
     args = (q, k, v, g, initial_state, cu_seqlens, ops.default_scale(q, scale), impl)
     save_states = _saves_states(q, v, cu_seqlens) and _op.needs_autograd(args)
-    o, final_state, _, _ = _op(*args, save_states)
+    o, final_state, _, _ = _op(*args, save_states, bool(output_final_state))
     return o, (final_state if output_final_state else None)
