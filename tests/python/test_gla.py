@@ -157,3 +157,72 @@ def test_torch_compile_fullgraph_has_no_graph_break():
     assert torch.allclose(loss, layer(q, k, v, g, h0))
     for leaf in (q, g, h0):
         assert leaf.grad is not None and torch.isfinite(leaf.grad).all()
+
+
+# fla 0.6's chunk_gla parameters, in order: fla's GatedLinearAttention layer calls chunk_gla with
+# these names (state_v_first=True among them), so seqmix.chunk_gla must take every one of them.
+FLA_CHUNK_GLA_PARAMETERS = ["q", "k", "v", "g", "scale", "initial_state", "output_final_state", "state_v_first",
+                            "cu_seqlens", "cu_seqlens_cpu"]
+
+
+def test_signature_takes_fla_parameters_in_fla_order():
+    import importlib
+    import importlib.util
+    import inspect
+
+    functions = [seqmix.chunk_gla]
+    if importlib.util.find_spec("torch") is not None:  # the torch surface has its own def
+        functions.append(importlib.import_module("seqmix.torch.gla").chunk_gla)
+    for function in functions:
+        names = list(inspect.signature(function).parameters)
+        assert names[:len(FLA_CHUNK_GLA_PARAMETERS)] == FLA_CHUNK_GLA_PARAMETERS
+        assert inspect.signature(function).parameters["impl"].kind is inspect.Parameter.KEYWORD_ONLY
+
+
+def test_numpy_state_v_first_is_the_transposed_layout():
+    cu = np.array([0, 4, 11], dtype=np.int64)
+    q, k, v, g, h0 = inputs(1, 11, 2, 3, 5, 2)
+    o, hT = seqmix.chunk_gla(q, k, v, g, initial_state=h0, output_final_state=True, cu_seqlens=cu)
+    o_vk, hT_vk = seqmix.chunk_gla(q, k, v, g, initial_state=np.swapaxes(h0, -1, -2).copy(), output_final_state=True,
+                                   state_v_first=True, cu_seqlens=cu, cu_seqlens_cpu=cu)
+    assert hT_vk.shape == (2, 2, 5, 3)
+    assert np.array_equal(o_vk, o) and np.array_equal(hT_vk, np.swapaxes(hT, -1, -2))
+
+
+def test_cu_seqlens_cpu_must_match_cu_seqlens():
+    q, k, v, g, _ = inputs(1, 11, 2, 3, 5)
+    cu = np.array([0, 4, 11], dtype=np.int64)
+    with pytest.raises(ValueError, match="cu_seqlens_cpu was given without cu_seqlens"):
+        seqmix.chunk_gla(q, k, v, g, cu_seqlens_cpu=cu)
+    with pytest.raises(ValueError, match="cu_seqlens_cpu has 2 offsets and cu_seqlens 3"):
+        seqmix.chunk_gla(q, k, v, g, cu_seqlens=cu, cu_seqlens_cpu=cu[:2])
+
+
+@requires_torch
+@pytest.mark.parametrize("compiled", [False, True])
+def test_torch_state_v_first_gives_transposed_states_and_grads(compiled):
+    """state_v_first=True (fla's layers) takes and returns [N, H, V, K] states: the same numbers
+    as the default layout, transposed, through autograd and torch.compile alike."""
+    import torch
+
+    base = [torch.tensor(x, dtype=torch.float32) for x in inputs(2, 9, 2, 4, 3)]
+    gen = torch.Generator().manual_seed(7)
+    do, dhT = torch.randn(base[2].shape, generator=gen), torch.randn(base[4].shape, generator=gen)
+
+    def layer(q, k, v, g, h0, v_first):
+        return seqmix.chunk_gla(q, k, v, g, initial_state=h0, output_final_state=True, state_v_first=v_first)
+
+    def run(v_first):
+        leaves = [t.clone().requires_grad_() for t in base]
+        if v_first:
+            leaves[4] = base[4].transpose(-1, -2).contiguous().requires_grad_()
+        fn = torch.compile(layer, fullgraph=True, backend="aot_eager") if compiled else layer
+        o, hT = fn(*leaves, v_first)
+        assert hT.shape == ((2, 2, 3, 4) if v_first else (2, 2, 4, 3))
+        hT_kv = hT.transpose(-1, -2) if v_first else hT
+        ((o * do).sum() + (hT_kv * dhT).sum()).backward()
+        dh0 = leaves[4].grad.transpose(-1, -2) if v_first else leaves[4].grad
+        return [o.detach(), hT_kv.detach()] + [t.grad for t in leaves[:4]] + [dh0]
+
+    for name, got, want in zip(["o", "hT", "dq", "dk", "dv", "dg", "dh0"], run(True), run(False)):
+        assert torch.equal(got, want), name

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from .. import _C
 from .._backend import NUMPY, is_torch, num_sequences, state_dtype, torch_module
 
@@ -68,11 +70,12 @@ def backward(xp, q, k, v, g, initial_state, cu_seqlens, do, d_final_state, scale
     return dq, dk, dv, dg, dh0
 
 
-def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-              impl="automatic"):
+def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, state_v_first=False,
+              cu_seqlens=None, cu_seqlens_cpu=None, *, impl="automatic"):
     """Gated linear attention, ``S_t = diag(exp g_t) S_{t-1} + k_t^T v_t``, ``o_t = scale * q_t S_t``.
 
-    Same arguments and results as fla's ``chunk_gla``.
+    Same arguments, in the same order, and results as fla's ``chunk_gla`` (fla 0.6), so that
+    fla's ``GatedLinearAttention`` layer can call it in place of its own.
 
     Args:
         q: ``[B, T, H, K]`` queries; bf16, fp16, fp32 or fp64 (all inputs share this dtype).
@@ -80,26 +83,50 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
         v: ``[B, T, H, V]`` values.
         g: ``[B, T, H, K]`` log decays, ``<= 0`` (e.g. a log-sigmoid), one per key channel.
         scale: multiplies ``q_t S_t``; ``None`` means ``K ** -0.5``.
-        initial_state: optional ``[N, H, K, V]`` float32 state (float64 with float64 inputs).
-        output_final_state: also return the ``[N, H, K, V]`` state after each sequence.
+        initial_state: optional ``[N, H, K, V]`` float32 state (float64 with float64 inputs),
+            ``[N, H, V, K]`` with ``state_v_first``.
+        output_final_state: also return the state after each sequence.
+        state_v_first: the states (initial and final) laid out ``[N, H, V, K]`` instead of
+            ``[N, H, K, V]``, as fla's layers keep them. The final state is then the
+            transposed view of the ``[N, H, K, V]`` one, which a later call takes back as its
+            initial state without a copy.
         cu_seqlens: optional ``[N + 1]`` int32/int64 offsets for variable length (B == 1);
             each sequence starts from its own initial state (zeros without one).
+        cu_seqlens_cpu: fla's host copy of ``cu_seqlens``, accepted for its callers and
+            checked for length; the kernels read ``cu_seqlens`` itself, so it is not needed.
         impl: ``"automatic"``, ``"reference"`` (float64 oracle, token by token) or
-            ``"fast"`` (float32, chunkwise as on the GPU).
+            ``"fast"`` (float32, chunkwise as on the GPU); keyword only.
 
     Returns:
         ``(o, final_state)``: ``o`` ``[B, T, H, V]`` in q's dtype; ``final_state``
-        ``[N, H, K, V]`` (float32, float64 with float64 inputs), or ``None`` unless
-        ``output_final_state``.
+        ``[N, H, K, V]`` (``[N, H, V, K]`` with ``state_v_first``; float32, float64 with
+        float64 inputs), or ``None`` unless ``output_final_state``.
 
     numpy arrays give numpy results (forward only; see ``chunk_gla_backward``); torch
     tensors go through ``seqmix.torch`` with autograd and torch.compile support.
     """
+    check_host_offsets(cu_seqlens, cu_seqlens_cpu)
     if is_torch(q):
-        return torch_module("gla").chunk_gla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens, impl)
-    o, final_state, _, _ = forward(NUMPY, q, k, v, g, initial_state, cu_seqlens, default_scale(q, scale), impl,
-                                   keep_final_state=output_final_state)
+        return torch_module("gla").chunk_gla(q, k, v, g, scale, initial_state, output_final_state, state_v_first,
+                                             cu_seqlens, impl=impl)
+    if state_v_first and initial_state is not None:
+        initial_state = np.ascontiguousarray(np.swapaxes(initial_state, -1, -2))
+    o, final_state = forward(NUMPY, q, k, v, g, initial_state, cu_seqlens, default_scale(q, scale), impl,
+                             keep_final_state=output_final_state)[:2]
+    if state_v_first and final_state is not None:
+        final_state = np.swapaxes(final_state, -1, -2)
     return o, final_state
+
+
+def check_host_offsets(cu_seqlens, cu_seqlens_cpu):
+    """fla's ``cu_seqlens_cpu`` only goes with ``cu_seqlens``, with as many offsets."""
+    if cu_seqlens_cpu is None:
+        return
+    if cu_seqlens is None:
+        raise ValueError("chunk_gla: cu_seqlens_cpu was given without cu_seqlens")
+    if len(cu_seqlens_cpu) != len(cu_seqlens):
+        raise ValueError(f"chunk_gla: cu_seqlens_cpu has {len(cu_seqlens_cpu)} offsets and cu_seqlens "
+                         f"{len(cu_seqlens)}")
 
 
 def chunk_gla_backward(q, k, v, g, do, scale=None, initial_state=None, d_final_state=None, cu_seqlens=None,

@@ -23,9 +23,10 @@ def state_dtype(x: torch.Tensor) -> torch.dtype:
     return torch.float64 if x.dtype == torch.float64 else torch.float32
 
 
-def present(x, like: torch.Tensor) -> torch.Tensor:
-    """custom_op outputs cannot be None: an absent gradient travels as an empty tensor."""
-    return like.new_empty((0,)) if x is None else x
+def present(x, like: torch.Tensor, dtype: Optional[torch.dtype] = None) -> torch.Tensor:
+    """custom_op outputs cannot be None: an absent result travels as an empty tensor (of
+    `like`'s dtype, or `dtype`)."""
+    return like.new_empty((0,), dtype=dtype) if x is None else x
 
 
 def contiguous_or_none(grad):

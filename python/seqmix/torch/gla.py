@@ -30,12 +30,7 @@ def _forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
              keep_final_state: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     o, final_state, chunk_states, chunk_scores = ops.forward(XP, q, k, v, g, initial_state, cu_seqlens, scale, impl,
                                                              save_states, keep_final_state)
-    return o, _present_state(final_state, q), present(chunk_states, q), present(chunk_scores, q)
-
-
-def _present_state(final_state, q):
-    """The final state, or the empty state-dtype tensor that stands for it when not kept."""
-    return q.new_empty((0,), dtype=state_dtype(q)) if final_state is None else final_state
+    return o, present(final_state, q, state_dtype(q)), present(chunk_states, q), present(chunk_scores, q)
 
 
 def _forward_fake(q, k, v, g, initial_state, cu_seqlens, scale, impl, save_states, keep_final_state):
@@ -43,7 +38,7 @@ def _forward_fake(q, k, v, g, initial_state, cu_seqlens, scale, impl, save_state
     scores = save_states and ops.saves_scores(q)
     chunk_scores = q.new_empty(ops.chunk_scores_shape(q, v)) if scores else q.new_empty((0,))
     final_state = q.new_empty(ops.state_shape(q, v, cu_seqlens), dtype=state_dtype(q)) if keep_final_state else None
-    return v.new_empty(v.shape, dtype=q.dtype), _present_state(final_state, q), chunk_states, chunk_scores
+    return v.new_empty(v.shape, dtype=q.dtype), present(final_state, q, state_dtype(q)), chunk_states, chunk_scores
 
 
 def _backward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -92,11 +87,16 @@ _op = TorchOp("gla", _forward, _forward_fake, _backward, _backward_fake, _setup_
               materialize_grads=False)
 
 
-def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-              impl="automatic"):
+def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=False, state_v_first=False,
+              cu_seqlens=None, cu_seqlens_cpu=None, *, impl="automatic"):
     """torch version of :func:`seqmix.chunk_gla` (same arguments and results), differentiable
     in q, k, v, g and initial_state."""
+    ops.check_host_offsets(cu_seqlens, cu_seqlens_cpu)
+    if state_v_first and initial_state is not None:  # [N, H, V, K] -> the kernels' [N, H, K, V]
+        initial_state = initial_state.transpose(-1, -2).contiguous()
     args = (q, k, v, g, initial_state, cu_seqlens, ops.default_scale(q, scale), impl)
     save_states = _saves_states(q, v, cu_seqlens) and _op.needs_autograd(args)
     o, final_state, _, _ = _op(*args, save_states, bool(output_final_state))
-    return o, (final_state if output_final_state else None)
+    if not output_final_state:
+        return o, None
+    return o, (final_state.transpose(-1, -2) if state_v_first else final_state)
