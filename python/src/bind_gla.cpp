@@ -23,8 +23,8 @@ void bind_gla(nb::module_& m) {
       [](In q, In k, In v, In g, OptIn initial_state, OptIn cu_seqlens, Out o, OptOut final_state,
          OptOut chunk_states, OptOut chunk_scores, double scale, const std::string& impl, uintptr_t stream) {
         const GlaInputs in = gla_inputs(q, k, v, g, initial_state, cu_seqlens);
-        GlaOutputs out{view(o, "o"), view(final_state, "final_state"), view(chunk_states, "chunk_states")};
-        out.chunk_scores = view(chunk_scores, "chunk_scores");
+        const GlaOutputs out{view(o, "o"), view(final_state, "final_state"), view(chunk_states, "chunk_states"),
+                             view(chunk_scores, "chunk_scores")};
         const GlaOptions opts = gla_options(scale, impl, stream);
         nb::gil_scoped_release release;
         gla_forward(in, out, opts);

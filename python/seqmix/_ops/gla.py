@@ -105,10 +105,10 @@ def chunk_gla(q, k, v, g, scale=None, initial_state=None, output_final_state=Fal
     numpy arrays give numpy results (forward only; see ``chunk_gla_backward``); torch
     tensors go through ``seqmix.torch`` with autograd and torch.compile support.
     """
-    check_host_offsets(cu_seqlens, cu_seqlens_cpu)
-    if is_torch(q):
+    if is_torch(q):  # it checks cu_seqlens_cpu itself
         return torch_module("gla").chunk_gla(q, k, v, g, scale, initial_state, output_final_state, state_v_first,
-                                             cu_seqlens, impl=impl)
+                                             cu_seqlens, cu_seqlens_cpu, impl=impl)
+    check_host_offsets(cu_seqlens, cu_seqlens_cpu)
     if state_v_first and initial_state is not None:
         initial_state = np.ascontiguousarray(np.swapaxes(initial_state, -1, -2))
     o, final_state = forward(NUMPY, q, k, v, g, initial_state, cu_seqlens, default_scale(q, scale), impl,
