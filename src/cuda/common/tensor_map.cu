@@ -37,7 +37,7 @@ bool tensor_map_supported(const void* base, const TensorMapShape& s) {
   return reinterpret_cast<uintptr_t>(base) % 16 == 0 && bytes_y % 16 == 0 && bytes_z % 16 == 0 &&
          fits(bytes_y, kMaxStride - 1) && fits(bytes_z, kMaxStride - 1) && fits(s.extent[0], kMaxExtent) &&
          fits(s.extent[1], kMaxExtent) && fits(s.extent[2], kMaxExtent) && s.box[0] * s.element_bytes % 16 == 0 &&
-         fits(s.box[0], 256) && fits(s.box[1], 256);
+         fits(s.box[0], 256) && fits(s.box[1], 256) && fits(s.box[2], 256);
 }
 
 CUtensorMap make_tensor_map(const void* base, const TensorMapShape& s) {
@@ -46,7 +46,7 @@ CUtensorMap make_tensor_map(const void* base, const TensorMapShape& s) {
                                 static_cast<cuuint64_t>(s.extent[2])};
   const cuuint64_t strides[2] = {static_cast<cuuint64_t>(s.stride_y * s.element_bytes),
                                  static_cast<cuuint64_t>(s.stride_z * s.element_bytes)};
-  const cuuint32_t box[3] = {s.box[0], s.box[1], 1}, element_strides[3] = {1, 1, 1};
+  const cuuint32_t box[3] = {s.box[0], s.box[1], s.box[2]}, element_strides[3] = {1, 1, 1};
   const CUresult status = tensor_map_encoder()(
       &map, s.dtype, 3, const_cast<void*>(base), extent, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
       CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -9,14 +9,15 @@
 namespace seqmix::cuda {
 
 // A tensor of `extent` = {x, y, z} elements (x contiguous) of `element_bytes` each, rows
-// `stride_y` elements apart and planes `stride_z` apart, read in boxes of `box` = {x, y, 1}
-// elements; `dtype` is the CUtensorMapDataType. Out-of-range box elements read as zero.
+// `stride_y` elements apart and planes `stride_z` apart, copied in boxes of `box` = {x, y, z}
+// elements; `dtype` is the CUtensorMapDataType. Out-of-range box elements read as zero and
+// are not written.
 struct TensorMapShape {
   CUtensorMapDataType dtype;
   int element_bytes;
   int64_t extent[3];
   int64_t stride_y, stride_z;
-  uint32_t box[2];
+  uint32_t box[3];
 };
 
 // True when the copy engine can read it: 16-byte aligned base and strides (in bytes), and

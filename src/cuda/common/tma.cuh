@@ -66,6 +66,15 @@ __device__ inline void load_box(void* dst, const CUtensorMap& map, int c0, int c
       : "memory");
 }
 
+// Copies a box from shared memory to the given coordinates of a 3-D tensor map (elements
+// past the tensor's bounds are not written), as part of this thread's bulk group.
+__device__ inline void store_box(const CUtensorMap& map, const void* src, int x, int y, int z) {
+  asm volatile("cp.async.bulk.tensor.3d.global.shared::cta.bulk_group [%0, {%2, %3, %4}], [%1];" ::"l"(
+                   reinterpret_cast<uint64_t>(&map)),
+               "r"(shared_address(src)), "r"(x), "r"(y), "r"(z)
+               : "memory");
+}
+
 // Copies a box from shared memory to the given coordinates of a 4-D tensor map (elements
 // past the tensor's bounds are not written), as part of this thread's bulk group.
 __device__ inline void store_box(const CUtensorMap& map, const void* src, int c0, int c1, int c2, int c3) {

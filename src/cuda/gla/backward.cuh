@@ -1298,7 +1298,7 @@ template <class E, int KD>
 std::optional<std::pair<CUtensorMap, CUtensorMap>> table_maps(const GlaParams& p) {
   const int64_t rows = state_table_rows(p);
   const TensorMapShape shape{map_dtype<E>(), sizeof(E), {p.V, rows, 1}, p.V, rows * p.V,
-                             {static_cast<uint32_t>(GradSmem<E, KD>::PS), static_cast<uint32_t>(KD)}};
+                             {static_cast<uint32_t>(GradSmem<E, KD>::PS), static_cast<uint32_t>(KD), 1}};
   const bool supported = rows <= INT32_MAX - KD && tensor_map_supported(p.chunk_states, shape) &&
                          tensor_map_supported(p.chunk_state_grads, shape);
   if (!supported) return std::nullopt;

@@ -829,6 +829,8 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // v19): the state's operand tile (s.state, the same rounding) leaves by bulk copies, a row a
 // thread, issued after the barrier behind the tile and read before the next step's barrier;
 // with p.saved_chunk_scores, each chunk's A too, from its tile once formed (NOTES.md v48).
+// With p.states_by_box (p.scores_by_box), thread 0 sends the whole state tile (A's tile) by one
+// tensor copy through states_map (scores_map) instead (launch.cuh table_boxes; NOTES.md v52).
 // kStagedOutput (outputs pass with the tensor-core diagonal, no key blocks): a whole chunk's o
 // leaves through the staging boxes and one thread's tensor copies through o_map (box 64
 // columns × 64 rows), issued after the next step's first barrier and read before its walkers
@@ -836,7 +838,8 @@ enum class Pass { segment_ends, outputs, chunk_states };
 template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kRowBlocks = 1, bool kPairedWalk = false,
           bool kSaveStates = false, bool kStagedOutput = false>
 __global__ void __launch_bounds__(kThreads, 1)
-    forward_kernel(const GlaParams p, const __grid_constant__ CUtensorMap o_map) {
+    forward_kernel(const GlaParams p, const __grid_constant__ CUtensorMap o_map,
+                   const __grid_constant__ CUtensorMap states_map, const __grid_constant__ CUtensorMap scores_map) {
   constexpr bool kOutput = kPass == Pass::outputs, kEnds = kPass == Pass::segment_ends;
   static_assert(kOutput || !kQuads, "the state passes form no diagonal");
   static_assert(kOutput || !kSaveStates, "the chunk_states pass stores its states anyway");
@@ -849,8 +852,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   // window: 1024-aligned, as the staging boxes' swizzle needs (a misplaced box would scramble
   // o, which the oracle tests would see).
   extern __shared__ __align__(1024) unsigned char smem_bytes[];
-  auto& s = *reinterpret_cast<Smem<E, KD, VB>*>(smem_bytes);
-  constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
+  using Sm = Smem<E, KD, VB>;
+  auto& s = *reinterpret_cast<Sm*>(smem_bytes);
+  constexpr int PK = Sm::PK, PV = Sm::PV;
+  static_assert(offsetof(Sm, state) % 128 == 0 && offsetof(Sm, scores) % 128 == 0,
+                "the state and score tiles start where a tensor copy may read them");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const KeyBlock kb = KeyBlock::of_block<KD, VB>(p);
   const int64_t vb0 = kb.vb0, key0 = kb.key0;
@@ -909,7 +915,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
     const bool more = chunk + 1 < plan.end_chunk;
     if constexpr (kCopyStates) {
-      if (tid < KD) tma::bulk_wait_read();  // the last step's state row: s.state is rewritten below
+      if (tid < KD) tma::bulk_wait_read();  // the last step's state (and A) copies: both are rewritten below
     }
     copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
@@ -945,8 +951,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // g is free: the next chunk's decays stream in from here
     phases.mark(kGlaPhaseDecays);
     if constexpr (kCopyStates) {
-      if (tid < KD) {
-        E* const row = static_cast<E*>(p.chunk_states) + kb.state(p, chunk_slot(p, plan.n, h, chunk)) + tid * p.V;
+      const int64_t slot = chunk_slot(p, plan.n, h, chunk);
+      if (p.states_by_box) {
+        if (tid == 0) {  // the table's row slot·K + key0, value block vb0 / VB (launch.cuh table_boxes)
+          tma::store_box(states_map, s.state, 0, static_cast<int>(vb0 / VB), static_cast<int>(slot * p.K + key0));
+          tma::bulk_commit();
+        }
+      } else if (tid < KD) {
+        E* const row = static_cast<E*>(p.chunk_states) + kb.state(p, slot) + tid * p.V;
         tma::store_bytes(row, s.state + tid * PV, VB * sizeof(E));
         tma::bulk_commit();
       }
@@ -963,11 +975,18 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();
       phases.mark(kGlaPhasePairs);
       if constexpr (kSaveStates) {  // A for the backward: a row a thread, read before the next step's walkers
-        if (p.saved_chunk_scores && vb0 == 0 && tid < kChunk) {
-          E* const row = static_cast<E*>(p.saved_chunk_scores) + chunk_slot(p, plan.n, h, chunk) * kScoreTile +
-                         tid * kChunk;
-          tma::store_bytes(row, s.scores + tid * Smem<E, KD, VB>::PA, kChunk * sizeof(E));
-          tma::bulk_commit();
+        if (p.saved_chunk_scores && vb0 == 0) {
+          const int64_t slot = chunk_slot(p, plan.n, h, chunk);
+          if (p.scores_by_box) {
+            if (tid == 0) {  // rows slot·64 of the [slots·64, 64] table
+              tma::store_box(scores_map, s.scores, 0, static_cast<int>(slot * kChunk), 0);
+              tma::bulk_commit();
+            }
+          } else if (tid < kChunk) {
+            E* const row = static_cast<E*>(p.saved_chunk_scores) + slot * kScoreTile + tid * kChunk;
+            tma::store_bytes(row, s.scores + tid * Smem<E, KD, VB>::PA, kChunk * sizeof(E));
+            tma::bulk_commit();
+          }
         }
       }
       const int64_t t = chunk * kChunk;

@@ -77,6 +77,10 @@ struct GlaParams {
   // Forward: written by the form that saves the states (else the launcher throws). Backward:
   // read instead of forming A again (NOTES.md v48); it must be the forward's on these inputs.
   void* saved_chunk_scores = nullptr;
+  // Set by the forward's launcher (gla_forward_table_boxes): the walks that copy out their
+  // chunk states (and A) send each chunk's whole tile by one tensor copy of thread 0 through
+  // the kernel's table maps, instead of one bulk copy a row from a row's thread (NOTES.md v52).
+  bool states_by_box = false, scores_by_box = false;
 };
 
 enum class GlaDtype { bf16, f16 };
@@ -229,6 +233,16 @@ void gla_set_backward_table_copies(bool on);
 // SEQMIX_GLA_BACKWARD_HELD_OPERANDS is "0" when first asked, or a caller set it.
 bool gla_backward_held_operands();
 void gla_set_backward_held_operands(bool on);
+
+// Whether the forward walks that copy out their chunk states and scores (the training
+// forward, the backward's chunk-state pass) send a chunk's tile by one tensor copy (a box the
+// padded tile's width, whose padding columns fall past the table's bounds and are not
+// written) or a row a thread by bulk copies: process-wide, off unless the environment variable
+// SEQMIX_GLA_FORWARD_TABLE_BOXES is "1" when first asked, or a caller set it (off until
+// measured on the H100). Tables the copy engine cannot write (a base not 16-byte aligned) take
+// the rows.
+bool gla_forward_table_boxes();
+void gla_set_forward_table_boxes(bool on);
 
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:
