@@ -94,8 +94,8 @@ using BackwardEarlyStart = Selected<bool, cuda::gla_backward_early_start, cuda::
 using BackwardTableCopies = Selected<bool, cuda::gla_backward_table_copies, cuda::gla_set_backward_table_copies>;
 // Whether the value loop holds k_end's and do's fragments.
 using BackwardHeldOperands = Selected<bool, cuda::gla_backward_held_operands, cuda::gla_set_backward_held_operands>;
-// Whether the forward walks send their chunk tables a tile a tensor copy or a row a thread.
-using ForwardTableBoxes = Selected<bool, cuda::gla_forward_table_boxes, cuda::gla_set_forward_table_boxes>;
+// How the forward walks send their chunk tables: a row a thread or a tile a tensor copy.
+using ForwardTables = Selected<cuda::GlaForwardTables, cuda::gla_forward_tables, cuda::gla_set_forward_tables>;
 
 // The oracle's forward of one case's inputs, and the device's (by the forms selected) checked
 // against it.
@@ -346,20 +346,20 @@ TEST_P(GlaCuda, SavedScoresMatchesOracle) {
   EXPECT_EQ(std::count(launches.begin(), launches.end(), reader), 1) << "gradient kernels that read the saved scores";
 }
 
-// The chunk tables sent a tile a tensor copy (params.hpp gla_forward_table_boxes): the
-// forward's o, saved states and saved scores (K <= 128) bit for bit those of the row copies,
-// into poisoned tables (slots past a shorter sequence's chunks stay NaN in both; a box's
-// padding columns written past its value block would change the next columns), then every
-// gradient against the oracle by the backward reading the boxes' tables and by the backward
-// whose chunk-state pass writes its table by boxes.
+// The chunk tables sent a tile a tensor copy (params.hpp gla_forward_tables, both places of
+// the state's): the forward's o, saved states and saved scores (K <= 128) bit for bit those of
+// the row copies, into poisoned tables (slots past a shorter sequence's chunks stay NaN in all;
+// a box's padding columns written past its value block would change the next columns), then
+// every gradient against the oracle by the backward reading the boxes' tables and by the
+// backward whose chunk-state pass writes its table by boxes.
 TEST_P(GlaCuda, TableBoxesMatchRows) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const GpuGlaCase& c = GetParam();
   const GlaCaseInputs in(c);
   const GlaInputs device_in = in.inputs(true);
   const bool with_scores = c.K <= 128;
-  auto forward = [&](bool boxes) {
-    const ForwardTableBoxes form(boxes);
+  auto forward = [&](cuda::GlaForwardTables tables) {
+    const ForwardTables form(tables);
     HostTensor o = poisoned(in.value_shape, c.dtype), states = poisoned(gla_chunk_states_shape(device_in), c.dtype),
                scores = poisoned(gla_chunk_scores_shape(device_in), c.dtype);
     DeviceTensor d_o(o), d_states(states), d_scores(scores);
@@ -368,16 +368,20 @@ TEST_P(GlaCuda, TableBoxesMatchRows) {
     gla_forward(device_in, out, in.options(Impl::automatic));
     return std::vector<std::vector<double>>{d_o.values(o), d_states.values(states), d_scores.values(scores)};
   };
-  const auto rows = forward(false), boxes = forward(true);
-  const char* names[] = {"o", "chunk states", "chunk scores"};
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_EQ(rows[i].size(), boxes[i].size());
-    int64_t differing = 0;
-    for (size_t j = 0; j < rows[i].size(); ++j)
-      differing += !(rows[i][j] == boxes[i][j] || (std::isnan(rows[i][j]) && std::isnan(boxes[i][j])));
-    EXPECT_EQ(differing, 0) << names[i] << ": elements the boxes wrote otherwise than the rows";
+  const auto rows = forward(cuda::GlaForwardTables::rows);
+  for (const auto tables : {cuda::GlaForwardTables::boxes, cuda::GlaForwardTables::boxes_after_pairs}) {
+    const auto boxes = forward(tables);
+    const char* names[] = {"o", "chunk states", "chunk scores"};
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(rows[i].size(), boxes[i].size());
+      int64_t differing = 0;
+      for (size_t j = 0; j < rows[i].size(); ++j)
+        differing += !(rows[i][j] == boxes[i][j] || (std::isnan(rows[i][j]) && std::isnan(boxes[i][j])));
+      EXPECT_EQ(differing, 0) << names[i] << ": elements the boxes (form " << static_cast<int>(tables)
+                              << ") wrote otherwise than the rows";
+    }
   }
-  const ForwardTableBoxes form(true);
+  const ForwardTables form(cuda::GlaForwardTables::boxes);
   backward_matches_oracle(c, true, with_scores);
   backward_matches_oracle(c);
 }

@@ -950,13 +950,18 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // g is free: the next chunk's decays stream in from here
     phases.mark(kGlaPhaseDecays);
+    // The state tile, thread 0's tensor copy to the table's row slot·K + key0, value block vb0 / VB
+    // (launch.cuh table_boxes).
+    auto send_state_box = [&] {
+      const int64_t slot = chunk_slot(p, plan.n, h, chunk);
+      tma::store_box(states_map, s.state, 0, static_cast<int>(vb0 / VB), static_cast<int>(slot * p.K + key0));
+      tma::bulk_commit();
+    };
+    const bool states_after_pairs = kOutput && p.states_after_pairs;
     if constexpr (kCopyStates) {
       const int64_t slot = chunk_slot(p, plan.n, h, chunk);
       if (p.states_by_box) {
-        if (tid == 0) {  // the table's row slot·K + key0, value block vb0 / VB (launch.cuh table_boxes)
-          tma::store_box(states_map, s.state, 0, static_cast<int>(vb0 / VB), static_cast<int>(slot * p.K + key0));
-          tma::bulk_commit();
-        }
+        if (tid == 0 && !states_after_pairs) send_state_box();
       } else if (tid < KD) {
         E* const row = static_cast<E*>(p.chunk_states) + kb.state(p, slot) + tid * p.V;
         tma::store_bytes(row, s.state + tid * PV, VB * sizeof(E));
@@ -975,6 +980,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       __syncthreads();
       phases.mark(kGlaPhasePairs);
       if constexpr (kSaveStates) {  // A for the backward: a row a thread, read before the next step's walkers
+        if (p.states_by_box && states_after_pairs && tid == 0) send_state_box();
         if (p.saved_chunk_scores && vb0 == 0) {
           const int64_t slot = chunk_slot(p, plan.n, h, chunk);
           if (p.scores_by_box) {

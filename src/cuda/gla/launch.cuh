@@ -140,7 +140,7 @@ std::optional<CUtensorMap> output_map(const GlaParams& p) {
 }
 
 // The maps through which a walk that copies out its chunk states (and A) sends each chunk's
-// tile by one tensor copy (gla_forward_table_boxes), with p.states_by_box and p.scores_by_box
+// tile by one tensor copy (gla_forward_tables), with p.states_by_box and p.scores_by_box
 // set for those made. The state table [slots·K rows, V] is seen as (a value block's columns,
 // value blocks, rows) and written in boxes of the padded tile, VB + 8 columns × KD rows: the 8
 // columns past the value block lie outside the map, so the copy engine skips them. A's table
@@ -151,7 +151,8 @@ std::pair<CUtensorMap, CUtensorMap> table_boxes(GlaParams& p) {
   using S = Smem<E, KD, VB>;
   std::pair<CUtensorMap, CUtensorMap> maps{};
   p.states_by_box = p.scores_by_box = false;
-  if (!gla_forward_table_boxes()) return maps;
+  p.states_after_pairs = gla_forward_tables() == GlaForwardTables::boxes_after_pairs;
+  if (gla_forward_tables() == GlaForwardTables::rows) return maps;
   const int64_t slots = p.num_sequences * p.H * p.max_chunks, rows = slots * p.K, score_rows = slots * kGlaChunk;
   const TensorMapShape states{map_dtype<E>(), sizeof(E), {VB, p.V / VB, rows}, VB, p.V, {S::PV, 1, KD}};
   if (p.chunk_states && rows <= INT32_MAX && tensor_map_supported(p.chunk_states, states))

@@ -83,10 +83,14 @@ bool& current_table_copies() {
   return on;
 }
 
-// Off unless SEQMIX_GLA_FORWARD_TABLE_BOXES=1.
-bool& current_table_boxes() {
-  static bool on = flag_from_environment("SEQMIX_GLA_FORWARD_TABLE_BOXES", false);
-  return on;
+GlaForwardTables& current_forward_tables() {
+  static GlaForwardTables tables = choice_from_environment(
+      "SEQMIX_GLA_FORWARD_TABLES",
+      {{"rows", GlaForwardTables::rows},
+       {"boxes", GlaForwardTables::boxes},
+       {"boxes_after_pairs", GlaForwardTables::boxes_after_pairs}},
+      kDefaultForwardTables);
+  return tables;
 }
 
 // On unless SEQMIX_GLA_BACKWARD_HELD_OPERANDS=0.
@@ -100,8 +104,8 @@ bool& current_held_operands() {
 bool gla_backward_held_operands() { return current_held_operands(); }
 void gla_set_backward_held_operands(bool on) { current_held_operands() = on; }
 
-bool gla_forward_table_boxes() { return current_table_boxes(); }
-void gla_set_forward_table_boxes(bool on) { current_table_boxes() = on; }
+GlaForwardTables gla_forward_tables() { return current_forward_tables(); }
+void gla_set_forward_tables(GlaForwardTables tables) { current_forward_tables() = tables; }
 
 bool gla_backward_table_copies() { return current_table_copies(); }
 void gla_set_backward_table_copies(bool on) { current_table_copies() = on; }
