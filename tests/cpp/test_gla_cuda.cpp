@@ -94,8 +94,6 @@ using BackwardEarlyStart = Selected<bool, cuda::gla_backward_early_start, cuda::
 using BackwardTableCopies = Selected<bool, cuda::gla_backward_table_copies, cuda::gla_set_backward_table_copies>;
 // Whether the value loop holds k_end's and do's fragments.
 using BackwardHeldOperands = Selected<bool, cuda::gla_backward_held_operands, cuda::gla_set_backward_held_operands>;
-// How the forward walks send their chunk tables: a row a thread or a tile a tensor copy.
-using ForwardTables = Selected<cuda::GlaForwardTables, cuda::gla_forward_tables, cuda::gla_set_forward_tables>;
 
 // The oracle's forward of one case's inputs, and the device's (by the forms selected) checked
 // against it.
@@ -346,44 +344,50 @@ TEST_P(GlaCuda, SavedScoresMatchesOracle) {
   EXPECT_EQ(std::count(launches.begin(), launches.end(), reader), 1) << "gradient kernels that read the saved scores";
 }
 
-// The chunk tables sent a tile a tensor copy (params.hpp gla_forward_tables, both places of
-// the state's): the forward's o, saved states and saved scores (K <= 128) bit for bit those of
-// the row copies, into poisoned tables (slots past a shorter sequence's chunks stay NaN in all;
-// a box's padding columns written past its value block would change the next columns), then
-// every gradient against the oracle by the backward reading the boxes' tables and by the
-// backward whose chunk-state pass writes its table by boxes.
-TEST_P(GlaCuda, TableBoxesMatchRows) {
+// The forward's saved chunk states (GlaOutputs::chunk_states, written a tile a tensor copy)
+// against the states a float64 token-by-token recurrence reaches at each chunk's start, from
+// the same rounded inputs and initial state, within the table's dtype bound; the table is
+// poisoned first, and the slots past a shorter sequence's chunks must stay poisoned (nothing
+// written there, and no box's padding columns written anywhere).
+TEST_P(GlaCuda, SavedStatesMatchRecurrence) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const GpuGlaCase& c = GetParam();
   const GlaCaseInputs in(c);
   const GlaInputs device_in = in.inputs(true);
-  const bool with_scores = c.K <= 128;
-  auto forward = [&](cuda::GlaForwardTables tables) {
-    const ForwardTables form(tables);
-    HostTensor o = poisoned(in.value_shape, c.dtype), states = poisoned(gla_chunk_states_shape(device_in), c.dtype),
-               scores = poisoned(gla_chunk_scores_shape(device_in), c.dtype);
-    DeviceTensor d_o(o), d_states(states), d_scores(scores);
-    GlaOutputs out{d_o.view, std::nullopt, d_states.view};
-    if (with_scores) out.chunk_scores = d_scores.view;
-    gla_forward(device_in, out, in.options(Impl::automatic));
-    return std::vector<std::vector<double>>{d_o.values(o), d_states.values(states), d_scores.values(scores)};
-  };
-  const auto rows = forward(cuda::GlaForwardTables::rows);
-  for (const auto tables : {cuda::GlaForwardTables::boxes, cuda::GlaForwardTables::boxes_after_pairs}) {
-    const auto boxes = forward(tables);
-    const char* names[] = {"o", "chunk states", "chunk scores"};
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_EQ(rows[i].size(), boxes[i].size());
-      int64_t differing = 0;
-      for (size_t j = 0; j < rows[i].size(); ++j)
-        differing += !(rows[i][j] == boxes[i][j] || (std::isnan(rows[i][j]) && std::isnan(boxes[i][j])));
-      EXPECT_EQ(differing, 0) << names[i] << ": elements the boxes (form " << static_cast<int>(tables)
-                              << ") wrote otherwise than the rows";
+  const std::vector<int64_t> shape = gla_chunk_states_shape(device_in);  // [N, H, max_chunks, K, V]
+  HostTensor o = poisoned(in.value_shape, c.dtype), states = poisoned(shape, c.dtype);
+  DeviceTensor d_o(o), d_states(states);
+  gla_forward(device_in, GlaOutputs{d_o.view, std::nullopt, d_states.view}, in.options(Impl::automatic));
+  const std::vector<double> table = d_states.values(states), q = in.q.values(), k = in.k.values(),
+                            v = in.v.values(), g = in.g.values(), h0 = in.h0.values();
+  const int64_t H = c.H, K = c.K, V = c.V, max_chunks = shape[2];
+  std::vector<double> want(table.size(), std::nan("")), S(K * V);
+  for (int64_t n = 0; n < in.N; ++n) {
+    const int64_t start = c.cu.empty() ? 0 : c.cu[n], length = c.cu.empty() ? c.T : c.cu[n + 1] - c.cu[n];
+    const int64_t batch = c.cu.empty() ? n : 0;
+    for (int64_t h = 0; h < H; ++h) {
+      for (int64_t i = 0; i < K * V; ++i) S[i] = c.with_state ? h0[(n * H + h) * K * V + i] : 0.0;
+      for (int64_t t = 0; t < length; ++t) {
+        const int64_t token = (batch * c.T + start + t) * H + h;
+        if (t % cuda::kGlaChunk == 0)
+          std::copy(S.begin(), S.end(), want.begin() + ((n * H + h) * max_chunks + t / cuda::kGlaChunk) * K * V);
+        for (int64_t a = 0; a < K; ++a)
+          for (int64_t b = 0; b < V; ++b)
+            S[a * V + b] = std::exp(g[token * K + a]) * S[a * V + b] + k[token * K + a] * v[token * V + b];
+      }
     }
   }
-  const ForwardTables form(cuda::GlaForwardTables::boxes);
-  backward_matches_oracle(c, true, with_scores);
-  backward_matches_oracle(c);
+  double error = 0.0, norm = 0.0;
+  int64_t unexpected = 0;  // written where nothing should be, or poisoned where a state should be
+  for (size_t i = 0; i < table.size(); ++i) {
+    if (std::isnan(want[i]) || std::isnan(table[i])) {
+      unexpected += std::isnan(want[i]) != std::isnan(table[i]);
+      continue;
+    }
+    error += (table[i] - want[i]) * (table[i] - want[i]), norm += want[i] * want[i];
+  }
+  EXPECT_EQ(unexpected, 0) << "table elements written outside the chunks' states, or states missing";
+  EXPECT_LT(std::sqrt(error / std::max(norm, 1e-300)), tolerance(c.dtype)) << "chunk states";
 }
 
 // The default backward with the gradient kernel launched after the dL/dS walk, its blocks in

@@ -513,73 +513,33 @@ void compare_final_state(int64_t B, int64_t T) {
     }
 }
 
-// The training forward's chunk tables (states and scores) sent a row a thread by bulk copies
-// and a tile a tensor copy, the states after the decays barrier or after the pairs barrier
-// (params.hpp gla_forward_tables), alternated three times beside the inference forward (no
-// tables): medians of 30 event-timed inference forwards, training forwards and forward+backward
-// runs after 5 warm-ups; in the first round one profiled inference forward and one training
-// forward a form (launches and the walk's phases a chunk step). Asserts that the gradients are
-// the same bit for bit (the tables are: TableBoxesMatchRows).
-void compare_forward_tables(int64_t B, int64_t T) {
-  using cuda::GlaForwardTables;
+// The training forward (chunk states and scores saved, by tensor copies) beside the inference
+// forward (no tables), alternated three times: medians of 30 event-timed inference forwards,
+// training forwards and forward+backward runs after 5 warm-ups; in the first round one profiled
+// forward of each (launches and the walk's phases a chunk step). Asserts that both write the
+// same o bit for bit.
+void compare_training_forward(int64_t B, int64_t T) {
   TimingInputs in(B, T);
   DeviceTensor states(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
   DeviceTensor scores(HostTensor(gla_chunk_scores_shape(in.inputs()), DType::bf16));
   auto infer = [&] { gla_forward(in.inputs(), GlaOutputs{in.d_o.view}, in.options); };
   auto train = [&] { in.forward(states.view, scores.view); };
   auto forward_backward = [&] { train(), in.backward(states.view, scores.view); };
-  const Chosen chosen(cuda::gla_forward_tables, cuda::gla_set_forward_tables, GlaForwardTables::rows);
-  std::printf("gla B%lld T%lld H16 K128 V128 bf16, chunk tables by rows and by boxes, medians of 30:\n",
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16, inference and training forwards, medians of 30:\n",
               static_cast<long long>(B), static_cast<long long>(T));
-  const std::pair<GlaForwardTables, const char*> forms[] = {
-      {GlaForwardTables::rows, "rows"},
-      {GlaForwardTables::boxes, "boxes"},
-      {GlaForwardTables::boxes_after_pairs, "boxes after pairs"}};
-  std::vector<double> rows[4];  // dq, dk, dv, dg with the row copies
-  for (int round = 0; round < 3; ++round)
-    for (const auto& [tables, form] : forms) {
-      cuda::gla_set_forward_tables(tables);
-      const float inference = median_ms(infer, {.reps = 30, .warmups = 5, .flush_l2 = false});
-      const float training = median_ms(train, {.reps = 30, .warmups = 5, .flush_l2 = false});
-      const float both = median_ms(forward_backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
-      std::printf("  %-17s: inference forward %.4f ms, training forward %.4f ms, forward+backward %.4f ms\n", form,
-                  inference, training, both);
-      if (round > 0) continue;
-      if (tables == GlaForwardTables::rows) profiled_forward("inference forward", infer);
-      profiled_forward(form, train);
-      for (DeviceTensor* t : {&in.d_dq, &in.d_dk, &in.d_dv, &in.d_dg}) cuda_ok(cudaMemset(t->ptr, 0xff, t->bytes));
-      forward_backward();
-      const std::vector<double> got[4] = {in.d_dq.values(in.dq), in.d_dk.values(in.dk), in.d_dv.values(in.dv),
-                                          in.d_dg.values(in.dg)};
-      for (int i = 0; i < 4; ++i) {
-        if (tables == GlaForwardTables::rows) rows[i] = got[i];
-        else EXPECT_EQ(got[i], rows[i]) << "gradient " << i << " (dq, dk, dv, dg): " << form << " against rows";
-      }
-    }
-}
-
-TEST(GlaCudaTiming, ForwardTables) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}}) compare_forward_tables(B, T);
-}
-
-// One inference forward and one training forward (the default chunk tables) at B8 T2048, twice
-// each and nothing else: the launches a profiler looks at (ncu --launch-skip 2 --launch-count 2).
-// Asserts that both write the same o bit for bit.
-TEST(GlaCudaTiming, ForwardsForAProfiler) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  TimingInputs in(8, 2048);
-  DeviceTensor states(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
-  DeviceTensor scores(HostTensor(gla_chunk_scores_shape(in.inputs()), DType::bf16));
-  std::vector<double> inference, training;
-  for (int i = 0; i < 2; ++i) {
-    gla_forward(in.inputs(), GlaOutputs{in.d_o.view}, in.options);
-    inference = in.d_o.values(in.o);
+  for (int round = 0; round < 3; ++round) {
+    const float inference = median_ms(infer, {.reps = 30, .warmups = 5, .flush_l2 = false});
+    const float training = median_ms(train, {.reps = 30, .warmups = 5, .flush_l2 = false});
+    const float both = median_ms(forward_backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
+    std::printf("  inference forward %.4f ms, training forward %.4f ms, forward+backward %.4f ms\n", inference,
+                training, both);
+    if (round > 0) continue;
+    profiled_forward("inference forward", infer);
+    const std::vector<double> inferred = in.d_o.values(in.o);
     cuda_ok(cudaMemset(in.d_o.ptr, 0xff, in.d_o.bytes));
-    in.forward(states.view, scores.view);
-    training = in.d_o.values(in.o);
+    profiled_forward("training forward", train);
+    EXPECT_EQ(in.d_o.values(in.o), inferred) << "o of the training forward against the inference forward's";
   }
-  EXPECT_EQ(training, inference) << "o of the training forward against the inference forward's";
 }
 
 TEST(GlaCudaTiming, FinalState) {

@@ -814,8 +814,8 @@ struct StatePassView {
 //   segment_ends:  each segment's own end state (from zero) and total decay, into p.workspace;
 //   outputs:       o, and the final state after the last chunk, from the entering state;
 //   chunk_states:  the state entering every chunk, rounded to E, into p.chunk_states
-//                  [N, H, max_chunks, K, V] (the backward's recomputation), by the same
-//                  bulk copies out of s.state as kSaveStates below.
+//                  [N, H, max_chunks, K, V] (the backward's recomputation), by a tensor
+//                  copy out of s.state as kSaveStates below, after the decays barrier.
 enum class Pass { segment_ends, outputs, chunk_states };
 
 // One block walks the chunks of one segment of one sequence (the whole sequence when not
@@ -826,11 +826,10 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // kPairedWalk (with kQuads only): the walkers paired_decay_operands instead of decay_operands.
 // kSaveStates (outputs pass only): also store each chunk's entering state into p.chunk_states,
 // as the chunk_states pass does, so that the backward need not walk its own (NOTES.md v16,
-// v19): the state's operand tile (s.state, the same rounding) leaves by bulk copies, a row a
-// thread, issued after the barrier behind the tile and read before the next step's barrier;
-// with p.saved_chunk_scores, each chunk's A too, from its tile once formed (NOTES.md v48).
-// With p.states_by_box (p.scores_by_box), thread 0 sends the whole state tile (A's tile) by one
-// tensor copy through states_map (scores_map) instead (launch.cuh table_boxes; NOTES.md v52).
+// v19, v52): the state's operand tile (s.state, the same rounding) leaves by one tensor copy of
+// thread 0 through states_map, issued after the pairs barrier and read before the next step's
+// first barrier; with p.saved_chunk_scores, each chunk's A too, from its tile, by another
+// through scores_map (NOTES.md v48).
 // kStagedOutput (outputs pass with the tensor-core diagonal, no key blocks): a whole chunk's o
 // leaves through the staging boxes and one thread's tensor copies through o_map (box 64
 // columns × 64 rows), issued after the next step's first barrier and read before its walkers
@@ -915,7 +914,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
     const bool more = chunk + 1 < plan.end_chunk;
     if constexpr (kCopyStates) {
-      if (tid < KD) tma::bulk_wait_read();  // the last step's state (and A) copies: both are rewritten below
+      if (tid == 0) tma::bulk_wait_read();  // the last step's state (and A) copies: both are rewritten below
     }
     copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
@@ -935,7 +934,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       if constexpr (kPairedWalk) paired_decay_operands(s, tid);
       else decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
       S.store_operand(s.state);
-      if constexpr (kSaveStates) fence_async_shared();  // the state rows' copies follow the barrier
+      if constexpr (kSaveStates) fence_async_shared();  // the state's copy follows a later barrier
     } else {
       if (more) {  // into the stage the last step read
         issue_decay_loads(chunk + 1, stage ^ 1);
@@ -950,23 +949,15 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     __syncthreads();  // g is free: the next chunk's decays stream in from here
     phases.mark(kGlaPhaseDecays);
-    // The state tile, thread 0's tensor copy to the table's row slot·K + key0, value block vb0 / VB
-    // (launch.cuh table_boxes).
-    auto send_state_box = [&] {
-      const int64_t slot = chunk_slot(p, plan.n, h, chunk);
+    // The state tile, by one tensor copy of thread 0, to the table's rows slot·K + key0, value
+    // block vb0 / VB (launch.cuh table_maps): here in the chunk-state pass; in the outputs pass
+    // beside A's after the pairs barrier (NOTES.md v52b).
+    const int64_t slot = chunk_slot(p, plan.n, h, chunk);
+    auto send_state = [&] {
       tma::store_box(states_map, s.state, 0, static_cast<int>(vb0 / VB), static_cast<int>(slot * p.K + key0));
-      tma::bulk_commit();
     };
-    const bool states_after_pairs = kOutput && p.states_after_pairs;
-    if constexpr (kCopyStates) {
-      const int64_t slot = chunk_slot(p, plan.n, h, chunk);
-      if (p.states_by_box) {
-        if (tid == 0 && !states_after_pairs) send_state_box();
-      } else if (tid < KD) {
-        E* const row = static_cast<E*>(p.chunk_states) + kb.state(p, slot) + tid * p.V;
-        tma::store_bytes(row, s.state + tid * PV, VB * sizeof(E));
-        tma::bulk_commit();
-      }
+    if constexpr (kCopyStates && !kOutput) {
+      if (tid == 0) send_state(), tma::bulk_commit();
     }
     if constexpr (kOutput) {
       if (more) issue_decay_loads(chunk + 1, 0);
@@ -976,23 +967,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       phases.mark(kGlaPhaseDiagonal);
       if (more) issue_token_loads(chunk + 1, stage ^ 1);
       pair_scores(s, warp, lane);
-      if constexpr (kSaveStates) fence_async_shared();  // A's rows may leave by bulk copies after the barrier
+      if constexpr (kSaveStates) fence_async_shared();  // A's tile may leave by a tensor copy after the barrier
       __syncthreads();
       phases.mark(kGlaPhasePairs);
-      if constexpr (kSaveStates) {  // A for the backward: a row a thread, read before the next step's walkers
-        if (p.states_by_box && states_after_pairs && tid == 0) send_state_box();
-        if (p.saved_chunk_scores && vb0 == 0) {
-          const int64_t slot = chunk_slot(p, plan.n, h, chunk);
-          if (p.scores_by_box) {
-            if (tid == 0) {  // rows slot·64 of the [slots·64, 64] table
-              tma::store_box(scores_map, s.scores, 0, static_cast<int>(slot * kChunk), 0);
-              tma::bulk_commit();
-            }
-          } else if (tid < kChunk) {
-            E* const row = static_cast<E*>(p.saved_chunk_scores) + slot * kScoreTile + tid * kChunk;
-            tma::store_bytes(row, s.scores + tid * Smem<E, KD, VB>::PA, kChunk * sizeof(E));
-            tma::bulk_commit();
-          }
+      if constexpr (kSaveStates) {  // read before the next step's walkers rewrite them (its top's wait)
+        if (tid == 0) {
+          send_state();
+          if (p.saved_chunk_scores && vb0 == 0)  // A: rows slot·64 of the [slots·64, 64] table
+            tma::store_box(scores_map, s.scores, 0, static_cast<int>(slot * kChunk), 0);
+          tma::bulk_commit();
         }
       }
       const int64_t t = chunk * kChunk;
@@ -1025,7 +1008,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
   }
   if constexpr (kCopyStates) {
-    if (tid < KD) tma::bulk_wait_read();  // the shared memory must outlive the copies' reads
+    if (tid == 0) tma::bulk_wait_read();  // the shared memory must outlive the copies' reads
   }
   if constexpr (kOutput) {
     if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);

@@ -140,28 +140,24 @@ std::optional<CUtensorMap> output_map(const GlaParams& p) {
 }
 
 // The maps through which a walk that copies out its chunk states (and A) sends each chunk's
-// tile by one tensor copy (gla_forward_tables), with p.states_by_box and p.scores_by_box
-// set for those made. The state table [slots·K rows, V] is seen as (a value block's columns,
-// value blocks, rows) and written in boxes of the padded tile, VB + 8 columns × KD rows: the 8
-// columns past the value block lie outside the map, so the copy engine skips them. A's table
-// [slots·64 rows, 64] likewise in boxes of 72 columns × 64 rows. A table the copy engine cannot
-// write keeps the row copies.
+// tile by one tensor copy (NOTES.md v52). The state table [slots·K rows, V] is seen as (a value
+// block's columns, value blocks, rows) and written in boxes of the padded tile, VB + 8 columns
+// × KD rows: the 8 columns past the value block lie outside the map, so the copy engine skips
+// them. A's table [slots·64 rows, 64] likewise in boxes of 72 columns × 64 rows (an empty map
+// without that table).
 template <class E, int KD, int VB>
-std::pair<CUtensorMap, CUtensorMap> table_boxes(GlaParams& p) {
+std::pair<CUtensorMap, CUtensorMap> table_maps(const GlaParams& p) {
   using S = Smem<E, KD, VB>;
-  std::pair<CUtensorMap, CUtensorMap> maps{};
-  p.states_by_box = p.scores_by_box = false;
-  p.states_after_pairs = gla_forward_tables() == GlaForwardTables::boxes_after_pairs;
-  if (gla_forward_tables() == GlaForwardTables::rows) return maps;
   const int64_t slots = p.num_sequences * p.H * p.max_chunks, rows = slots * p.K, score_rows = slots * kGlaChunk;
   const TensorMapShape states{map_dtype<E>(), sizeof(E), {VB, p.V / VB, rows}, VB, p.V, {S::PV, 1, KD}};
-  if (p.chunk_states && rows <= INT32_MAX && tensor_map_supported(p.chunk_states, states))
-    maps.first = make_tensor_map(p.chunk_states, states), p.states_by_box = true;
   const TensorMapShape scores{
       map_dtype<E>(), sizeof(E), {kGlaChunk, score_rows, 1}, kGlaChunk, score_rows * kGlaChunk, {S::PA, kGlaChunk, 1}};
-  if (p.saved_chunk_scores && score_rows <= INT32_MAX && tensor_map_supported(p.saved_chunk_scores, scores))
-    maps.second = make_tensor_map(p.saved_chunk_scores, scores), p.scores_by_box = true;
-  return maps;
+  if (rows > INT32_MAX || !tensor_map_supported(p.chunk_states, states) ||
+      (p.saved_chunk_scores && !tensor_map_supported(p.saved_chunk_scores, scores)))
+    throw Error("seqmix.chunk_gla: the chunk tables cannot be written by the copy engine (a base not 16-byte "
+                "aligned, or more than 2^31 state rows)");
+  return {make_tensor_map(p.chunk_states, states),
+          p.saved_chunk_scores ? make_tensor_map(p.saved_chunk_scores, scores) : CUtensorMap{}};
 }
 
 template <class E, int KD, int VB, Pass kPass, bool kQuads, int kRowBlocks, bool kPairedWalk = false,
@@ -176,7 +172,7 @@ void launch_walk(GlaParams p, cudaStream_t stream, const CUtensorMap& o_map = CU
   p.phase_cycles = profile_counters();
   constexpr bool kCopyStates = kSaveStates || kPass == Pass::chunk_states;
   const std::pair<CUtensorMap, CUtensorMap> tables =
-      kCopyStates ? table_boxes<E, KD, VB>(p) : std::pair<CUtensorMap, CUtensorMap>{};
+      kCopyStates ? table_maps<E, KD, VB>(p) : std::pair<CUtensorMap, CUtensorMap>{};
   timed_launch(stream,
                kSaveStates                   ? "gla forward (staged output, chunk states saved)"
                : kStagedOutput               ? "gla forward (paired walkers, staged output)"

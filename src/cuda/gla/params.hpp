@@ -77,12 +77,6 @@ struct GlaParams {
   // Forward: written by the form that saves the states (else the launcher throws). Backward:
   // read instead of forming A again (NOTES.md v48); it must be the forward's on these inputs.
   void* saved_chunk_scores = nullptr;
-  // Set by the forward's launcher (gla_forward_tables): the walks that copy out their
-  // chunk states (and A) send each chunk's whole tile by one tensor copy of thread 0 through
-  // the kernel's table maps, instead of one bulk copy a row from a row's thread (NOTES.md v52).
-  // With states_after_pairs (GlaForwardTables::boxes_after_pairs), the outputs pass sends its
-  // state tile after the pairs barrier, beside A's, instead of after the decays barrier.
-  bool states_by_box = false, scores_by_box = false, states_after_pairs = false;
 };
 
 enum class GlaDtype { bf16, f16 };
@@ -235,24 +229,6 @@ void gla_set_backward_table_copies(bool on);
 // SEQMIX_GLA_BACKWARD_HELD_OPERANDS is "0" when first asked, or a caller set it.
 bool gla_backward_held_operands();
 void gla_set_backward_held_operands(bool on);
-
-// How the forward walks that copy out their chunk states and scores (the training forward,
-// the backward's chunk-state pass) send a chunk's tiles: rows, a row a thread by bulk copies;
-// boxes, a tile by one tensor copy of thread 0 (a box the padded tile's width, whose padding
-// columns fall past the table's bounds and are not written), the states after the decays
-// barrier; boxes_after_pairs, the same with the outputs pass's state tile sent after the pairs
-// barrier, beside A's. Tables the copy engine cannot write (a base not 16-byte aligned) take
-// the rows.
-enum class GlaForwardTables { rows, boxes, boxes_after_pairs };
-// Boxes: on the H100 the training forward took 0.322–0.331 ms with them against 0.352–0.361
-// ms with the rows (B8 T2048 H16 K = V = 128 bf16; NOTES.md v52).
-inline constexpr GlaForwardTables kDefaultForwardTables = GlaForwardTables::boxes;
-
-// The form in use: process-wide, kDefaultForwardTables unless the environment variable
-// SEQMIX_GLA_FORWARD_TABLES is "rows", "boxes" or "boxes_after_pairs" when first asked, or a
-// caller (the tests) set it.
-GlaForwardTables gla_forward_tables();
-void gla_set_forward_tables(GlaForwardTables tables);
 
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:

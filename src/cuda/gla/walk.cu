@@ -1,7 +1,7 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
 // walk and tail, the stages of its dL/dS walk, the forward walks' tiling, the outputs pass's
-// walkers and output path, the forward's pass 1 in pieces and its table boxes, the backward's
-// early start and its table copies (params.hpp).
+// walkers and output path, the forward's pass 1 in pieces, the backward's early start and its
+// table copies (params.hpp).
 #include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
 
@@ -83,16 +83,6 @@ bool& current_table_copies() {
   return on;
 }
 
-GlaForwardTables& current_forward_tables() {
-  static GlaForwardTables tables = choice_from_environment(
-      "SEQMIX_GLA_FORWARD_TABLES",
-      {{"rows", GlaForwardTables::rows},
-       {"boxes", GlaForwardTables::boxes},
-       {"boxes_after_pairs", GlaForwardTables::boxes_after_pairs}},
-      kDefaultForwardTables);
-  return tables;
-}
-
 // On unless SEQMIX_GLA_BACKWARD_HELD_OPERANDS=0.
 bool& current_held_operands() {
   static bool on = flag_from_environment("SEQMIX_GLA_BACKWARD_HELD_OPERANDS", true);
@@ -103,9 +93,6 @@ bool& current_held_operands() {
 
 bool gla_backward_held_operands() { return current_held_operands(); }
 void gla_set_backward_held_operands(bool on) { current_held_operands() = on; }
-
-GlaForwardTables gla_forward_tables() { return current_forward_tables(); }
-void gla_set_forward_tables(GlaForwardTables tables) { current_forward_tables() = tables; }
 
 bool gla_backward_table_copies() { return current_table_copies(); }
 void gla_set_backward_table_copies(bool on) { current_table_copies() = on; }
