@@ -542,6 +542,12 @@ void compare_training_forward(int64_t B, int64_t T) {
   }
 }
 
+TEST(GlaCudaTiming, TrainingForward) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
+    compare_training_forward(B, T);
+}
+
 TEST(GlaCudaTiming, FinalState) {
   SKIP_WITHOUT_CUDA_DEVICE();
   for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {1, 32768}}) compare_final_state(B, T);
