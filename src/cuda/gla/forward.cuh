@@ -933,8 +933,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kOutput) {
       if constexpr (kPairedWalk) paired_decay_operands(s, tid);
       else decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
-      S.store_operand(s.state);
-      if constexpr (kSaveStates) fence_async_shared();  // the state's copy follows a later barrier
+      S.store_operand(s.state);  // with kSaveStates, fenced for its copy with A's tile below
     } else {
       if (more) {  // into the stage the last step read
         issue_decay_loads(chunk + 1, stage ^ 1);
@@ -967,7 +966,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       phases.mark(kGlaPhaseDiagonal);
       if (more) issue_token_loads(chunk + 1, stage ^ 1);
       pair_scores(s, warp, lane);
-      if constexpr (kSaveStates) fence_async_shared();  // A's tile may leave by a tensor copy after the barrier
+      // The state's tile (stored before the walkers' barrier) and A's may leave by tensor copies
+      // after this barrier: one fence orders both for the copy engine.
+      if constexpr (kSaveStates) fence_async_shared();
       __syncthreads();
       phases.mark(kGlaPhasePairs);
       if constexpr (kSaveStates) {  // read before the next step's walkers rewrite them (its top's wait)
