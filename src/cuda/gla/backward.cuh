@@ -68,7 +68,7 @@ struct StateGradSmem {
   E q[kStages][kChunk * PK], g[kStages][kChunk * PK];
   E q_start[kChunk * PK];  // scale · q ⊙ e^{b}
   E d_o[kStages][kChunk * PV];
-  E grad_rows[KD * PV];  // this step's dL/dS, rounded, on its way to the table (bulk copies)
+  E grad_rows[KD * PV];  // this step's dL/dS, rounded, on its way to the table (a tensor copy)
   float decay_all[KD];   // e^{b_last}
 };
 
@@ -81,14 +81,18 @@ struct StateGradSmem {
 // own dL/dS at its start into its slot of p.workspace and its total decay into the decay
 // table, for the chain (chain_segment_grads_kernel) that finds each segment's end.
 // kStages (params.hpp gla_backward_state_stages): the copies run kStages − 1 chunks ahead.
+// Each step's dL/dS leaves by one tensor copy of thread 0 through grads_map (launch.cuh
+// state_table_map; NOTES.md v52e).
 template <class E, int KD, int VB, int kStages = 2>
-__global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    state_grad_kernel(const GlaParams p, const __grid_constant__ CUtensorMap grads_map) {
   // The gradient kernel's blocks that need nothing of this walk may start now (GradientBlock).
   allow_next_grid();
   using Sm = StateGradSmem<E, KD, VB, kStages>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
   constexpr int PK = Sm::PK, PV = Sm::PV;
+  static_assert(offsetof(Sm, grad_rows) % 128 == 0, "the dL/dS tile starts where a tensor copy may read it");
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const KeyBlock kb = KeyBlock::of_block<KD, VB>(p);
   const int64_t vb0 = kb.vb0, key0 = kb.key0;
@@ -123,15 +127,15 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
   for (int ahead = 0; ahead < kStages - 1; ++ahead) issue_loads(plan.end_chunk - 1 - ahead);
   for (int64_t chunk = plan.end_chunk - 1; chunk >= plan.first_chunk; --chunk) {
     const int stage = stage_of(chunk);
-    // dL/dS into the table through grad_rows: one bulk copy a row (NOTES.md v20)
+    // dL/dS into the table through grad_rows: one tensor copy, to rows slot·K + key0 of value
+    // block vb0 / VB (NOTES.md v20, v52e)
     D.store_pairs(s.grad_rows, PV);
     fence_async_shared();
     copy_async_wait_pending<kStages - 2>();
     __syncthreads();  // this chunk's tiles are in; the stage issued next was read by the last step
     const int64_t slot = chunk_slot(p, n, h, chunk);
-    if (tid < KD) {
-      E* const row = static_cast<E*>(p.chunk_state_grads) + kb.state(p, slot) + tid * p.V;
-      tma::store_bytes(row, s.grad_rows + tid * PV, VB * sizeof(E));
+    if (tid == 0) {
+      tma::store_box(grads_map, s.grad_rows, 0, static_cast<int>(vb0 / VB), static_cast<int>(slot * p.K + key0));
       tma::bulk_commit();
     }
     issue_loads(chunk - (kStages - 1));
@@ -162,7 +166,7 @@ __global__ void __launch_bounds__(kThreads, 1) state_grad_kernel(const GlaParams
     }
     __syncthreads();
     D.advance(s.q_start, s.decay_all, s.d_o[stage], lane);
-    if (tid < KD) tma::bulk_wait_read();  // grad_rows is rewritten at the next step's top
+    if (tid == 0) tma::bulk_wait_read();  // grad_rows is rewritten at the next step's top
     __syncthreads();  // q_start and e^{b_last} are read before the next step writes them
   }
   if (split) {  // dL/dS at the segment's start (a segment past the sequence's end passes on its start)
@@ -1282,7 +1286,9 @@ void state_gradients(const GlaParams& p, cudaStream_t stream) {
                         static_cast<unsigned>(p.num_sequences * p.segments));
   auto walk = state_grad_kernel<E, KD, VB, kStages>;
   allow_shared(walk, state_smem, "gla backward state gradients shared memory");
-  timed_launch(stream, "gla backward state gradients", [&] { walk<<<state_grid, kThreads, state_smem, stream>>>(p); });
+  const CUtensorMap grads_map = state_table_map<E, KD, VB>(p.chunk_state_grads, p, "dL/dS table");
+  timed_launch(stream, "gla backward state gradients",
+               [&] { walk<<<state_grid, kThreads, state_smem, stream>>>(p, grads_map); });
   if (p.segments > 1) {
     const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
                     static_cast<unsigned>(p.num_sequences));

@@ -949,7 +949,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // g is free: the next chunk's decays stream in from here
     phases.mark(kGlaPhaseDecays);
     // The state tile, by one tensor copy of thread 0, to the table's rows slot·K + key0, value
-    // block vb0 / VB (launch.cuh table_maps): here in the chunk-state pass; in the outputs pass
+    // block vb0 / VB (launch.cuh state_table_map): here in the chunk-state pass; in the outputs pass
     // beside A's after the pairs barrier (NOTES.md v52b).
     const int64_t slot = chunk_slot(p, plan.n, h, chunk);
     auto send_state = [&] {

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <optional>
+#include <string>
+#include <utility>
 
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/gla/forward.cuh"
@@ -139,24 +141,33 @@ std::optional<CUtensorMap> output_map(const GlaParams& p) {
   return make_head_rows_map(o.data, shape, static_cast<int>(kGlaChunk), "gla output");
 }
 
-// The maps through which a walk that copies out its chunk states (and A) sends each chunk's
-// tile by one tensor copy (NOTES.md v52). The state table [slots·K rows, V] is seen as (a value
-// block's columns, value blocks, rows) and written in boxes of the padded tile, VB + 8 columns
-// × KD rows: the 8 columns past the value block lie outside the map, so the copy engine skips
-// them. A's table [slots·64 rows, 64] likewise in boxes of 72 columns × 64 rows (an empty map
-// without that table).
+// The map through which a walk sends each chunk's [KD, VB] state tile (pitch VB + 8) to a
+// state table [slots·K rows, V] by one tensor copy (NOTES.md v52): the table seen as (a value
+// block's columns, value blocks, rows), written in boxes of the padded tile, VB + 8 columns ×
+// KD rows; the 8 columns past the value block lie outside the map, so the copy engine skips
+// them. `what` names the table in the error thrown where the copy engine cannot write it (a
+// base not 16-byte aligned, or more than 2^31 rows).
 template <class E, int KD, int VB>
-std::pair<CUtensorMap, CUtensorMap> table_maps(const GlaParams& p) {
-  using S = Smem<E, KD, VB>;
-  const int64_t slots = p.num_sequences * p.H * p.max_chunks, rows = slots * p.K, score_rows = slots * kGlaChunk;
-  const TensorMapShape states{map_dtype<E>(), sizeof(E), {VB, p.V / VB, rows}, VB, p.V, {S::PV, 1, KD}};
-  const TensorMapShape scores{
-      map_dtype<E>(), sizeof(E), {kGlaChunk, score_rows, 1}, kGlaChunk, score_rows * kGlaChunk, {S::PA, kGlaChunk, 1}};
-  if (rows > INT32_MAX || !tensor_map_supported(p.chunk_states, states) ||
-      (p.saved_chunk_scores && !tensor_map_supported(p.saved_chunk_scores, scores)))
-    throw Error("seqmix.chunk_gla: the chunk tables cannot be written by the copy engine (a base not 16-byte "
-                "aligned, or more than 2^31 state rows)");
-  return {make_tensor_map(p.chunk_states, states),
+CUtensorMap state_table_map(const void* table, const GlaParams& p, const char* what) {
+  const int64_t rows = p.num_sequences * p.H * p.max_chunks * p.K;
+  const TensorMapShape shape{map_dtype<E>(), sizeof(E), {VB, p.V / VB, rows}, VB, p.V, {VB + 8, 1, KD}};
+  if (rows > INT32_MAX || !tensor_map_supported(table, shape))
+    throw Error(std::string("seqmix.chunk_gla: the ") + what +
+                " cannot be written by the copy engine (a base not 16-byte aligned, or more than 2^31 rows)");
+  return make_tensor_map(table, shape);
+}
+
+// The maps through which a walk that copies out its chunk states (and A) sends each chunk's
+// tiles: the states by state_table_map, A's table [slots·64 rows, 64] likewise in boxes of 72
+// columns × 64 rows (an empty map without that table).
+template <class E, int KD, int VB>
+std::pair<CUtensorMap, CUtensorMap> chunk_table_maps(const GlaParams& p) {
+  const int64_t score_rows = p.num_sequences * p.H * p.max_chunks * kGlaChunk;
+  const TensorMapShape scores{map_dtype<E>(),         sizeof(E), {kGlaChunk, score_rows, 1}, kGlaChunk,
+                              score_rows * kGlaChunk, {Smem<E, KD, VB>::PA, kGlaChunk, 1}};
+  if (p.saved_chunk_scores && (score_rows > INT32_MAX || !tensor_map_supported(p.saved_chunk_scores, scores)))
+    throw Error("seqmix.chunk_gla: the chunk scores cannot be written by the copy engine (a base not 16-byte aligned)");
+  return {state_table_map<E, KD, VB>(p.chunk_states, p, "chunk states"),
           p.saved_chunk_scores ? make_tensor_map(p.saved_chunk_scores, scores) : CUtensorMap{}};
 }
 
@@ -172,7 +183,7 @@ void launch_walk(GlaParams p, cudaStream_t stream, const CUtensorMap& o_map = CU
   p.phase_cycles = profile_counters();
   constexpr bool kCopyStates = kSaveStates || kPass == Pass::chunk_states;
   const std::pair<CUtensorMap, CUtensorMap> tables =
-      kCopyStates ? table_maps<E, KD, VB>(p) : std::pair<CUtensorMap, CUtensorMap>{};
+      kCopyStates ? chunk_table_maps<E, KD, VB>(p) : std::pair<CUtensorMap, CUtensorMap>{};
   timed_launch(stream,
                kSaveStates                   ? "gla forward (staged output, chunk states saved)"
                : kStagedOutput               ? "gla forward (paired walkers, staged output)"
