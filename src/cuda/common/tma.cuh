@@ -84,15 +84,6 @@ __device__ inline void store_box(const CUtensorMap& map, const void* src, int c0
                : "memory");
 }
 
-// Copies `bytes` (a multiple of 16; both addresses 16-byte aligned) from shared memory to
-// global memory, as part of this thread's bulk group. Unlike store_box it needs no tensor
-// map, so the shared rows may keep a padded pitch.
-__device__ inline void store_bytes(void* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(reinterpret_cast<uint64_t>(dst)),
-               "r"(shared_address(src)), "r"(bytes)
-               : "memory");
-}
-
 // Ends this thread's bulk group of copies out of shared memory.
 __device__ inline void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // This thread's bulk copies have read their shared memory (it may be rewritten).
