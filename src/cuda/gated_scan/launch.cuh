@@ -65,8 +65,12 @@ constexpr CUtensorMapDataType tensor_map_dtype() {
 template <class T, class Layout>
 TensorMapShape tensor_map_shape(const GatedScanParams& p, const BtdView& v) {
   const int64_t plane = p.tensor_batches > 1 ? v.stride_batch : v.stride_time * p.tensor_rows;
-  return {tensor_map_dtype<T>(), static_cast<int>(sizeof(T)), {p.D, p.tensor_rows, p.tensor_batches},
-          v.stride_time, plane, {static_cast<uint32_t>(Layout::kSlabChannels), static_cast<uint32_t>(kScanTileSteps), 1}};
+  return {tensor_map_dtype<T>(),
+          static_cast<int>(sizeof(T)),
+          {p.D, p.tensor_rows, p.tensor_batches},
+          v.stride_time,
+          plane,
+          {static_cast<uint32_t>(Layout::kSlabChannels), static_cast<uint32_t>(kScanTileSteps), 1}};
 }
 
 // Tensor maps for the given operands (a, b, z, dy order in StagedMaps), or false when
