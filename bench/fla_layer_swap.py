@@ -19,11 +19,8 @@ import sys
 import torch
 
 import seqmix
+from seqmix.bench.gpu.case import rel_err
 from seqmix.bench.gpu.timing import CudaTimer, flush_bytes
-
-
-def relative(got, want) -> float:
-    return float((got.double() - want.double()).norm() / want.double().norm())
 
 
 def measure(fla_gla, shape, timer, rounds=3, reps=20):
@@ -59,7 +56,7 @@ def measure(fla_gla, shape, timer, rounds=3, reps=20):
         ours = results()
     finally:
         use(own)
-    apart = max(relative(a, b) for a, b in zip(ours, theirs))
+    apart = max(rel_err(a, b) for a, b in zip(ours, theirs))
     head_k, head_v = layer.head_k_dim, layer.head_v_dim
     return {"B": B, "T": T, "hidden": hidden, "heads": heads, "K": head_k, "V": head_v,
             "fla_ms": times["fla"], "seqmix_ms": times["seqmix"], "max_rel_apart": apart}

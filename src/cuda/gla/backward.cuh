@@ -756,11 +756,6 @@ struct CarriedIn {
   }
 };
 
-// Rows of the [N, H, max_chunks, K, V] state tables seen as [rows, V] (TableSlices).
-__host__ __device__ inline int64_t state_table_rows(const GlaParams& p) {
-  return p.num_sequences * p.H * p.max_chunks * p.K;
-}
-
 // Which (chunk, head, sequence, key block) a gradient block takes, from its place in the
 // (max_chunks · key_blocks, H, N) grid counted x fastest, the order the blocks start in. In
 // order, key block fastest, then chunk, head and sequence; with p.last_chunks_first, every

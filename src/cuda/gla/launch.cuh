@@ -141,6 +141,12 @@ std::optional<CUtensorMap> output_map(const GlaParams& p) {
   return make_head_rows_map(o.data, shape, static_cast<int>(kGlaChunk), "gla output");
 }
 
+// Rows of the [N, H, max_chunks, K, V] state tables seen as [rows, V] (state_table_map, and
+// the gradient kernel's TableSlices).
+__host__ __device__ inline int64_t state_table_rows(const GlaParams& p) {
+  return p.num_sequences * p.H * p.max_chunks * p.K;
+}
+
 // The map through which a walk sends each chunk's [KD, VB] state tile (pitch VB + 8) to a
 // state table [slots·K rows, V] by one tensor copy (NOTES.md v52): the table seen as (a value
 // block's columns, value blocks, rows), written in boxes of the padded tile, VB + 8 columns ×
@@ -149,7 +155,7 @@ std::optional<CUtensorMap> output_map(const GlaParams& p) {
 // base not 16-byte aligned, or more than 2^31 rows).
 template <class E, int KD, int VB>
 CUtensorMap state_table_map(const void* table, const GlaParams& p, const char* what) {
-  const int64_t rows = p.num_sequences * p.H * p.max_chunks * p.K;
+  const int64_t rows = state_table_rows(p);
   const TensorMapShape shape{map_dtype<E>(), sizeof(E), {VB, p.V / VB, rows}, VB, p.V, {VB + 8, 1, KD}};
   if (rows > INT32_MAX || !tensor_map_supported(table, shape))
     throw Error(std::string("seqmix.chunk_gla: the ") + what +
