@@ -252,6 +252,31 @@ def test_attention_cases_time_every_direction_on_cpu(torch):
     assert len(attention.cases(quick=False)) == 36 + 10
 
 
+def test_every_row_waits_its_settle_time_before_it_is_timed(torch, monkeypatch):
+    """The suite's settings pause before each row (a row timed right after a heavy one read
+    slow on the H100); the pause comes before the row's first call, once per row, and a
+    setting of 0 never sleeps."""
+    from seqmix.bench.gpu import attention, suite
+
+    assert suite.settings_for(True).settle_s > 0 and suite.settings_for(False).settle_s > 0
+    log = []
+    monkeypatch.setattr(suite.time, "sleep", lambda s: log.append(("sleep", s)))
+    measure = suite.measure_row
+
+    def logged(torch, timer, case, method, direction, *args):
+        log.append(("row", method.name, direction))
+        return measure(torch, timer, case, method, direction, *args)
+
+    monkeypatch.setattr(suite, "measure_row", logged)
+    case = attention.small_case(32, True, device="cpu", dtype=torch.float32)
+    for settle_s in (0.25, 0.0):
+        log.clear()
+        settings = suite.Settings(True, 1, 1, settle_s)
+        rows = suite.run_case(torch, WallTimer(), case, settings, CEILINGS, NoProgress())
+        assert [entry[0] for entry in log] == ["sleep", "row"] * len(rows) if settle_s else ["row"] * len(rows)
+        assert all(entry == ("sleep", settle_s) for entry in log if entry[0] == "sleep")
+
+
 def test_gla_case_times_inference_without_grad_and_training_with_it(torch):
     """GLA's case times the forward twice: "infer" under torch.no_grad() (graph replays too)
     and "fwd" with autograd recording, where seqmix's training forward keeps chunk states."""
@@ -545,6 +570,7 @@ def test_run_writes_the_report_and_returns_the_status(gs, torch, monkeypatch, tm
     monkeypatch.setattr(timing, "CudaTimer", lambda torch, size: WallTimer())
     monkeypatch.setattr(timing, "flush_bytes", lambda torch: 256 << 20)
     monkeypatch.setattr(ceilings, "measure", lambda torch, timer, quick, reps, warmup: CEILINGS)
+    monkeypatch.setattr(suite.time, "sleep", lambda s: None)  # the settle time before each row
     monkeypatch.setattr(suite, "build_cases", lambda ops, quick: [gs.scan_case(2, 16, 8, device="cpu"),
                                                                   gs.layer_case(2, 16, d=16, dv=8, device="cpu")])
     extra = tmp_path / "extra.json"
@@ -556,7 +582,7 @@ def test_run_writes_the_report_and_returns_the_status(gs, torch, monkeypatch, tm
     assert (tmp_path / "out" / "results.md").read_text() == out
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved == json.loads(extra.read_text())
-    assert saved["settings"] == {"quick": True, "reps": 10, "warmup": 3, "flush_bytes": 0}
+    assert saved["settings"] == {"quick": True, "reps": 10, "warmup": 3, "settle_s": 1.0, "flush_bytes": 0}
     assert len(saved["rows"]) == 15 + 8
 
     broken = gs.scan_case(2, 16, 8, device="cpu")

@@ -108,7 +108,9 @@ def header(res: dict) -> list:
               f"{gemm.get('n')}³, 2·n³ FLOP).", "",
               f"**Timing**, two ways, each after {s.get('warmup')} warm-up calls as the median of "
               f"{s.get('reps')} repetitions, the L2 cache flushed ({_num(flush_mib, '.0f')} MiB "
-              "written) before each, outside the timed region. **ms**: CUDA events around each call, so it "
+              "written) before each, outside the timed region; before each row the GPU sits idle for "
+              f"{_num(s.get('settle_s'), 'g')} s, so that no row inherits the state a heavy row before it "
+              "left. **ms**: CUDA events around each call, so it "
               "includes the host's time to issue the call (Python, PyTorch dispatch), which dominates problems "
               "whose GPU work takes a few tens of µs. **ms (graph)**: the call captured once into a CUDA graph "
               "and the graph's replays timed, which leaves the GPU work and the short gaps between its kernels; "

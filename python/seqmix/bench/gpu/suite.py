@@ -13,6 +13,7 @@ import dataclasses
 import importlib
 import math
 import sys
+import time
 from pathlib import Path
 
 from . import ceilings as ceilings_mod
@@ -27,10 +28,24 @@ class Settings:
     quick: bool
     reps: int       # timed repetitions per measurement (the median is reported)
     warmup: int     # untimed calls first (compilation, autotuning, allocator)
+    # Seconds the GPU sits idle before each row's timing. A row timed right after a heavy one
+    # read slow: on the H100, seqmix's GLA training forward at B1 T32768 took 0.79-0.96 ms by
+    # events right after causal attention's rows and 0.728 ms after a 1 s pause, with fla and
+    # attention unchanged (bench/results/nvidia-h100-80gb-hbm3/bench-settle/).
+    settle_s: float = 0.0
 
 
 def settings_for(quick: bool) -> Settings:
-    return Settings(quick, 10, 3) if quick else Settings(quick, 50, 5)
+    return Settings(quick, 10, 3, 1.0) if quick else Settings(quick, 50, 5, 1.0)
+
+
+def settle(torch, settings) -> None:
+    """Lets the GPU finish and sit idle for ``settings.settle_s`` seconds before a row."""
+    if settings.settle_s <= 0:
+        return
+    if torch.cuda.is_initialized():  # CUDA work may be in flight
+        torch.cuda.synchronize()
+    time.sleep(settings.settle_s)
 
 
 def parse_ops(text: str) -> list:
@@ -231,6 +246,7 @@ def run_case(torch, timer, case, settings, ceilings, progress) -> list:
             if inputs is None:
                 rows.append(_row(case, method, direction, status=failure))
                 continue
+            settle(torch, settings)
             rows.append(measure_row(torch, timer, case, method, direction, inputs, settings, ceiling, references))
     fill_speedups(rows, case.speedup_over)
     del inputs, references
