@@ -113,3 +113,56 @@ def test_torch_compile_fullgraph_has_no_graph_break():
     assert torch.allclose(loss, layer(a, b, z))
     assert b.grad is not None and torch.isfinite(b.grad).all()
 
+
+
+@requires_torch
+@pytest.mark.parametrize("compiled", [False, True])
+def test_torch_without_final_state_gives_the_same_outputs_and_grads(compiled):
+    """output_final_state=False skips the final state (neither allocated nor written) and
+    changes nothing else: y and the gradients equal those of a call that keeps it."""
+    import torch
+
+    base = [torch.tensor(x, dtype=torch.float32) for x in inputs(2, 9, 4)]
+    dy = torch.randn(2, 9, 4, generator=torch.Generator().manual_seed(5))
+
+    def layer(a, b, z, h0, keep):
+        out = seqmix.gated_scan(a, b, z, h0, keep)
+        assert isinstance(out, tuple) == keep
+        return out[0] if keep else out
+
+    def run(keep):
+        leaves = [t.clone().requires_grad_() for t in base]
+        fn = torch.compile(layer, fullgraph=True, backend="aot_eager") if compiled else layer
+        y = fn(*leaves, keep)
+        y.backward(dy)
+        return [y.detach()] + [t.grad for t in leaves]
+
+    for name, without, with_state in zip(["y", "da", "db", "dz", "dh0"], run(False), run(True)):
+        assert torch.equal(without, with_state), name
+
+
+@requires_torch
+def test_torch_loss_on_the_final_state_alone():
+    """A loss that reads only the final state sends no gradient for y (eager: None, which
+    the backward takes as zeros): the gradients equal those of a loss that adds 0·y."""
+    import torch
+
+    base = [torch.tensor(x) for x in inputs(1, 11, 3, "log")]
+
+    def grads(with_y):
+        leaves = [t.clone().requires_grad_() for t in base]
+        y, hT = seqmix.gated_scan(*leaves, output_final_state=True, decay="log")
+        loss = (hT * torch.arange(1.0, 4.0, dtype=hT.dtype)).sum() + (0 * y.sum() if with_y else 0)
+        loss.backward()
+        return [t.grad for t in leaves]
+
+    for name, alone, with_y in zip(["da", "db", "dz", "dh0"], grads(False), grads(True)):
+        assert alone is not None and torch.equal(alone, with_y), name
+
+
+def test_numpy_without_final_state_returns_y_alone_and_the_same_y():
+    a, b, z, h0 = inputs(2, 10, 3)
+    y = seqmix.gated_scan(a, b, z, h0)
+    y_kept, hT = seqmix.gated_scan(a, b, z, h0, True)
+    assert isinstance(y, np.ndarray) and hT.shape == (2, 3)
+    assert np.array_equal(y, y_kept)

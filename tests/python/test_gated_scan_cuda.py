@@ -43,6 +43,29 @@ def test_forward_backward_match_oracle(torch, dtype, varlen):
         assert rel_err(g.cpu(), w) < TOLERANCE[dtype], dtype
 
 
+def test_training_step_without_final_state_matches_the_kept_one(torch):
+    """output_final_state=False skips the final state (a null pointer to the kernels) and
+    leaves y and every gradient bit for bit the same."""
+    import seqmix
+
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    B, T, D = 2, 1000, 200
+    base = [torch.rand(B, T, D, generator=gen, device="cuda").mul(0.3).add(0.69).bfloat16()]
+    base += [torch.randn(B, T, D, generator=gen, device="cuda").bfloat16() for _ in range(2)]
+    base.append(torch.randn(B, D, generator=gen, device="cuda"))
+    dy = torch.randn(B, T, D, generator=gen, device="cuda").bfloat16()
+
+    def step(keep):
+        leaves = [t.clone().requires_grad_() for t in base]
+        out = seqmix.gated_scan(*leaves, output_final_state=keep)
+        y = out[0] if keep else out
+        y.backward(dy)
+        return [y.detach()] + [t.grad for t in leaves]
+
+    for name, without, kept in zip(["y", "da", "db", "dz", "dh0"], step(False), step(True)):
+        assert torch.equal(without, kept), name
+
+
 def test_torch_compile_fullgraph_on_cuda(torch):
     import seqmix
 

@@ -23,11 +23,14 @@ def tile_states_shape(b, cu_seqlens):
     return ((B * T + steps - 1) // steps + num_sequences(B, cu_seqlens), D)
 
 
-def forward(xp, a, b, z, initial_state, cu_seqlens, decay, impl, keep_tile_states=False):
-    """Returns (y [B, T, D] in b's dtype, final_state [N, D] in the state dtype, and the
-    tile states for the backward — None unless kept, which only CUDA does)."""
+def forward(xp, a, b, z, initial_state, cu_seqlens, decay, impl, keep_tile_states=False, keep_final_state=True):
+    """Returns (y [B, T, D] in b's dtype, final_state [N, D] in the state dtype or None
+    without `keep_final_state` (then it is neither allocated nor written), and the tile
+    states for the backward — None unless kept, which only CUDA does)."""
     y = xp.empty_like(b)
-    final_state = xp.empty((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]), state_dtype(xp, b), b)
+    final_state = None
+    if keep_final_state:
+        final_state = xp.empty((num_sequences(b.shape[0], cu_seqlens), b.shape[-1]), state_dtype(xp, b), b)
     tile_states = None
     if keep_tile_states and xp.is_cuda(b):
         tile_states = xp.empty(tile_states_shape(b, cu_seqlens), xp.float32, b)
@@ -75,7 +78,8 @@ def gated_scan(a, b, z=None, initial_state=None, output_final_state=False, cu_se
     if is_torch(b):
         return torch_module("gated_scan").gated_scan(
             a, b, z, initial_state, output_final_state, cu_seqlens, decay, impl)
-    y, final_state, _ = forward(NUMPY, a, b, z, initial_state, cu_seqlens, decay, impl)
+    y, final_state, _ = forward(NUMPY, a, b, z, initial_state, cu_seqlens, decay, impl,
+                                keep_final_state=output_final_state)
     return (y, final_state) if output_final_state else y
 
 
