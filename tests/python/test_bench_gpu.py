@@ -323,8 +323,8 @@ def test_run_case_on_cpu_fills_every_row(gs, torch):
         assert r.ms > 0 and r.work > 0 and r.pct_of_ceiling == pytest.approx(100 * r.work / 100.0)
         bound = 1e-2 if r.case == "scan kernel" else 2e-2
         assert 0 < r.max_rel_err < bound, (r.method, r.direction, r.max_rel_err)
-        if r.direction == "fwd":  # the forward is also timed as graph replays
-            assert r.ms_graph > 0, r.method
+        if r.direction in ("fwd", "fwd+bwd"):  # also timed as graph replays
+            assert r.ms_graph > 0, (r.method, r.direction)
         else:
             assert r.ms_graph is None and r.speedup_graph == {}, (r.method, r.direction)
     for time_of, speedup_of in (("ms", "speedup"), ("ms_graph", "speedup_graph")):
@@ -388,7 +388,7 @@ def test_graph_capture_failures_are_recorded_and_the_run_goes_on(gs, torch):
     case.methods = [Method("three-kernel", uncapturable, three_kernel.work),
                     Method("torch.compile unfused", replays_differ, compiled_layer.work, baseline=True), semi_fused]
     rows = {(r.direction, r.method): r for r in run_cases(torch, [case], timer=timer)}
-    assert timer.graph_calls == 3  # one capture per forward measurement, none for fwd+bwd
+    assert timer.graph_calls == 6  # one capture per fwd and fwd+bwd measurement, none for bwd
     stuck = rows[("fwd", "three-kernel")]
     assert stuck.status == "ok; graph: not capturable: RuntimeError: operation not permitted when stream is capturing"
     assert stuck.ms > 0 and stuck.ms_graph is None and stuck.speedup_graph == {}
@@ -398,7 +398,9 @@ def test_graph_capture_failures_are_recorded_and_the_run_goes_on(gs, torch):
     mine = rows[("fwd", "seqmix semi-fused")]
     assert mine.status == "ok" and mine.ms_graph > 0
     assert set(mine.speedup) == {"three-kernel", "torch.compile unfused"} and mine.speedup_graph == {}
-    assert all(rows[("fwd+bwd", m.name)].status == "ok" for m in case.methods)
+    assert rows[("fwd+bwd", "three-kernel")].status == stuck.status
+    assert rows[("fwd+bwd", "torch.compile unfused")].status == differ.status
+    assert rows[("fwd+bwd", "seqmix semi-fused")].status == "ok" and rows[("fwd+bwd", "seqmix semi-fused")].ms_graph > 0
 
 
 def test_backward_that_cannot_run_twice_rebuilds_its_graph(gs, torch):
@@ -617,8 +619,8 @@ def test_run_writes_the_report_and_returns_the_status(gs, torch, monkeypatch, tm
     monkeypatch.setattr(suite, "build_cases", lambda ops, quick: [gs.scan_case(2, 16, 8, device="cpu")])
     assert suite.run(["gated_scan"], True, out=tmp_path / "no-graphs") == 0  # event times still count
     out, err = capsys.readouterr()
-    assert "4 row(s) without a graph replay time" in err  # every ok fwd row; fla is refused on the CPU
-    assert out.count("; graph: not capturable: RuntimeError: capture refused |") == 4
+    assert "8 row(s) without a graph replay time" in err  # every ok fwd and fwd+bwd row; fla is refused on the CPU
+    assert out.count("; graph: not capturable: RuntimeError: capture refused |") == 8
 
 
 def test_ceilings_and_timer_interface_on_cpu(torch):
@@ -749,27 +751,29 @@ def test_markdown_has_header_formulas_tables_and_headline(results):
                   "median of 1 repetitions", "(256 MiB written)", "## gated_scan: scan kernel",
                   "## gated_scan: semi-fused layer", "fwd with gate 4·N·2", "float64 token-by-token loop",
                   "**Headline**: speed-up of seqmix fused layer over three-kernel, from the event times (fwd, "
-                  "fwd+bwd) and from the graph replays (fwd, with both replay times).",
-                  "| shape | fwd | fwd+bwd | fwd (graph) | fwd ms (graph): seqmix fused layer / three-kernel |",
+                  "fwd+bwd) and from the graph replays (fwd, fwd+bwd, with both replay times).",
+                  "| shape | fwd | fwd+bwd | fwd (graph) | fwd ms (graph): seqmix fused layer / three-kernel | "
+                  "fwd+bwd (graph) | fwd+bwd ms (graph): seqmix fused layer / three-kernel |",
                   "| shape | dir | method | ms | ms (graph) | GB/s | % of copy | vs fla chunk_hgrn | vs torch eager "
                   "| vs torch.compile | max rel err | status |",
                   "**ms**: CUDA events around each call", "**ms (graph)**: the call captured once into a CUDA graph",
-                  "replaying a backward through autograd is out of scope"):
+                  "captured in one graph, gradients reset before it; the backward alone is not captured"):
         assert piece in text, piece
     table_rows = [line for line in text.splitlines() if line.startswith("| B")]
     assert len(table_rows) == len(results["rows"]) + 3  # every row, plus the headline's three shapes
     assert text.index("## gated_scan: scan kernel") < text.index("## gated_scan: semi-fused layer")
     for r in results["rows"]:  # the graph time next to the event time; '-' where not measured
-        assert r["direction"] == "fwd" or r["ms_graph"] is None
+        assert r["direction"] in ("fwd", "fwd+bwd") or r["ms_graph"] is None
         prefix = f"| {r['shape']} | {r['direction']} | {r['method']} | {report._ms(r['ms'])} | "
         assert any(line.startswith(prefix + f"{report._ms(r['ms_graph'])} | ") for line in table_rows), r
     rows = {(r["shape"], r["direction"], r["method"]): r for r in results["rows"]}
     for shape in ("B1 T32 d16 dv8 bf16", "B2 T64 d16 dv8 bf16", "B1 T64 d16 dv8 bf16"):
-        mine, base = rows[(shape, "fwd", "seqmix fused layer")], rows[(shape, "fwd", "three-kernel")]
         cells = [report._times(rows[(shape, d, "seqmix fused layer")]["speedup"]["three-kernel"])
                  for d in ("fwd", "fwd+bwd")]
-        cells += [report._times(mine["speedup_graph"]["three-kernel"]),
-                  f"{report._ms(mine['ms_graph'])} / {report._ms(base['ms_graph'])}"]
+        for d in ("fwd", "fwd+bwd"):
+            mine, base = rows[(shape, d, "seqmix fused layer")], rows[(shape, d, "three-kernel")]
+            cells += [report._times(mine["speedup_graph"]["three-kernel"]),
+                      f"{report._ms(mine['ms_graph'])} / {report._ms(base['ms_graph'])}"]
         assert f"| {shape} | " + " | ".join(cells) + " |" in table_rows, shape
 
 
@@ -786,8 +790,8 @@ def test_markdown_of_results_without_graph_times(results):
     assert report.markdown(results) == blank
     table_rows = [line for line in blank.splitlines() if line.startswith("| B")]
     assert all(line.split(" | ")[4] == "-" for line in table_rows[:15])  # the scan rows' ms (graph)
-    headline_rows = [line for line in table_rows if line.count(" | ") == 4]
-    assert len(headline_rows) == 3 and all(line.endswith(" | - | - / - |") for line in headline_rows)
+    headline_rows = [line for line in table_rows if line.count(" | ") == 6]
+    assert len(headline_rows) == 3 and all(line.endswith(" | - | - / - | - | - / - |") for line in headline_rows)
 
 
 def test_json_round_trip_renders_the_same(results, tmp_path):
@@ -858,8 +862,8 @@ def test_plot_logic_with_a_stand_in_matplotlib(results, tmp_path, monkeypatch):
     graph_fwd = {(r["params"]["B"], r["params"]["T"]): r["speedup_graph"]["three-kernel"] for r in results["rows"]
                  if (r["case"], r["direction"], r["method"]) == ("semi-fused layer", "fwd", "seqmix fused layer")}
     assert list(lines[2].args[1]) == [graph_fwd[(1, 32)], graph_fwd[(1, 64)]]
-    fwd_bwd = layer_axes[0][1].plot.call_args_list  # no graph replays of fwd+bwd
-    assert [c.kwargs["label"] for c in fwd_bwd] == ["B = 1", "B = 2"]
+    fwd_bwd = layer_axes[0][1].plot.call_args_list  # fwd+bwd: events, then graph replays too
+    assert [c.kwargs["label"] for c in fwd_bwd] == ["B = 1", "B = 2", "B = 1 (graph)", "B = 2 (graph)"]
     assert plt.close.call_count == 2
 
 

@@ -3,8 +3,8 @@
 A Case is one op at one shape. It builds its inputs on demand (so only one case's
 tensors live at a time) and offers Methods: seqmix and its baselines, all run on the
 same inputs. Each method is timed per direction ("fwd", "bwd", "fwd+bwd", and for cases
-that ask for it "infer") into a Row; the forwards are also timed as CUDA-graph replays
-(GRAPH_DIRECTIONS).
+that ask for it "infer") into a Row; the forwards and fwd+bwd are also timed as CUDA-graph
+replays (GRAPH_DIRECTIONS).
 """
 
 from __future__ import annotations
@@ -18,9 +18,10 @@ DIRECTIONS = ("fwd", "bwd", "fwd+bwd")
 # its backward); "infer" the same call under torch.no_grad(), as inference runs it. A case
 # whose ops differ between the two (GLA's training forward keeps its chunk states) lists both.
 FORWARD_DIRECTIONS = ("fwd", "infer")
-# Directions also timed as CUDA-graph replays: the forwards only (replaying a backward
-# through autograd is out of scope).
-GRAPH_DIRECTIONS = FORWARD_DIRECTIONS
+# Directions also timed as CUDA-graph replays: the forwards, and the forward with its
+# backward captured in one graph. The backward alone is not: its autograd graph would come
+# from a forward outside the capture, whose stream the backward's kernels would run on.
+GRAPH_DIRECTIONS = (*FORWARD_DIRECTIONS, "fwd+bwd")
 
 
 @dataclasses.dataclass

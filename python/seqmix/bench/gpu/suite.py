@@ -1,6 +1,7 @@
 """Runs the GPU suite: ceilings first, then every case's methods per direction, each
-timed with CUDA events and checked against the case's reference; the forward also timed
-as CUDA-graph replays (and their output checked too); then the report.
+timed with CUDA events and checked against the case's reference; the forward, and the
+forward with its backward, also timed as CUDA-graph replays (and their results checked
+too); then the report.
 
 A failing baseline never aborts the run: its rows read "refused: <reason>". A method
 that cannot be captured into a graph keeps its event timing; its status says why the
@@ -175,31 +176,43 @@ def measure_row(torch, timer, case, method, direction, inputs, settings, ceiling
 
 
 def _time_graph_replays(torch, timer, case, method, inputs, settings, references, row) -> None:
-    """row.ms_graph: the forward captured once into a CUDA graph and its replays timed,
-    which leaves the GPU work without the host's time per call. The last replay's output
-    is checked against the reference like the eager one. A method that cannot be captured
-    (or whose replays compute something else) keeps ms_graph None and its status says why."""
+    """row.ms_graph: the row's call captured once into a CUDA graph and its replays timed,
+    which leaves the GPU work without the host's time per call: the forward (fwd, infer), or
+    the forward and its backward in one graph (fwd+bwd; the gradients reset before the
+    captured call, as the event timing resets them, so each replay writes them where the
+    capture allocated them). The last replay's output, and its gradients where the case has
+    references for them, are checked against the reference like the eager call's. A method
+    that cannot be captured (or whose replays compute something else) keeps ms_graph None
+    and its status says why."""
+    leaves, dy = inputs["leaves"], inputs["dy"]
     state = {}
 
     def forward():
         state["y"] = method.run(inputs)
 
-    with torch.set_grad_enabled(row.direction == "fwd"):
-        ms = timer.graph_median_ms(forward, settings.reps, settings.warmup)
+    def step():
+        for t in leaves:
+            t.grad = None
+        forward()
+        torch.autograd.backward(state["y"], dy)
+
+    with torch.set_grad_enabled(row.direction != "infer"):
+        ms = timer.graph_median_ms(step if row.direction == "fwd+bwd" else forward, settings.reps, settings.warmup)
     if ms is None:
         _recover(torch)
         row.status += "; graph: not capturable: " + _clip(timer.graph_failure)
         return
+    grads = None if row.direction in FORWARD_DIRECTIONS else [t.grad for t in leaves]
     try:
-        err = _max_rel_err(case, method, inputs, "fwd", state.get("y"), None, references)
+        err = _max_rel_err(case, method, inputs, row.direction, state.get("y"), grads, references)
     except Exception as e:
         row.status += "; graph: replay check failed: " + _first_line(e)
         return
-    if err <= case.tolerance:
+    if err is not None and err <= case.tolerance:
         row.ms_graph = ms
     else:
-        row.status += (f"; graph: replay max rel err {err:.1e} above the bound" if math.isfinite(err)
-                       else "; graph: replay output non-finite or missing")
+        row.status += (f"; graph: replay max rel err {err:.1e} above the bound" if err is not None and
+                       math.isfinite(err) else "; graph: replay output non-finite or missing")
 
 
 def _recover(torch):
