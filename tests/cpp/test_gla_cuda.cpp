@@ -86,8 +86,6 @@ using ForwardTiling = Selected<cuda::GlaForwardTiling, cuda::gla_forward_tiling,
 using ForwardWalkers = Selected<cuda::GlaForwardWalkers, cuda::gla_forward_walkers, cuda::gla_set_forward_walkers>;
 // How the outputs pass writes o.
 using ForwardOutput = Selected<cuda::GlaForwardOutput, cuda::gla_forward_output, cuda::gla_set_forward_output>;
-// How the staged outputs pass updates the state.
-using ForwardAdvance = Selected<cuda::GlaForwardAdvance, cuda::gla_forward_advance, cuda::gla_set_forward_advance>;
 // The stages of the backward's dL/dS walk.
 using BackwardStateStages = Selected<int, cuda::gla_backward_state_stages, cuda::gla_set_backward_state_stages>;
 // Whether the gradient kernel's last chunks start beside the dL/dS walk.
@@ -195,30 +193,6 @@ TEST_P(GlaCuda, ForwardStagedOutputMatchesOracle) {
   EXPECT_EQ(ran_staged, c.K <= 128) << "the staged outputs pass";
 }
 
-// The default form's state update on wgmma (k_end and v in swizzled tiles, the state one row
-// block a warp) against the oracle, and against the mma.sync update within the bf16 bound (the
-// products sum in another order); with K = 128 the wgmma kernel must have run (K = 64 has no
-// whole m64n64 products a warpgroup, K = 256 no staged output).
-TEST_P(GlaCuda, ForwardWgmmaAdvanceMatchesOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const GpuGlaCase& c = GetParam();
-  const GlaCaseInputs in(c);
-  const ForwardCheck check(in);
-  std::vector<double> by_mma;
-  {
-    const ForwardAdvance advance(cuda::GlaForwardAdvance::mma);
-    by_mma = check.device();
-  }
-  const ForwardAdvance advance(cuda::GlaForwardAdvance::wgmma);
-  cuda::gla_profile_start();
-  const std::vector<double> by_wgmma = check.device();
-  bool ran_wgmma = false;
-  for (const auto& l : cuda::gla_profile_stop().launches)
-    ran_wgmma = ran_wgmma || l.kernel == "gla forward (staged output, state update on wgmma)";
-  EXPECT_LT(rel_err(by_wgmma, by_mma), tolerance(c.dtype)) << "wgmma update against mma.sync";
-  EXPECT_EQ(ran_wgmma, c.K == 128) << "the wgmma update";
-}
-
 // Every gradient (dq, dk, dv, dg, and d initial state with an initial state) against the
 // oracle's backward, by the backward diagonal selected; the final state's gradient is given
 // in the cases with an initial state.
@@ -323,14 +297,6 @@ TEST_P(GlaCuda, BackwardTallTilingMatchesOracle) {
 }
 
 // The default backward with the dL/dS walk's copies three stages deep.
-// The backward reading the chunk states and scores that the forward with the state update on
-// wgmma saved (the states leave from the same operand tile, rounded from other sums).
-TEST_P(GlaCuda, SavedStatesByWgmmaAdvanceMatchOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const ForwardAdvance advance(cuda::GlaForwardAdvance::wgmma);
-  backward_matches_oracle(GetParam(), true, GetParam().K <= 128);
-}
-
 TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackwardStateStages stages(3);

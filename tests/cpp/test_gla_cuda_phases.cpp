@@ -349,14 +349,6 @@ void compare_forward_output(int64_t B, int64_t T) {
                                                 {cuda::GlaForwardOutput::staged, "staged"}, true);
 }
 
-// The staged outputs pass's state update by mma.sync and on wgmma (params.hpp
-// GlaForwardAdvance): the products sum in another order, so o agrees within the bf16 bound.
-void compare_forward_advance(int64_t B, int64_t T) {
-  compare_forward_forms<cuda::GlaForwardAdvance>(B, T, "state update", cuda::gla_forward_advance,
-                                                 cuda::gla_set_forward_advance, {cuda::GlaForwardAdvance::mma, "mma"},
-                                                 {cuda::GlaForwardAdvance::wgmma, "wgmma"}, false);
-}
-
 // Forward+backward with the chunk-state pass (no table: off) and with the forward's saved
 // chunk states (GlaOutputs::chunk_states: on), side by side on the same inputs, alternated
 // off on off on: medians of 20 event-timed forward+backward runs and of 20 forwards after 3
@@ -607,13 +599,6 @@ TEST(GlaCudaTiming, ForwardOutput) {
   compare_forward_output(8, 2048);
   compare_forward_output(1, 32768);
   compare_forward_output(4, 4096);
-}
-
-TEST(GlaCudaTiming, ForwardAdvance) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  compare_forward_advance(8, 2048);
-  compare_forward_advance(1, 32768);
-  compare_forward_advance(4, 4096);
 }
 
 TEST(GlaCudaTiming, ForwardWalkers) {

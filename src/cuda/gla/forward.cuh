@@ -20,7 +20,6 @@
 #include "cuda/gla/mma.cuh"
 #include "cuda/gla/params.hpp"
 #include "cuda/gla/profile.hpp"
-#include "cuda/gla/wgmma.cuh"
 
 namespace seqmix::cuda::gla {
 
@@ -118,11 +117,9 @@ __device__ __forceinline__ void load_rows_rolled(E* dst, const E* src, int64_t s
 
 // Rows [0, 64) × cols [0, COLS) of a chunk into a shared tile of pitch PITCH; rows past
 // `valid` are zero-filled (a zero key or value adds nothing, a zero decay keeps e^{g} = 1).
-// kRolled: load_rows_rolled; otherwise unrolled. kSwizzled (unrolled only): into a
-// SwizzledTile<64, COLS> instead (PITCH unused).
-template <int COLS, int PITCH, bool kRolled = false, bool kSwizzled = false, class E>
+// kRolled: load_rows_rolled; otherwise unrolled.
+template <int COLS, int PITCH, bool kRolled = false, class E>
 __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride_time, int valid, int tid) {
-  static_assert(!(kRolled && kSwizzled), "the rolled loop steps padded rows");
   if constexpr (kRolled) {
     load_rows_rolled<kChunk, COLS, PITCH>(dst, row0, stride_time, valid, tid);
   } else {
@@ -131,8 +128,7 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
     for (int i = tid; i < kChunk * kVectors; i += kThreads) {
       const int r = i / kVectors, c = (i % kVectors) * 8;
       const bool ok = r < valid;
-      const int at = kSwizzled ? SwizzledTile<kChunk, COLS>::offset(r, c) : r * PITCH + c;
-      copy16_async(dst + at, row0 + (ok ? r * stride_time : 0) + c, ok);
+      copy16_async(dst + r * PITCH + c, row0 + (ok ? r * stride_time : 0) + c, ok);
     }
   }
 }
@@ -267,8 +263,7 @@ __device__ __forceinline__ float2 exp_each(float2 g) { return make_float2(__expf
 // e^{Σ_{t<32} g_t}; the key side's first half e^{Σ_{32..63} g} (k_end), e^{Σ_{32..48} g} and
 // e^{g_32} (k_pair of sub-chunks 3 and 2). Every (channel, token) cell is read and written by
 // one thread only, so the in-place stores (q, and the quad keys over k) race with nothing.
-// kSwizzledKeys: k_end into a SwizzledTile<64, KD> (the state's advance on wgmma reads it).
-template <class S, bool kSwizzledKeys = false>
+template <class S>
 __device__ __forceinline__ void paired_decay_operands(S& s, int tid) {
   using E = typename S::Element;
   constexpr int KD = S::kKeys, PK = S::PK, kPairs = KD / 2, kHalf = kChunk / 2, kBatch = 8;
@@ -340,7 +335,7 @@ __device__ __forceinline__ void paired_decay_operands(S& s, int tid) {
 #pragma unroll
     for (int tt = kBatch - 1; tt >= 0; --tt) {
       const int t = t0 + tt, in_sub = b * kBatch + tt, at = t * PK + c;
-      store2(s.k_end + (kSwizzledKeys ? SwizzledTile<kChunk, KD>::offset(t, c) : at), mul2(k[tt], to_end));
+      store2(s.k_end + at, mul2(k[tt], to_end));
       to_end = mul2(to_end, e[tt]);
 #pragma unroll
       for (int I = 1; I < 4; ++I) {  // the later sub-chunks I > sub (predicated on the half)
@@ -543,14 +538,6 @@ __device__ __forceinline__ void pair_scores(S& s, int warp, int lane) {
   }
 }
 
-// load_b's two B fragments (k rows k0..k0+15, cols n0..n0+15) from a SwizzledTile<64, COLS>:
-// ldmatrix reads whole 16-byte units, so each lane's row address is its unit's place.
-template <int COLS, class E>
-__device__ __forceinline__ void load_b_swizzled(uint32_t (&b)[4], const E* tile, int k0, int n0, int lane) {
-  const int row = k0 + (lane % 8) + 8 * ((lane / 8) % 2), col = n0 + 8 * (lane / 16);
-  ldmatrix_x4_trans(b, tile + SwizzledTile<kChunk, COLS>::offset(row, col));
-}
-
 // The state S [KD, VB] as accumulator fragments: warp w owns kRowBlocks blocks of 16 rows from
 // row 16·kRowBlocks·(w % RB) and the columns of its column split w / RB (the 8 warps tile the
 // state). Two row blocks a warp (params.hpp GlaForwardTiling::tall) halve the column split's
@@ -625,34 +612,6 @@ struct StateTile {
       }
     }
   }
-  // advance() on wgmma: keys and v are SwizzledTile<64, KD> and <64, VB>. With one row block a
-  // warp, a warpgroup's fragments are the m64nCW accumulators of its 64 key rows and CW columns,
-  // so keysᵀ (MN-major) times v (MN-major) is CW / 64 m64n64k16 products a 16-token step, each
-  // operand read once a warpgroup by the tensor cores instead of by every warp through ldmatrix.
-  // The products are only issued here: the state, keys and v must stay untouched until
-  // finish_advance(), so a caller runs work that needs none of them in between.
-  __device__ void issue_advance_wgmma(const E* keys, const float* decay, const E* v, int warp) {
-    static_assert(MB == 1 && CW % 64 == 0, "a warpgroup's columns in whole m64n64 products");
-    const float d0 = decay[row_of(0, 0)], d1 = decay[row_of(0, 2)];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) f[0][nt][0] *= d0, f[0][nt][1] *= d0, f[0][nt][2] *= d1, f[0][nt][3] *= d1;
-    const int first_warp = warp / 4 * 4, m0 = 16 * (first_warp % RB), n0 = CW * (first_warp / RB);
-    wgmma_fence();  // the accumulators were scaled above
-#pragma unroll
-    for (int kk = 0; kk < kChunk / 16; ++kk) {
-      const uint64_t a = SwizzledTile<kChunk, KD>::mn_major(keys, 16 * kk, m0);
-#pragma unroll
-      for (int h = 0; h < CW / 64; ++h)
-        Wgmma64<E>::template ss<1, 1>(reinterpret_cast<float(&)[32]>(f[0][8 * h][0]), a,
-                                      SwizzledTile<kChunk, VB>::mn_major(v, 16 * kk, n0 + 64 * h));
-    }
-    wgmma_commit();
-  }
-  // Waits for this warpgroup's products of issue_advance_wgmma.
-  __device__ void finish_advance() {
-    wgmma_wait<0>();
-    fence_registers(reinterpret_cast<float(&)[4 * NT]>(f[0][0][0]));
-  }
 };
 
 // Two adjacent outputs at `offset`: into the float partial when there is one, else rounded
@@ -691,8 +650,7 @@ struct KeyBlock {
 // as many fragments of the state and of v for the same products.
 // S: Smem, or any layout with q_start, state and scores members and Smem's pitches.
 // put(r, c, x0, x1) takes o's columns c, c + 1 of the chunk's row r (r < valid), scaled.
-// kSwizzledValues: v is a SwizzledTile<64, VB> (the layout the state's advance on wgmma reads).
-template <int kRowBlocks = 1, bool kSwizzledValues = false, class S, class E = typename S::Element, class Put>
+template <int kRowBlocks = 1, class S, class E = typename S::Element, class Put>
 __device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, int lane, int valid, float scale,
                                              Put&& put) {
   constexpr int KD = S::kKeys, VB = S::kValues, PK = S::PK, PV = S::PV, PA = S::PA;
@@ -723,8 +681,7 @@ __device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, i
 #pragma unroll
     for (int np = 0; np < NT / 2; ++np) {
       uint32_t b[4];
-      if constexpr (kSwizzledValues) load_b_swizzled<VB>(b, v, 16 * kk, n0 + 16 * np, lane);
-      else load_b(b, v, PV, 16 * kk, n0 + 16 * np, lane);
+      load_b(b, v, PV, 16 * kk, n0 + 16 * np, lane);
 #pragma unroll
       for (int m = 0; m < MB; ++m)
         if (kk <= rb0 + m) mma_pair<E>(acc[m][2 * np], acc[m][2 * np + 1], a[m], b);
@@ -877,10 +834,8 @@ enum class Pass { segment_ends, outputs, chunk_states };
 // leaves through the staging boxes and one thread's tensor copies through o_map (box 64
 // columns × 64 rows), issued after the next step's first barrier and read before its walkers
 // (NOTES.md v17); a partial chunk's o (a sequence's last) keeps the direct stores.
-// kWgmmaAdvance (the staged outputs pass): the state's update on wgmma (StateTile::advance_wgmma),
-// the state one row block a warp, k_end and v in swizzled tiles (NOTES.md v53).
 template <class E, int KD, int VB, Pass kPass, bool kQuads = false, int kRowBlocks = 1, bool kPairedWalk = false,
-          bool kSaveStates = false, bool kStagedOutput = false, bool kWgmmaAdvance = false>
+          bool kSaveStates = false, bool kStagedOutput = false>
 __global__ void __launch_bounds__(kThreads, 1)
     forward_kernel(const GlaParams p, const __grid_constant__ CUtensorMap o_map,
                    const __grid_constant__ CUtensorMap states_map, const __grid_constant__ CUtensorMap scores_map) {
@@ -892,7 +847,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kCopyStates = kSaveStates || kPass == Pass::chunk_states;
   static_assert(kQuads || !kPairedWalk, "the paired walkers form the quads' operands");
   static_assert(kQuads || !kStagedOutput, "the staging boxes are released at the quad diagonal's barrier");
-  static_assert(kStagedOutput || !kWgmmaAdvance, "the wgmma update is built for the staged outputs pass");
   // The kernel has no static shared memory, so the dynamic block starts the CTA's shared
   // window: 1024-aligned, as the staging boxes' swizzle needs (a misplaced box would scramble
   // o, which the oracle tests would see).
@@ -910,7 +864,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* const segment_state = p.workspace ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
   float* const segment_decay =
       p.workspace ? segment_decay_table(p) + plan.state_slot * p.K + key0 : nullptr;
-  StateTile<E, KD, VB, kWgmmaAdvance ? 1 : kRowBlocks> S(warp, lane);
+  StateTile<E, KD, VB, kRowBlocks> S(warp, lane);
   if (plan.first_chunk >= plan.end_chunk) {  // a segment past a short sequence's end
     if constexpr (kEnds) {
       S.load(nullptr, p.V);
@@ -937,7 +891,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t t = chunk * kChunk;
     if constexpr (kOutput) load_chunk<KD, PK>(s.q, row0(p.q, t, key0), p.q.stride_time, plan.valid(chunk), tid);
     load_chunk<KD, PK>(k_tile(stage), row0(p.k, t, key0), p.k.stride_time, plan.valid(chunk), tid);
-    load_chunk<VB, PV, false, kWgmmaAdvance>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
+    load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
 
@@ -963,15 +917,13 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (tid == 0) tma::bulk_wait_read();  // the last step's state (and A) copies: both are rewritten below
     }
     copy_async_wait_all();
-    if constexpr (kWgmmaAdvance) fence_async_shared();  // v, landed by cp.async, is read by wgmma
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
     phases.mark(kGlaPhaseLoadWait);
     if constexpr (kStagedOutput) {
       if (staged_row >= 0 && tid == 0) copy_staged();
     }
     if constexpr (kQuads) {
-      quad_inner_scores(s, tid);  // beside the last step's state update on wgmma, when in flight
-      if constexpr (kWgmmaAdvance) S.finish_advance();  // before the walkers rewrite k_end
+      quad_inner_scores(s, tid);
       if constexpr (kStagedOutput) {
         if (staged_row >= 0 && tid == 0) tma::bulk_wait_read();  // before the walkers overwrite the boxes
       }
@@ -979,7 +931,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       phases.mark(kGlaPhaseDiagonal);
     }
     if constexpr (kOutput) {
-      if constexpr (kPairedWalk) paired_decay_operands<Smem<E, KD, VB>, kWgmmaAdvance>(s, tid);
+      if constexpr (kPairedWalk) paired_decay_operands(s, tid);
       else decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
       S.store_operand(s.state);  // with kSaveStates, fenced for its copy with A's tile below
     } else {
@@ -1015,8 +967,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (more) issue_token_loads(chunk + 1, stage ^ 1);
       pair_scores(s, warp, lane);
       // The state's tile (stored before the walkers' barrier) and A's may leave by tensor copies
-      // after this barrier, and k_end is read by wgmma: one fence orders them for the async proxy.
-      if constexpr (kSaveStates || kWgmmaAdvance) fence_async_shared();
+      // after this barrier: one fence orders both for the copy engine.
+      if constexpr (kSaveStates) fence_async_shared();
       __syncthreads();
       phases.mark(kGlaPhasePairs);
       if constexpr (kSaveStates) {  // read before the next step's walkers rewrite them (its top's wait)
@@ -1032,26 +984,23 @@ __global__ void __launch_bounds__(kThreads, 1)
       float* const partial = kb.partial(p, plan.seq.batch, plan.seq.start + t, h, vb0);
       staged_row = kStagedOutput && valid == kChunk && !partial ? t : -1;
       if (staged_row >= 0) {
-        chunk_output<kRowBlocks, kWgmmaAdvance>(s, s.v[stage], warp, lane, valid, p.scale,
-                                                [&](int r, int c, float a, float b) { stage_pair(s, r, c, a, b); });
+        chunk_output<kRowBlocks>(s, s.v[stage], warp, lane, valid, p.scale,
+                                 [&](int r, int c, float a, float b) { stage_pair(s, r, c, a, b); });
         fence_async_shared();  // the stores reach the copy engine's view at the next barrier
       } else {
         E* const out = row0(p.o, t, vb0);
         const int64_t stride = partial ? p.H * p.V : p.o.stride_time;
-        chunk_output<kRowBlocks, kWgmmaAdvance>(s, s.v[stage], warp, lane, valid, p.scale,
-                                                [&](int r, int c, float a, float b) {
-                                                  store_pair(out, partial, r * stride + c, a, b);
-                                                });
+        chunk_output<kRowBlocks>(s, s.v[stage], warp, lane, valid, p.scale, [&](int r, int c, float a, float b) {
+          store_pair(out, partial, r * stride + c, a, b);
+        });
       }
       phases.mark(kGlaPhaseOutput);
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
     }
-    if constexpr (kWgmmaAdvance) S.issue_advance_wgmma(s.k_end, s.decay_all, s.v[stage], warp);
-    else S.advance(s.k_end, s.decay_all, s.v[stage], lane);
+    S.advance(s.k_end, s.decay_all, s.v[stage], lane);
     phases.mark(kGlaPhaseAdvance);
   }
-  if constexpr (kWgmmaAdvance) S.finish_advance();  // the last chunk's update
   phases.finish(plan.end_chunk - plan.first_chunk, true);
   if constexpr (kStagedOutput) {
     if (staged_row >= 0) {  // the last chunk's o

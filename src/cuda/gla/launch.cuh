@@ -178,11 +178,10 @@ std::pair<CUtensorMap, CUtensorMap> chunk_table_maps(const GlaParams& p) {
 }
 
 template <class E, int KD, int VB, Pass kPass, bool kQuads, int kRowBlocks, bool kPairedWalk = false,
-          bool kSaveStates = false, bool kStagedOutput = false, bool kWgmmaAdvance = false>
+          bool kSaveStates = false, bool kStagedOutput = false>
 void launch_walk(GlaParams p, cudaStream_t stream, const CUtensorMap& o_map = CUtensorMap{}) {
   const size_t smem = sizeof(Smem<E, KD, VB>);
-  auto kernel =
-      forward_kernel<E, KD, VB, kPass, kQuads, kRowBlocks, kPairedWalk, kSaveStates, kStagedOutput, kWgmmaAdvance>;
+  auto kernel = forward_kernel<E, KD, VB, kPass, kQuads, kRowBlocks, kPairedWalk, kSaveStates, kStagedOutput>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla forward shared memory");
   const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
@@ -192,8 +191,7 @@ void launch_walk(GlaParams p, cudaStream_t stream, const CUtensorMap& o_map = CU
   const std::pair<CUtensorMap, CUtensorMap> tables =
       kCopyStates ? chunk_table_maps<E, KD, VB>(p) : std::pair<CUtensorMap, CUtensorMap>{};
   timed_launch(stream,
-               kWgmmaAdvance                 ? "gla forward (staged output, state update on wgmma)"
-               : kSaveStates                 ? "gla forward (staged output, chunk states saved)"
+               kSaveStates                   ? "gla forward (staged output, chunk states saved)"
                : kStagedOutput               ? "gla forward (paired walkers, staged output)"
                : kPairedWalk                 ? "gla forward (tensor-core diagonal, paired walkers)"
                : kQuads                      ? "gla forward (tensor-core diagonal)"
@@ -223,8 +221,6 @@ void launch_pass(const GlaParams& p, cudaStream_t stream) {
 // entering state, and with p.saved_chunk_scores every chunk's A; the other forms are followed
 // by the chunk-state pass (the same table, the same cost as the backward's: correct, not
 // faster) and cannot save A, so they refuse the scores table.
-// gla_forward_advance() == wgmma takes the staged form's state update to wgmma where the
-// warpgroups' columns come in whole m64n64 products (KD = 128).
 template <class E, int KD, int VB>
 void launch_outputs(GlaParams p, cudaStream_t stream) {
   const bool save = p.chunk_states != nullptr;
@@ -239,12 +235,6 @@ void launch_outputs(GlaParams p, cudaStream_t stream) {
         "only with chunk_states by the default outputs pass: tensor-core diagonal, paired walkers, tall tiling, "
         "staged output, K <= 128, o writable by the copy engine), got a tensor");
   if (o_map) {
-    if constexpr (KD == 128) {
-      if (gla_forward_advance() == GlaForwardAdvance::wgmma) {
-        if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true, true, true>(p, stream, *o_map);
-        return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true, true>(p, stream, *o_map);
-      }
-    }
     if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true, true>(p, stream, *o_map);
     return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true>(p, stream, *o_map);
   }

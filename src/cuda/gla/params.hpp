@@ -197,19 +197,6 @@ inline constexpr GlaForwardOutput kDefaultForwardOutput = GlaForwardOutput::stag
 GlaForwardOutput gla_forward_output();
 void gla_set_forward_output(GlaForwardOutput output);
 
-// How the staged outputs pass updates the state a chunk (forward.cuh StateTile): mma, the 8
-// warps' m16n8k16 products with their fragments of k_end and v read through ldmatrix (each
-// fragment of v by 4 warps); wgmma, each warpgroup's m64n64k16 products on its 64 key rows with
-// k_end and v read from swizzled tiles by the tensor cores (K = 128 only; NOTES.md v53).
-enum class GlaForwardAdvance { mma, wgmma };
-// mma until wgmma is measured faster on the H100.
-inline constexpr GlaForwardAdvance kDefaultForwardAdvance = GlaForwardAdvance::mma;
-
-// The update in use: process-wide, kDefaultForwardAdvance unless the environment variable
-// SEQMIX_GLA_FORWARD_ADVANCE is "mma" or "wgmma" when first asked, or a caller set it.
-GlaForwardAdvance gla_forward_advance();
-void gla_set_forward_advance(GlaForwardAdvance advance);
-
 // Stages of copies in the backward's dL/dS walk (backward.cuh state_grad_kernel): 2 (each
 // chunk's q, g, do issued one chunk ahead) or 3 (two ahead). ncu saw that walk waiting on its
 // copies (long-scoreboard stalls 2.8 a issue at B8 T2048; NOTES.md, the forward profiled).

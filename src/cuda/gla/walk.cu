@@ -1,6 +1,6 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
 // walk and tail, the stages of its dL/dS walk, the forward walks' tiling, the outputs pass's
-// walkers, output path and state update, the forward's pass 1 in pieces, the backward's early start and its
+// walkers and output path, the forward's pass 1 in pieces, the backward's early start and its
 // table copies (params.hpp).
 #include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
@@ -59,13 +59,6 @@ GlaForwardOutput& current_forward_output() {
   return output;
 }
 
-GlaForwardAdvance& current_forward_advance() {
-  static GlaForwardAdvance advance = choice_from_environment(
-      "SEQMIX_GLA_FORWARD_ADVANCE", {{"mma", GlaForwardAdvance::mma}, {"wgmma", GlaForwardAdvance::wgmma}},
-      kDefaultForwardAdvance);
-  return advance;
-}
-
 int& current_state_stages() {
   static int stages =
       choice_from_environment("SEQMIX_GLA_BACKWARD_STATE_STAGES", {{"2", 2}, {"3", 3}}, kDefaultBackwardStateStages);
@@ -120,9 +113,6 @@ GlaForwardWalkers gla_forward_walkers() { return current_forward_walkers(); }
 void gla_set_forward_walkers(GlaForwardWalkers walkers) { current_forward_walkers() = walkers; }
 GlaForwardOutput gla_forward_output() { return current_forward_output(); }
 void gla_set_forward_output(GlaForwardOutput output) { current_forward_output() = output; }
-
-GlaForwardAdvance gla_forward_advance() { return current_forward_advance(); }
-void gla_set_forward_advance(GlaForwardAdvance advance) { current_forward_advance() = advance; }
 
 GlaForwardDiagonal gla_forward_diagonal() { return current_diagonal(); }
 void gla_set_forward_diagonal(GlaForwardDiagonal diagonal) { current_diagonal() = diagonal; }
