@@ -124,6 +124,8 @@ using ForwardLazyRescale =
 // The non-persistent forward's output through shared memory (or direct stores).
 using ForwardStagedOutput =
     ChoiceScope<bool, cuda::attention_forward_staged_output, cuda::attention_set_forward_staged_output>;
+// The non-persistent causal forward's tiles in the sectioned list order (or the 3-D grid's).
+using ForwardSections = ChoiceScope<bool, cuda::attention_forward_sections, cuda::attention_set_forward_sections>;
 
 using cuda::AttentionBackwardSchedule;
 
@@ -148,11 +150,13 @@ struct BackwardForm {
   bool deterministic = false;
   AttentionDeterministicBackward deterministic_form = AttentionDeterministicBackward::ordered;
   bool staged_store = true;  // dK and dV by tensor copies where they can be
+  bool sections = false;     // causal key blocks in the sectioned 1-D grid
 };
 
 const char* form_name(BackwardForm form) {
   if (form.deterministic) return deterministic_name(form.deterministic_form);
   if (!form.staged_store) return "stores";
+  if (form.sections) return "pingpong_sections";
   return form.pairs ? "pingpong_pairs" : schedule_name(form.schedule);
 }
 
@@ -163,13 +167,17 @@ void PrintTo(BackwardForm form, std::ostream* os) { *os << form_name(form); }
 // The Hopper backward's dK and dV by tensor copies (or stores).
 using BackwardStagedStore =
     ChoiceScope<bool, cuda::attention_backward_staged_store, cuda::attention_set_backward_staged_store>;
+// The Hopper backward's causal key blocks in the sectioned 1-D grid (or the 3-D grid).
+using BackwardSections = ChoiceScope<bool, cuda::attention_backward_sections, cuda::attention_set_backward_sections>;
 
 struct BackwardFormScope {
   BackwardSchedule schedule;
   BackwardStagedStore staged_store;
+  BackwardSections sections;
   bool pairs_before = cuda::attention_backward_key_pairs();
   AttentionDeterministicBackward deterministic_before = cuda::attention_deterministic_backward();
-  explicit BackwardFormScope(BackwardForm form) : schedule(form.schedule), staged_store(form.staged_store) {
+  explicit BackwardFormScope(BackwardForm form)
+      : schedule(form.schedule), staged_store(form.staged_store), sections(form.sections) {
     cuda::attention_set_backward_key_pairs(form.pairs);
     cuda::attention_set_deterministic_backward(form.deterministic_form);
   }
@@ -433,6 +441,32 @@ TEST_P(AttentionCudaStagedOutput, ForwardMatchesOracle) {
   check_forward_against_oracle(std::get<0>(GetParam()));
 }
 
+// The non-persistent causal forward launched as the sectioned 1-D grid (taken from 16 query
+// tiles a sequence): causal cases with several (head, sequence) pairs, GQA, a bottom-right
+// diagonal (Sq < Sk), varlen with a one-token sequence, each head dim.
+class AttentionCudaSections : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule>> {};
+
+TEST_P(AttentionCudaSections, ForwardMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const ForwardSchedule schedule(std::get<1>(GetParam()));
+  const ForwardSections sections(true);
+  check_forward_against_oracle(std::get<0>(GetParam()));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionCudaSections,
+    ::testing::Combine(
+        ::testing::Values(
+            GpuAttnCase{"bf16_d128_causal_B2_H3_S2000", 2, 2000, 2000, 3, 3, 128, DType::bf16, true, {}, {}},
+            GpuAttnCase{"f16_d64_causal_gqa_S2100", 1, 2100, 2100, 4, 2, 64, DType::f16, true, {}, {}},
+            GpuAttnCase{"bf16_d256_causal_Sq1950_Sk2100", 1, 1950, 2100, 2, 2, 256, DType::bf16, true, {}, {}},
+            GpuAttnCase{"bf16_d128_varlen_causal", 1, 0, 0, 2, 1, 128, DType::bf16, true, {0, 1, 2001, 2300},
+                        {0, 1, 2001, 2400}}),
+        ::testing::Values(AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
+    });
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaStagedOutput,
     ::testing::Combine(
@@ -610,6 +644,32 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
     });
 
+// The Hopper backward with its causal key blocks in the sectioned 1-D grid (taken from 16 key
+// blocks a sequence, 32 at D = 64): GQA, Sq < Sk, varlen with a one-token sequence, each head dim.
+class AttentionCudaBackwardSections
+    : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionBackwardSchedule>> {};
+
+TEST_P(AttentionCudaBackwardSections, GradientsMatchOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const BackwardSchedule schedule(std::get<1>(GetParam()));
+  const BackwardSections sections(true);
+  check_backward(std::get<0>(GetParam()), false);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, AttentionCudaBackwardSections,
+    ::testing::Combine(
+        ::testing::Values(
+            GpuAttnCase{"bf16_d128_causal_S2000", 1, 2000, 2000, 2, 2, 128, DType::bf16, true, {}, {}},
+            GpuAttnCase{"f16_d64_causal_gqa_S4100", 1, 4100, 4100, 2, 1, 64, DType::f16, true, {}, {}},
+            GpuAttnCase{"bf16_d256_causal_Sq1950_Sk2100", 1, 1950, 2100, 2, 2, 256, DType::bf16, true, {}, {}},
+            GpuAttnCase{"bf16_d128_varlen_causal_gqa", 1, 0, 0, 4, 2, 128, DType::bf16, true, {0, 1, 2001, 2300},
+                        {0, 1, 2001, 2400}}),
+        ::testing::Values(AttentionBackwardSchedule::standard, AttentionBackwardSchedule::pingpong)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
+    });
+
 // The Hopper backward at D = 256: the head dim split between the consumer warpgroups, key
 // blocks of 64, Pᵀ and dSᵀ exchanged through shared memory; dq by atomics (standard) or
 // staged in the block's Q/dO stage and added by tensor reduces (pingpong, without turns),
@@ -754,12 +814,13 @@ struct ForwardForm {
   bool narrow_first = true;
   bool lazy_rescale = true;
   bool staged_output = true;
+  bool sections = false;
 };
 
 std::string form_name(ForwardForm form) {
   return std::string(schedule_name(form.schedule)) + (form.warpgroups ? "_wg" + std::to_string(form.warpgroups) : "") +
          (form.narrow_first ? "" : "_full") + (form.lazy_rescale ? "" : "_rescale") +
-         (form.staged_output ? "" : "_direct");
+         (form.staged_output ? "" : "_direct") + (form.sections ? "_sections" : "");
 }
 
 // Runs the forward in `form` while in scope, then puts the process's choices back.
@@ -769,12 +830,14 @@ struct ForwardFormScope {
   ForwardNarrowFirst narrow_first;
   ForwardLazyRescale lazy_rescale;
   ForwardStagedOutput staged_output;
+  ForwardSections sections;
   explicit ForwardFormScope(ForwardForm form)
       : schedule(form.schedule),
         warpgroups(form.warpgroups),
         narrow_first(form.narrow_first),
         lazy_rescale(form.lazy_rescale),
-        staged_output(form.staged_output) {}
+        staged_output(form.staged_output),
+        sections(form.sections) {}
 };
 
 // Forward TFLOP/s of two forms side by side (bf16, B·S = 16384, H·D = 2048, or B = `batch`
@@ -907,6 +970,16 @@ TEST(AttentionCudaTiming, ForwardStagedOutputSideBySide) {
                                    {64, 2048}, {64, 16384}}));
 }
 
+// The default forms in the 3-D grid, then causal in the sectioned 1-D grid (the non-causal
+// rows run the same kernel twice: their ratio is the measurement's spread).
+TEST(AttentionCudaTiming, ForwardSectionsSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_forward_forms({ForwardForm{AttentionForwardSchedule::by_shape, 0, true, true, true, false},
+                      ForwardForm{AttentionForwardSchedule::by_shape, 0, true, true, true, true}},
+                     timed_shapes({{128, 1024}, {128, 2048}, {128, 4096}, {128, 8192}, {128, 16384}, {64, 2048},
+                                   {64, 4096}, {256, 2048}}));
+}
+
 // Backward TFLOP/s of two forms of the Hopper backward side by side, same method as above
 // (FLOPs 2.5× the forward's; bf16, H·D = 2048, B·S = 16384; shapes {D, S}, causal and not).
 // Asserts that both give the same dq, dk, dv within the dtype's tolerance (dq's float sums
@@ -981,6 +1054,17 @@ TEST(AttentionCudaTiming, BackwardStagedStoreSideBySide) {
   stores.staged_store = false;
   time_backward_forms({stores, BackwardForm{AttentionBackwardSchedule::pingpong}},
                       timed_shapes({{128, 1024}, {128, 2048}, {128, 4096}, {128, 16384}, {64, 2048}, {256, 2048}}));
+}
+
+// The pingpong backward in the 3-D grid, then with its causal key blocks in the sectioned 1-D
+// grid (the non-causal rows run the same kernel twice).
+TEST(AttentionCudaTiming, BackwardSectionsSideBySide) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  BackwardForm sections{AttentionBackwardSchedule::pingpong};
+  sections.sections = true;
+  time_backward_forms({BackwardForm{AttentionBackwardSchedule::pingpong}, sections},
+                      timed_shapes({{128, 1024}, {128, 2048}, {128, 4096}, {128, 8192}, {128, 16384}, {64, 2048},
+                                    {64, 8192}, {256, 2048}}));
 }
 
 // D = 256: the default (pingpong) against pingpong with key-block pairs, over the issue's

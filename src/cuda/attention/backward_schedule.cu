@@ -39,6 +39,11 @@ bool& current_staged_store() {
   return on;
 }
 
+bool& current_sections() {
+  static bool on = flag_from_environment("SEQMIX_ATTENTION_BACKWARD_SECTIONS", true);
+  return on;
+}
+
 }  // namespace
 
 AttentionDeterministicBackward attention_deterministic_backward() { return current_deterministic(); }
@@ -49,5 +54,7 @@ bool attention_backward_key_pairs() { return current_key_pairs(); }
 void attention_set_backward_key_pairs(bool on) { current_key_pairs() = on; }
 bool attention_backward_staged_store() { return current_staged_store(); }
 void attention_set_backward_staged_store(bool on) { current_staged_store() = on; }
+bool attention_backward_sections() { return current_sections(); }
+void attention_set_backward_sections(bool on) { current_sections() = on; }
 
 }  // namespace seqmix::cuda

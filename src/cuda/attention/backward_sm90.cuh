@@ -28,6 +28,8 @@
 
 #include <cuda.h>
 
+#include <algorithm>
+
 #include "cuda/attention/backward_sm90_parts.cuh"
 
 namespace seqmix::cuda::attn::sm90 {
@@ -114,8 +116,9 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   const AttentionBackwardParams& bp = args.bp;
   const AttentionParams& p = bp.fwd;
 
-  const Sequence seq = sequence_of(p, blockIdx.z);
-  const int kv_head = blockIdx.y;
+  const KeyTile tile = key_tile(args, static_cast<int>((p.max_seqlen_k + kBlockN - 1) / kBlockN));
+  const Sequence seq = sequence_of(p, tile.sequence);
+  const int kv_head = tile.kv_head;
   // Deterministic (kOrdered): a query block's dQ adds go in a fixed order, from the last
   // key block that meets it down to key block 0 (the order in which causal walks reach it;
   // rotated walks below). The key blocks are dealt in reverse, the last first, so that
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   // CTA that cannot be resident.
   static_assert(!kOrdered || (Cfg::kReduceDq && !kPairs), "ordered adds: the reduce-adds, no pairs");
   const int key_blocks = (seq.len_k + kBlockN - 1) / kBlockN;
-  const int n_block = kOrdered ? key_blocks - 1 - static_cast<int>(blockIdx.x) : static_cast<int>(blockIdx.x);
+  const int n_block = kOrdered ? key_blocks - 1 - tile.n_block : tile.n_block;
   const int n0 = n_block * kBlockN;
   if (n_block < 0 || n0 >= seq.len_k) return;
   const int group = static_cast<int>(p.Hq / p.Hkv);
@@ -151,7 +154,7 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
   // down to this one's; rotated: down from the last key block whose walk starts at or before
   // the block, then on from key block N − 1.
   auto lock_of = [&](int it) {
-    return args.ws.locks + (static_cast<int64_t>(blockIdx.z) * p.Hq + head_of(it)) * args.ws.lock_blocks +
+    return args.ws.locks + (static_cast<int64_t>(tile.sequence) * p.Hq + head_of(it)) * args.ws.lock_blocks +
            row0_of(it) / kBlockM;
   };
   auto adds_before = [&](int it) {
@@ -714,6 +717,10 @@ __global__ void __launch_bounds__(384, 1) dkdv_dq_kernel(const __grid_constant__
 
 // --- launcher --------------------------------------------------------------------------
 
+// The sectioned grid (attention_backward_sections) where it measured faster on the H100 (NOTES.md,
+// "The causal forward's tiles launched longest first across pairs"): 16–64 key blocks a sequence,
+// 32–64 at D = 64 (+1.0–3.7 %); it lost 1.5–2 % at 8 key blocks (D 128 S1024) and at D 64 S2048
+// (16), and 0.2 % at 128 (D 128 S16384).
 template <class T, int D, AttentionBackwardSchedule kSchedule, bool kPairs = false, bool kOrdered = false>
 void launch_backward_schedule(const AttentionBackwardParams& bp) {
   using Cfg = BackwardSm90Config<T, D, kSchedule, kPairs>;
@@ -767,8 +774,17 @@ void launch_backward_schedule(const AttentionBackwardParams& bp) {
   const auto kernel = dkdv_dq_kernel<T, D, kSchedule, kPairs, kOrdered>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg::kSmemBytes),
         "cudaFuncSetAttribute(attention backward sm90)");
-  const dim3 grid(static_cast<unsigned>((p.max_seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN),
-                  static_cast<unsigned>(p.Hkv), static_cast<unsigned>(p.num_sequences));
+  const int64_t key_blocks = (p.max_seqlen_k + Cfg::kBlockN - 1) / Cfg::kBlockN;
+  dim3 grid(static_cast<unsigned>(key_blocks), static_cast<unsigned>(p.Hkv), static_cast<unsigned>(p.num_sequences));
+  if (!kOrdered && !kPairs && p.causal && attention_backward_sections() && key_blocks <= 64 &&
+      key_blocks >= (D == 64 ? 32 : 16)) {
+    // Sections whose Q and dO (every query head of the group) take about 16 MB.
+    constexpr int64_t kSectionBytes = 16 << 20;
+    const int64_t pairs = p.Hkv * p.num_sequences;
+    const int64_t pair_bytes = std::max<int64_t>(2 * p.max_seqlen_q * D * (p.Hq / p.Hkv) * int64_t(sizeof(T)), 1);
+    args.section_pairs = static_cast<int>(std::clamp<int64_t>(kSectionBytes / pair_bytes, 1, pairs));
+    grid = dim3(static_cast<unsigned>(key_blocks * pairs), 1, 1);
+  }
   if constexpr (kPairs) {  // clusters of two CTAs along the key blocks
     cudaLaunchAttribute cluster;
     cluster.id = cudaLaunchAttributeClusterDimension;

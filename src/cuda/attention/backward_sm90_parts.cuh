@@ -74,7 +74,29 @@ struct BackwardSm90Args {
   bool staged_store = false;
   AttentionBackwardParams bp;
   Workspace ws;
+  // The sectioned 1-D grid (attention_backward_sections; KeyTile), or 0: the 3-D grid.
+  int section_pairs = 0;
 };
+
+// The key block, kv head and sequence of a CTA: its cell of the 3-D grid (key blocks, kv
+// heads, sequences), or in the sectioned 1-D grid its place in the list: sections of
+// section_pairs (kv head, sequence) pairs, inside a section key blocks from the first to the
+// last (causal walks longest first), pairs fastest; `key_blocks` a sequence at most.
+struct KeyTile {
+  int n_block, kv_head, sequence;
+};
+
+__device__ __forceinline__ KeyTile key_tile(const BackwardSm90Args& args, int key_blocks) {
+  if (args.section_pairs == 0)
+    return {static_cast<int>(blockIdx.x), static_cast<int>(blockIdx.y), static_cast<int>(blockIdx.z)};
+  const AttentionParams& p = args.bp.fwd;
+  const int Hkv = static_cast<int>(p.Hkv), pairs = Hkv * static_cast<int>(p.num_sequences);
+  const int index = static_cast<int>(blockIdx.x), section_tiles = args.section_pairs * key_blocks;
+  const int section = index / section_tiles, first_pair = section * args.section_pairs;
+  const int pairs_here = min(args.section_pairs, pairs - first_pair), local = index - section * section_tiles;
+  const int pair = first_pair + local % pairs_here;
+  return {local / pairs_here, pair % Hkv, pair / Hkv};
+}
 
 __host__ __device__ inline int64_t row_index(const AttentionParams& p, int batch, int head, int64_t row) {
   return (static_cast<int64_t>(batch) * p.Hq + head) * p.rows_q + row;

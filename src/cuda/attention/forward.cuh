@@ -152,7 +152,10 @@ __device__ __forceinline__ ForwardTile persistent_tile(const ForwardTiles& t, in
 struct ForwardArgs {
   CUtensorMap q_map, k_map, v_map;  // 4-d: (D, rows, heads, batch), box (64, rows of a tile, 1, 1)
   AttentionParams p;
-  ForwardTiles tiles;  // persistent schedule only
+  ForwardTiles tiles;  // the persistent schedule's list, and the sectioned grid's
+  // Non-persistent: CTA blockIdx.x of a 1-D grid takes tile blockIdx.x of `tiles`' list
+  // (attention_forward_sections), instead of the 3-D grid's cell.
+  bool sectioned_grid = false;
   bool narrow_first = false;  // ForwardConfig::kNarrowWidths taken (attention_forward_narrow_first)
   bool lazy_rescale = false;  // kLazyRescaleLog2 as the threshold, else 0 (attention_forward_lazy_rescale)
   // Non-persistent: out through shared memory and o_map (box 64 columns × 64 rows), where a
@@ -456,8 +459,9 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
   constexpr int kBlockM = Cfg::kBlockM, kBlockN = Cfg::kBlockN, kStages = Cfg::kStages;
   const AttentionParams& p = args.p;
 
-  // The tiles of this CTA: its grid cell (x reversed: longest causal tiles first), or, when
-  // persistent, the steps of its walk through the ordered list (ForwardTiles). Producer and
+  // The tiles of this CTA: its grid cell (x reversed: each pair's longest causal tiles first)
+  // or its place in the ordered list (ForwardTiles; sectioned_grid), or, when persistent, the
+  // steps of its walk through that list. Producer and
   // consumers call this with the same steps and skip the same ones.
   const int walk_steps = kPersistent ? args.tiles.steps : 1;
   auto tile_at = [&](int step) -> ForwardTile {
@@ -467,6 +471,8 @@ __global__ void __launch_bounds__(ForwardConfig<T, D, kSchedule, kConsumers>::kT
       if (index < 0) return {args.tiles.m_blocks, 0, 0};  // no tile: past every sequence's end
       return persistent_tile(args.tiles, index, static_cast<int>(p.Hq));
     } else {
+      const int cta = static_cast<int>(blockIdx.x);
+      if (args.sectioned_grid) return persistent_tile(args.tiles, cta, static_cast<int>(p.Hq));
       return {static_cast<int>(gridDim.x - 1 - blockIdx.x), static_cast<int>(blockIdx.y),
               static_cast<int>(blockIdx.z)};
     }

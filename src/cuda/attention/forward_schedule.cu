@@ -42,6 +42,11 @@ bool& current_staged_output() {
   return on;
 }
 
+bool& current_sections() {
+  static bool on = flag_from_environment("SEQMIX_ATTENTION_FORWARD_SECTIONS", true);
+  return on;
+}
+
 }  // namespace
 
 AttentionForwardSchedule attention_forward_schedule() { return current_schedule(); }
@@ -57,5 +62,7 @@ bool attention_forward_lazy_rescale() { return current_lazy_rescale(); }
 void attention_set_forward_lazy_rescale(bool on) { current_lazy_rescale() = on; }
 bool attention_forward_staged_output() { return current_staged_output(); }
 void attention_set_forward_staged_output(bool on) { current_staged_output() = on; }
+bool attention_forward_sections() { return current_sections(); }
+void attention_set_forward_sections(bool on) { current_sections() = on; }
 
 }  // namespace seqmix::cuda

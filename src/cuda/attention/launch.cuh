@@ -60,6 +60,12 @@ inline ForwardTiles persistent_tiles(const AttentionParams& p, int64_t m_blocks,
   return tiles;
 }
 
+// The causal query-tile counts a sequence (of 128 rows at D 128 and 256) where the sectioned
+// grid measured faster than the 3-D grid on the H100 (NOTES.md, "The causal forward's tiles
+// launched longest first across pairs"): 16–64, i.e. 2048–8192 queries, +0.3–2.8 % at D 128 and
+// +4.9 % at D 256 S2048; it lost 5 % at 8 tiles (S1024) and 0.5 % at 128 (S16384).
+inline constexpr int64_t kSectionsMinQueryTiles = 16, kSectionsMaxQueryTiles = 64;
+
 template <class T, int D, AttentionForwardSchedule kSchedule, int kConsumers = 2>
 void launch_forward_schedule(const AttentionParams& p) {
   using Cfg = ForwardConfig<T, D, kSchedule, kConsumers>;
@@ -82,6 +88,11 @@ void launch_forward_schedule(const AttentionParams& p) {
     const int ctas = static_cast<int>(std::clamp<int64_t>(m_blocks * p.Hq * p.num_sequences, 1, multiprocessor_count()));
     args.tiles = persistent_tiles(p, m_blocks, sizeof(T), ctas);
     grid = dim3(static_cast<unsigned>(ctas), 1, 1);
+  } else if (p.causal && attention_forward_sections() && m_blocks >= kSectionsMinQueryTiles &&
+             m_blocks <= kSectionsMaxQueryTiles) {
+    args.tiles = persistent_tiles(p, m_blocks, sizeof(T), multiprocessor_count());
+    args.sectioned_grid = true;
+    grid = dim3(static_cast<unsigned>(args.tiles.count), 1, 1);
   }
   kernel<<<grid, Cfg::kThreads, Cfg::kSmemBytes, static_cast<cudaStream_t>(p.stream)>>>(args);
   check_launch("attention forward");

@@ -95,6 +95,18 @@ void attention_set_forward_lazy_rescale(bool on);
 bool attention_forward_staged_output();
 void attention_set_forward_staged_output(bool on);
 
+// Whether the non-persistent causal forward launches its tiles as a 1-D grid in the
+// persistent schedule's list order (forward.cuh ForwardTiles: sections of (head, sequence)
+// pairs whose K and V take about 16 MB, query blocks from the last to the first, pairs
+// fastest), which the hardware starts in that order: every section's longest tiles first. The
+// 3-D grid (query blocks fastest) starts each pair's tiles longest first but the last pairs'
+// longest tiles last, after the other SMs have run out of work. Taken where it measured
+// faster (launch.cuh kSectionsMinQueryTiles..kSectionsMaxQueryTiles query tiles).
+// SEQMIX_ATTENTION_FORWARD_SECTIONS=0|1, read once on first use (unset or any other value:
+// on), until set below.
+bool attention_forward_sections();
+void attention_set_forward_sections(bool on);
+
 // How the Hopper backward kernel (backward_sm90.cuh) orders its work. standard: the two
 // consumer warpgroups meet at one barrier per query block (the dSᵀ exchange) and add dQ
 // with float atomics. pingpong: they take turns on the tensor cores, each issuing the dQ
@@ -127,6 +139,16 @@ void attention_set_backward_key_pairs(bool on);
 // value: on), until set below.
 bool attention_backward_staged_store();
 void attention_set_backward_staged_store(bool on);
+
+// Whether the Hopper backward (causal, not deterministic, without key-block pairs) launches
+// its key blocks as a 1-D grid in a list order (backward_sm90_parts.cuh KeyTile: sections of
+// (kv head, sequence) pairs whose Q and dO take about 16 MB, key blocks from the first, the
+// longest causal walk, to the last, pairs fastest), which the hardware starts in that order,
+// or as the 3-D grid (key blocks fastest); taken where it measured faster (backward_sm90.cuh
+// launch_backward_schedule). SEQMIX_ATTENTION_BACKWARD_SECTIONS=0|1, read once on first use
+// (unset or any other value: on), until set below.
+bool attention_backward_sections();
+void attention_set_backward_sections(bool on);
 
 // Head dims with a compiled forward kernel.
 inline constexpr bool attention_head_dim_supported(int64_t D) { return D == 64 || D == 128 || D == 256; }
