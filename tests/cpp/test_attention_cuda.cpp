@@ -441,9 +441,18 @@ TEST_P(AttentionCudaStagedOutput, ForwardMatchesOracle) {
   check_forward_against_oracle(std::get<0>(GetParam()));
 }
 
-// The non-persistent causal forward launched as the sectioned 1-D grid (taken from 16 query
-// tiles a sequence): causal cases with several (head, sequence) pairs, GQA, a bottom-right
-// diagonal (Sq < Sk), varlen with a one-token sequence, each head dim.
+// Causal cases long enough for the sectioned 1-D grids (the forward's from 16 query tiles a
+// sequence, the backward's from 16 key blocks, 32 at D = 64): several (head, sequence) pairs,
+// GQA, a bottom-right diagonal (Sq < Sk), varlen with a one-token sequence, each head dim.
+std::vector<GpuAttnCase> sectioned_grid_cases() {
+  return {GpuAttnCase{"bf16_d128_causal_B2_H3_S2000", 2, 2000, 2000, 3, 3, 128, DType::bf16, true, {}, {}},
+          GpuAttnCase{"f16_d64_causal_gqa_S4000", 1, 4000, 4000, 2, 1, 64, DType::f16, true, {}, {}},
+          GpuAttnCase{"bf16_d256_causal_Sq1950_Sk2100", 1, 1950, 2100, 2, 2, 256, DType::bf16, true, {}, {}},
+          GpuAttnCase{"bf16_d128_varlen_causal_gqa", 1, 0, 0, 4, 2, 128, DType::bf16, true, {0, 1, 2001, 2300},
+                      {0, 1, 2001, 2400}}};
+}
+
+// The non-persistent causal forward launched as the sectioned 1-D grid.
 class AttentionCudaSections : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule>> {};
 
 TEST_P(AttentionCudaSections, ForwardMatchesOracle) {
@@ -455,14 +464,8 @@ TEST_P(AttentionCudaSections, ForwardMatchesOracle) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaSections,
-    ::testing::Combine(
-        ::testing::Values(
-            GpuAttnCase{"bf16_d128_causal_B2_H3_S2000", 2, 2000, 2000, 3, 3, 128, DType::bf16, true, {}, {}},
-            GpuAttnCase{"f16_d64_causal_gqa_S2100", 1, 2100, 2100, 4, 2, 64, DType::f16, true, {}, {}},
-            GpuAttnCase{"bf16_d256_causal_Sq1950_Sk2100", 1, 1950, 2100, 2, 2, 256, DType::bf16, true, {}, {}},
-            GpuAttnCase{"bf16_d128_varlen_causal", 1, 0, 0, 2, 1, 128, DType::bf16, true, {0, 1, 2001, 2300},
-                        {0, 1, 2001, 2400}}),
-        ::testing::Values(AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong)),
+    ::testing::Combine(::testing::ValuesIn(sectioned_grid_cases()),
+                       ::testing::Values(AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
     });
@@ -644,8 +647,7 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
     });
 
-// The Hopper backward with its causal key blocks in the sectioned 1-D grid (taken from 16 key
-// blocks a sequence, 32 at D = 64): GQA, Sq < Sk, varlen with a one-token sequence, each head dim.
+// The Hopper backward with its causal key blocks in the sectioned 1-D grid.
 class AttentionCudaBackwardSections
     : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionBackwardSchedule>> {};
 
@@ -658,14 +660,8 @@ TEST_P(AttentionCudaBackwardSections, GradientsMatchOracle) {
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaBackwardSections,
-    ::testing::Combine(
-        ::testing::Values(
-            GpuAttnCase{"bf16_d128_causal_S2000", 1, 2000, 2000, 2, 2, 128, DType::bf16, true, {}, {}},
-            GpuAttnCase{"f16_d64_causal_gqa_S4100", 1, 4100, 4100, 2, 1, 64, DType::f16, true, {}, {}},
-            GpuAttnCase{"bf16_d256_causal_Sq1950_Sk2100", 1, 1950, 2100, 2, 2, 256, DType::bf16, true, {}, {}},
-            GpuAttnCase{"bf16_d128_varlen_causal_gqa", 1, 0, 0, 4, 2, 128, DType::bf16, true, {0, 1, 2001, 2300},
-                        {0, 1, 2001, 2400}}),
-        ::testing::Values(AttentionBackwardSchedule::standard, AttentionBackwardSchedule::pingpong)),
+    ::testing::Combine(::testing::ValuesIn(sectioned_grid_cases()),
+                       ::testing::Values(AttentionBackwardSchedule::standard, AttentionBackwardSchedule::pingpong)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
     });
