@@ -251,6 +251,14 @@ void check_forward_against_oracle(const GpuAttnCase& c) {
   }
 }
 
+// The name of a (case, schedule) test instance: the case's name, then the schedule's.
+struct CaseAndSchedule {
+  template <class Param>
+  std::string operator()(const ::testing::TestParamInfo<Param>& info) const {
+    return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
+  }
+};
+
 class AttentionCuda : public ::testing::TestWithParam<std::tuple<GpuAttnCase, AttentionForwardSchedule>> {};
 
 TEST_P(AttentionCuda, ForwardMatchesOracle) {
@@ -298,9 +306,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaThreeWarpgroups,
     ::testing::Combine(::testing::ValuesIn(d64_forward_cases()),
                        ::testing::Values(AttentionForwardSchedule::pingpong, AttentionForwardSchedule::persistent)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
-    });
+    CaseAndSchedule());
 
 // The D = 64 forward with one consumer warpgroup (64 query rows a CTA, no turns; pingpong
 // only).
@@ -360,9 +366,7 @@ INSTANTIATE_TEST_SUITE_P(
         GpuAttnCase{"f16_d64_causal_gqa8_tiles240", 2, 600, 600, 24, 3, 64, DType::f16, true, {}, {}}),
                        ::testing::Values(AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong,
                                          AttentionForwardSchedule::persistent)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
-    });
+    CaseAndSchedule());
 
 // The D = 128 forward under the turn-taking schedules with the tile's first key block at
 // the narrow widths (64 or 112 keys of 176) and at full width: first blocks of exactly 64 and
@@ -466,9 +470,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaSections,
     ::testing::Combine(::testing::ValuesIn(sectioned_grid_cases()),
                        ::testing::Values(AttentionForwardSchedule::standard, AttentionForwardSchedule::pingpong)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
-    });
+    CaseAndSchedule());
 
 INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaStagedOutput,
@@ -643,9 +645,7 @@ INSTANTIATE_TEST_SUITE_P(
         GpuAttnCase{"bf16_d128_varlen_long_causal", 1, 0, 0, 4, 1, 128, DType::bf16, true, {0, 1000, 1001, 1700},
                     {0, 900, 1200, 2000}}),
                        ::testing::Values(AttentionBackwardSchedule::standard, AttentionBackwardSchedule::pingpong)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
-    });
+    CaseAndSchedule());
 
 // The Hopper backward with its causal key blocks in the sectioned 1-D grid.
 class AttentionCudaBackwardSections
@@ -662,9 +662,7 @@ INSTANTIATE_TEST_SUITE_P(
     Cases, AttentionCudaBackwardSections,
     ::testing::Combine(::testing::ValuesIn(sectioned_grid_cases()),
                        ::testing::Values(AttentionBackwardSchedule::standard, AttentionBackwardSchedule::pingpong)),
-    [](const auto& info) {
-      return std::string(std::get<0>(info.param).name) + "_" + schedule_name(std::get<1>(info.param));
-    });
+    CaseAndSchedule());
 
 // The Hopper backward at D = 256: the head dim split between the consumer warpgroups, key
 // blocks of 64, Pᵀ and dSᵀ exchanged through shared memory; dq by atomics (standard) or

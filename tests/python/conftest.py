@@ -54,3 +54,19 @@ def cuda_kernels_or_skip(op: str):
     cuda_or_skip()
     if not seqmix.cuda_kernels(op):
         pytest.skip(f"this build has no CUDA kernels for {op} (SEQMIX_CUDA_KERNELS)")
+
+
+def runs_without_and_with_final_state(layer, base, dy, compiled):
+    """Two runs of ``layer(*leaves, keep)`` (eager, or under torch.compile's aot_eager with
+    fullgraph when ``compiled``) on fresh leaves cloned from ``base``, backward from ``dy``:
+    [output, *gradients] with keep False, then with keep True."""
+    import torch
+
+    def run(keep):
+        leaves = [t.clone().requires_grad_() for t in base]
+        fn = torch.compile(layer, fullgraph=True, backend="aot_eager") if compiled else layer
+        out = fn(*leaves, keep)
+        out.backward(dy)
+        return [out.detach()] + [t.grad for t in leaves]
+
+    return run(False), run(True)

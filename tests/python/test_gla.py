@@ -2,7 +2,7 @@ import numpy as np
 import pytest
 import seqmix
 
-from conftest import TOLERANCE, rel_err, requires_torch
+from conftest import TOLERANCE, rel_err, requires_torch, runs_without_and_with_final_state
 
 rng = np.random.default_rng(11)
 
@@ -119,14 +119,8 @@ def test_torch_without_final_state_gives_the_same_outputs_and_grads(compiled):
         assert (hT is not None) == keep
         return o
 
-    def run(keep):
-        leaves = [t.clone().requires_grad_() for t in base]
-        fn = torch.compile(layer, fullgraph=True, backend="aot_eager") if compiled else layer
-        o = fn(*leaves, keep)
-        o.backward(dy)
-        return [o.detach()] + [t.grad for t in leaves]
-
-    for name, without, with_state in zip(["o", "dq", "dk", "dv", "dg"], run(False), run(True)):
+    runs = runs_without_and_with_final_state(layer, base, dy, compiled)
+    for name, without, with_state in zip(["o", "dq", "dk", "dv", "dg"], *runs):
         assert torch.equal(without, with_state), name
 
 
