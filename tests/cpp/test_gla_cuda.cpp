@@ -88,8 +88,6 @@ using ForwardWalkers = Selected<cuda::GlaForwardWalkers, cuda::gla_forward_walke
 using ForwardOutput = Selected<cuda::GlaForwardOutput, cuda::gla_forward_output, cuda::gla_set_forward_output>;
 // The stages of the backward's dL/dS walk.
 using BackwardStateStages = Selected<int, cuda::gla_backward_state_stages, cuda::gla_set_backward_state_stages>;
-// The stages of the split's first pass (the segments' own end states).
-using SegmentEndsStages = Selected<int, cuda::gla_segment_ends_stages, cuda::gla_set_segment_ends_stages>;
 // Whether the gradient kernel's last chunks start beside the dL/dS walk.
 using BackwardEarlyStart = Selected<bool, cuda::gla_backward_early_start, cuda::gla_set_backward_early_start>;
 // Whether the gradient kernel's value slices of S_0 and dL/dS come by the copy engine.
@@ -302,23 +300,6 @@ TEST_P(GlaCuda, BackwardTallTilingMatchesOracle) {
 TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const BackwardStateStages stages(3);
-  backward_matches_oracle(GetParam());
-}
-
-// The split's first pass with its copies three stages deep: the forward's o and final state
-// against the oracle and o bit for bit the two stages' (the same sums in the same order), then
-// the backward, whose split walks the same pass, against the oracle.
-TEST_P(GlaCuda, ThreeSegmentEndsStagesMatchOracle) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  const GlaCaseInputs in(GetParam());
-  const ForwardCheck check(in);
-  std::vector<double> two_stages;
-  {
-    const SegmentEndsStages stages(2);
-    two_stages = check.device();
-  }
-  const SegmentEndsStages stages(3);
-  EXPECT_EQ(check.device(), two_stages) << "o: three stages against two";
   backward_matches_oracle(GetParam());
 }
 

@@ -340,13 +340,6 @@ void compare_forward_walkers(int64_t B, int64_t T) {
                                                  {cuda::GlaForwardWalkers::paired, "paired"}, false);
 }
 
-// The split's first pass with its copies two and three stages deep (params.hpp
-// gla_segment_ends_stages): the same sums, so o must agree bit for bit.
-void compare_segment_ends_stages(int64_t B, int64_t T) {
-  compare_forward_forms<int>(B, T, "first-pass stages", cuda::gla_segment_ends_stages,
-                             cuda::gla_set_segment_ends_stages, {2, "2 stages"}, {3, "3 stages"}, true);
-}
-
 // The outputs pass's o by direct stores and through the staging boxes (the default;
 // params.hpp GlaForwardOutput): the same values, so o must agree bit for bit.
 void compare_forward_output(int64_t B, int64_t T) {
@@ -613,13 +606,6 @@ TEST(GlaCudaTiming, ForwardWalkers) {
   compare_forward_walkers(8, 2048);
   compare_forward_walkers(1, 32768);
   compare_forward_walkers(4, 4096);
-}
-
-// The split shapes only (B8 T2048 runs unsplit).
-TEST(GlaCudaTiming, SegmentEndsStages) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  compare_segment_ends_stages(1, 32768);
-  compare_segment_ends_stages(4, 4096);
 }
 
 TEST(GlaCudaTiming, BackwardStateStagesB8T2048) {

@@ -880,15 +880,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   // The state passes read no q and make no q_sub, q_start: those tiles hold a second stage
   // of k and g there, so each chunk's copies are issued a whole step ahead. The outputs pass
   // has one stage of g, q, k (shared memory is full), copied as soon as each is released.
-  // segment_ends with p.ends_stages = 3 also leaves q, the e^{g} tile and the state operand
-  // unread: they hold a third stage of k, g and v, and the copies run two steps ahead (its
-  // step waits on its copies; NOTES.md v55).
-  const int stages = kEnds ? p.ends_stages : 2, ahead = stages - 1;
-  auto k_tile = [&](int stage) { return kOutput || stage == 0 ? s.k : stage == 1 ? s.q_sub : s.q; };
-  auto g_tile = [&](int stage) {
-    return kOutput || stage == 0 ? s.g : stage == 1 ? s.q_start : reinterpret_cast<E*>(s.decay);
-  };
-  auto v_tile = [&](int stage) { return stage < 2 ? s.v[stage] : s.state; };
+  auto k_tile = [&](int stage) { return kOutput || stage == 0 ? s.k : s.q_sub; };
+  auto g_tile = [&](int stage) { return kOutput || stage == 0 ? s.g : s.q_start; };
   // The decays of a chunk are read first and released first: two groups of copies.
   auto issue_decay_loads = [&](int64_t chunk, int stage) {
     load_chunk<KD, PK>(g_tile(stage), row0(p.g, chunk * kChunk, key0), p.g.stride_time, plan.valid(chunk), tid);
@@ -898,7 +891,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int64_t t = chunk * kChunk;
     if constexpr (kOutput) load_chunk<KD, PK>(s.q, row0(p.q, t, key0), p.q.stride_time, plan.valid(chunk), tid);
     load_chunk<KD, PK>(k_tile(stage), row0(p.k, t, key0), p.k.stride_time, plan.valid(chunk), tid);
-    load_chunk<VB, PV>(v_tile(stage), row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
+    load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
 
@@ -907,11 +900,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   if constexpr (kEnds) S.load(nullptr, p.V);
   else S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
   float total_decay = 1.0f;  // threads < KD: e^{Σ g} of channel tid over the segment
-  for (int i = 0; i < ahead; ++i)
-    if (i == 0 || plan.first_chunk + i < plan.end_chunk) {
-      issue_decay_loads(plan.first_chunk + i, i);
-      issue_token_loads(plan.first_chunk + i, i);
-    }
+  issue_decay_loads(plan.first_chunk, 0);
+  issue_token_loads(plan.first_chunk, 0);
 
   // kStagedOutput: the first token of the chunk whose o waits in the staging boxes (−1: none).
   int64_t staged_row = -1;
@@ -921,14 +911,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   PhaseClock phases(p.phase_cycles, tid == 0);
   for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
-    const int stage = static_cast<int>((chunk - plan.first_chunk) % stages);
+    const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
     const bool more = chunk + 1 < plan.end_chunk;
     if constexpr (kCopyStates) {
       if (tid == 0) tma::bulk_wait_read();  // the last step's state (and A) copies: both are rewritten below
     }
-    // Two steps ahead, the next chunk's two groups may stay in flight.
-    if (ahead == 2 && more) copy_async_wait_pending<2>();
-    else copy_async_wait_all();
+    copy_async_wait_all();
     __syncthreads();  // this chunk's inputs are in; the last chunk's products are done
     phases.mark(kGlaPhaseLoadWait);
     if constexpr (kStagedOutput) {
@@ -947,10 +935,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       else decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
       S.store_operand(s.state);  // with kSaveStates, fenced for its copy with A's tile below
     } else {
-      if (chunk + ahead < plan.end_chunk) {  // into the stage the last step read
-        const int next = (stage + ahead) % stages;
-        issue_decay_loads(chunk + ahead, next);
-        issue_token_loads(chunk + ahead, next);
+      if (more) {  // into the stage the last step read
+        issue_decay_loads(chunk + 1, stage ^ 1);
+        issue_token_loads(chunk + 1, stage ^ 1);
       }
       StatePassView<E, KD> view{g_tile(stage), k_tile(stage), s.k_end, s.decay_all};
       decay_operands<false>(view, tid);
@@ -1011,7 +998,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
     }
-    S.advance(s.k_end, s.decay_all, v_tile(stage), lane);
+    S.advance(s.k_end, s.decay_all, s.v[stage], lane);
     phases.mark(kGlaPhaseAdvance);
   }
   phases.finish(plan.end_chunk - plan.first_chunk, true);

@@ -187,7 +187,6 @@ void launch_walk(GlaParams p, cudaStream_t stream, const CUtensorMap& o_map = CU
   const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
   p.phase_cycles = profile_counters();
-  if constexpr (kPass == Pass::segment_ends) p.ends_stages = gla_segment_ends_stages();
   constexpr bool kCopyStates = kSaveStates || kPass == Pass::chunk_states;
   const std::pair<CUtensorMap, CUtensorMap> tables =
       kCopyStates ? chunk_table_maps<E, KD, VB>(p) : std::pair<CUtensorMap, CUtensorMap>{};

@@ -35,9 +35,6 @@ struct GlaParams {
   // [N, H, segments, K] decays (floats).
   int64_t segments = 1, segment_chunks = 0;
   float* workspace = nullptr;
-  // Set by the launcher for the first pass (the segments' own end states): its copies two
-  // (each chunk issued one chunk ahead) or three stages deep (gla_segment_ends_stages).
-  int ends_stages = 2;
   // Set by the launcher. K = 256 runs as key_blocks = 2 blocks of 128 key channels each
   // (forward.cuh, KeyBlock); their shares of o (forward) and dv (backward) go to `partial`,
   // float [key_blocks, partial_rows, H, V] with partial_rows = B·T, and are summed after.
@@ -210,17 +207,6 @@ inline constexpr int kDefaultBackwardStateStages = 2;
 // SEQMIX_GLA_BACKWARD_STATE_STAGES is "2" or "3" when first asked, or a caller set it.
 int gla_backward_state_stages();
 void gla_set_backward_state_stages(int stages);
-
-// Stages of copies in the split's first pass, the segments' own end states (forward.cuh
-// segment_ends; the forward's and the backward's): 2 (k, g, v issued one chunk ahead) or 3 (two
-// ahead, the third stage in tiles that pass leaves unread). Its step waits on its copies
-// (NOTES.md v54: ≈ 2.2 TB/s over 112 blocks at B1 T32768).
-inline constexpr int kDefaultSegmentEndsStages = 2;
-
-// The stages in use: process-wide, kDefaultSegmentEndsStages unless the environment variable
-// SEQMIX_GLA_SEGMENT_ENDS_STAGES is "2" or "3" when first asked, or a caller set it.
-int gla_segment_ends_stages();
-void gla_set_segment_ends_stages(int stages);
 
 // Whether the backward's gradient kernel starts its blocks of the sequences' last chunks
 // while the dL/dS walk still runs (GlaParams::last_chunks_first, a programmatic dependent

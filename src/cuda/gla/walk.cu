@@ -1,7 +1,7 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
-// walk and tail, the stages of its dL/dS walk and of the split's first pass, the forward
-// walks' tiling, the outputs pass's walkers and output path, the forward's pass 1 in pieces,
-// the backward's early start and its table copies (params.hpp).
+// walk and tail, the stages of its dL/dS walk, the forward walks' tiling, the outputs pass's
+// walkers and output path, the forward's pass 1 in pieces, the backward's early start and its
+// table copies (params.hpp).
 #include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
 
@@ -65,12 +65,6 @@ int& current_state_stages() {
   return stages;
 }
 
-int& current_ends_stages() {
-  static int stages =
-      choice_from_environment("SEQMIX_GLA_SEGMENT_ENDS_STAGES", {{"2", 2}, {"3", 3}}, kDefaultSegmentEndsStages);
-  return stages;
-}
-
 // On unless SEQMIX_GLA_FORWARD_PIECES=0.
 bool& current_pieces() {
   static bool on = flag_from_environment("SEQMIX_GLA_FORWARD_PIECES", true);
@@ -108,9 +102,6 @@ void gla_set_backward_early_start(bool on) { current_early_start() = on; }
 
 bool gla_forward_pieces() { return current_pieces(); }
 void gla_set_forward_pieces(bool on) { current_pieces() = on; }
-
-int gla_segment_ends_stages() { return current_ends_stages(); }
-void gla_set_segment_ends_stages(int stages) { current_ends_stages() = stages == 3 ? 3 : 2; }
 
 int gla_backward_state_stages() { return current_state_stages(); }
 void gla_set_backward_state_stages(int stages) { current_state_stages() = stages == 3 ? 3 : 2; }
