@@ -524,52 +524,5 @@ TEST(ChainsCudaTiming, NarrowColumns) {
   for (int64_t tokens : {2048, 8192, 32768}) time_narrow_columns(tokens);
 }
 
-// Gated DeltaNet's 32 gate columns on the narrow-column kernel with the slab's weights read
-// from L2 by every block and shared across clusters of 2, 4 and 8 blocks
-// (SEQMIX_CHAINS_NARROW_SHARED_WEIGHTS), taken in turn three times: the forward alone, the
-// backward's in-place derivative alone, and the whole GDN chain's backward (where the
-// derivative runs by default); medians of 10 each, the middle of the three kept.
-void time_shared_weights(int64_t tokens) {
-  using namespace seqmix::cuda;
-  const Layer& layer = kGatedDeltaNet;
-  const int64_t W = layer.width(), gates = 32, first = W - gates;
-  DeviceBf16 x(tokens * kD, 1.f), weight(W * kD, 0.03f), out(tokens * W, 0.f), dy(tokens * W, 1.f);
-  DeviceBf16 dx(tokens * kD, 0.f), dweight(W * kD, 0.f);
-  const ColumnVectors vectors(layer);
-  const ColumnEpilogue gate_columns{vectors.data + first, vectors.data + W + first, vectors.data + 2 * W + first};
-  const Rows xr{x.ptr, kD}, gate_weight{weight.ptr + first * kD, kD};
-  const MutableRows gate_out{out.ptr + first, W};
-  const std::vector<Tensor> d_outputs = column_views(dy.view({tokens, W}), layer.segments);
-  const Tensor xt = x.view({tokens, kD}), wt = weight.view({W, kD});
-  const ProjectionChainGrads grads{dx.view({tokens, kD}), dweight.view({W, kD}), std::nullopt};
-  const char* clusters[] = {"0", "2", "4", "8"};
-  std::vector<float> times[3][4];
-  for (int rep = 0; rep < 3; ++rep)
-    for (int c = 0; c < 4; ++c) {
-      setenv("SEQMIX_CHAINS_NARROW_SHARED_WEIGHTS", clusters[c], 1);
-      times[0][c].push_back(
-          median_ms([&] { narrow_columns_bf16(tokens, gates, kD, xr, gate_weight, gate_out, gate_columns, nullptr); }));
-      times[1][c].push_back(median_ms([&] {
-        narrow_columns_derivative_bf16(tokens, gates, kD, xr, gate_weight, gate_out, gate_columns, nullptr);
-      }));
-      times[2][c].push_back(median_ms(
-          [&] { projection_chain_backward(xt, wt, std::nullopt, layer.segments, d_outputs, grads); }));
-    }
-  unsetenv("SEQMIX_CHAINS_NARROW_SHARED_WEIGHTS");
-  const char* what[] = {"gates forward", "gates derivative", "GDN chain backward"};
-  for (int k = 0; k < 3; ++k) {
-    for (auto& v : times[k]) std::sort(v.begin(), v.end());
-    std::printf("  shared weights %6lld  %-18s  L2 %8.4f ms;  clusters of 2 %8.4f (%5.3fx), 4 %8.4f (%5.3fx), "
-                "8 %8.4f (%5.3fx)\n",
-                static_cast<long long>(tokens), what[k], times[k][0][1], times[k][1][1], times[k][1][1] / times[k][0][1],
-                times[k][2][1], times[k][2][1] / times[k][0][1], times[k][3][1], times[k][3][1] / times[k][0][1]);
-  }
-}
-
-TEST(ChainsCudaTiming, NarrowColumnsSharedWeights) {
-  SKIP_WITHOUT_CUDA_DEVICE();
-  for (int64_t tokens : {2048, 4096, 8192}) time_shared_weights(tokens);
-}
-
 }  // namespace
 }  // namespace seqmix::test

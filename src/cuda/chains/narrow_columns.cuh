@@ -14,18 +14,9 @@
 // columns of two rows, one 16-byte store per row (the same column deal as the narrow-K
 // kernel). In derivative mode the run is the backward's recompute, dz ⊙= act'(z)·scale in
 // place.
-//
-// Every block reads its slab's whole weight rows: at d = 2048 that is 128 KB against its 64 KB
-// of x, two thirds of what the blocks pull from L2. With shared weights (16-row blocks in
-// clusters along M, SEQMIX_CHAINS_NARROW_SHARED_WEIGHTS = the cluster size) the blocks of a
-// cluster share them through distributed shared memory: each copies every cluster-size-th row
-// of the slab once, by the copy engine, into the shared memory of all of them (multicast), and
-// the warps read their fragments from their own block's copy (NOTES.md, "Gated DeltaNet's
-// gate weights shared across a cluster").
 #pragma once
 
 #include "cuda/chains/narrow_projection.cuh"
-#include "cuda/common/tma.cuh"
 
 namespace seqmix::cuda::narrow_columns {
 
@@ -52,49 +43,12 @@ __device__ __forceinline__ uint32_t word(const uint4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
 }
 
-// The shared weight rows' pitch in elements: a multiple of 128 bytes plus 64, so that the two
-// rows of a lane phase's 16-byte reads (rows g, g + 1 of the slab deal, at 8 lanes a phase)
-// fall in different banks.
-__host__ __device__ constexpr int64_t shared_weight_pitch(int64_t K) { return ((2 * K + 127) / 128 * 128 + 64) / 2; }
-// Dynamic shared memory of the shared-weights form: the slab's rows, then the barrier their
-// copies complete on.
-constexpr size_t shared_weight_bytes(int64_t K) {
-  return static_cast<size_t>(narrow::kSlabColumns * shared_weight_pitch(K) * 2 + sizeof(uint64_t));
-}
-
-// The slab's weight rows (those inside N) into `rows` [32, pitch] in every block of the
-// cluster: each block's thread 0 announces all of them on its own barrier and copies its share
-// (rows rank, rank + cluster size, ...) to all blocks at once.
-__device__ inline void share_weight_rows(const bf16* weight, int64_t stride, int64_t slab, int64_t N, int64_t K,
-                                         bf16* rows, uint64_t* landed) {
-  if (threadIdx.x == 0) {
-    tma::barrier_init(landed, 1);
-    tma::barrier_init_fence();
-  }
-  tma::cluster_sync();  // every block's barrier is set before any copy completes on it
-  if (threadIdx.x != 0) return;
-  const int count = static_cast<int>(std::min<int64_t>(narrow::kSlabColumns, N - slab));
-  const auto row_bytes = static_cast<uint32_t>(2 * K);
-  tma::arrive_expect_bytes(landed, count * row_bytes);
-  const uint32_t size = tma::cluster_size();
-  const auto everyone = static_cast<uint16_t>((1u << size) - 1);
-  for (int r = static_cast<int>(tma::cluster_rank()); r < count; r += static_cast<int>(size))
-    tma::load_bytes_multicast(rows + r * shared_weight_pitch(K), weight + (slab + r) * stride, row_bytes, landed,
-                              everyone);
-}
-
 // Each lane has kBatch·(2·kMTiles + 4) 16-byte loads in flight.
-template <class Out, Mode kMode, int kMTiles, bool kSharedWeights = false>
+template <class Out, Mode kMode, int kMTiles>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kMTiles>)
     narrow_columns(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out, ColumnEpilogue columns) {
-  static_assert(!kSharedWeights || kMTiles == 1, "shared weights with 16-row blocks only");
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
   const int64_t row0 = int64_t(blockIdx.x) * kMTiles * 16, slab = int64_t(blockIdx.y) * narrow::kSlabColumns;
-  extern __shared__ __align__(128) unsigned char weight_bytes[];
-  auto* const shared_rows = reinterpret_cast<bf16*>(weight_bytes);
-  auto* const landed = reinterpret_cast<uint64_t*>(weight_bytes + shared_weight_bytes(K) - sizeof(uint64_t));
-  if constexpr (kSharedWeights)
-    share_weight_rows(static_cast<const bf16*>(weight.data), weight.stride, slab, N, K, shared_rows, landed);
 
   // This lane's rows of x (g and g + 8 of each m16 tile) and weight rows (column g of each
   // n8 tile, as narrow::slab_column deals them), at its 8 k of every chunk; rows past M or
@@ -117,8 +71,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kMTiles>)
   for (int j = 0; j < 4; ++j) {
     const int64_t c = slab + narrow::slab_column(j, g);
     w_inside[j] = c < N;
-    w_row[j] = kSharedWeights ? shared_rows + (c - slab) * shared_weight_pitch(K) + 8 * t
-                              : wg + std::min(c, N - 1) * weight.stride + 8 * t;
+    w_row[j] = wg + std::min(c, N - 1) * weight.stride + 8 * t;
   }
 
   // This lane's 8 output columns and their epilogue vectors (null: no bias, identity, scale
@@ -156,15 +109,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kMTiles>)
       for (int m = 0; m < kMTiles; ++m)
 #pragma unroll
         for (int h = 0; h < 2; ++h) xa[b][m][h] = k_inside && x_inside[m][h] ? load_once(x_row[m][h] + k) : zero;
-      if constexpr (kSharedWeights) {
-        if (k0 == int64_t(warp) * kChunk && b == 0) tma::wait(landed, 0);  // the first batch's x is on its way
 #pragma unroll
-        for (int j = 0; j < 4; ++j)
-          wb[b][j] = k_inside && w_inside[j] ? *reinterpret_cast<const uint4*>(w_row[j] + k) : zero;
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; ++j) wb[b][j] = k_inside && w_inside[j] ? load_kept(w_row[j] + k) : zero;
-      }
+      for (int j = 0; j < 4; ++j) wb[b][j] = k_inside && w_inside[j] ? load_kept(w_row[j] + k) : zero;
     }
 #pragma unroll
     for (int b = 0; b < kB; ++b)
@@ -216,40 +162,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm<kMTiles>)
   }
 }
 
-// The cluster size of the shared-weights form: SEQMIX_CHAINS_NARROW_SHARED_WEIGHTS = 2, 4 or
-// 8; 0 (the default) keeps every block reading its slab from L2.
-// Read at every call, as the switch beside it (narrow_columns_enabled).
-inline int shared_weight_cluster() {
-  return choice_from_environment("SEQMIX_CHAINS_NARROW_SHARED_WEIGHTS", {{"0", 0}, {"2", 2}, {"4", 4}, {"8", 8}},
-                                 0);
-}
-constexpr size_t kSharedWeightMaxBytes = 200 * 1024;
-
-// The shared-weights form: 16-row blocks, clusters of `cluster` along M (the grid padded to
-// whole clusters; the padding blocks copy their share and store nothing).
-template <class Out, Mode kMode>
-void launch_shared_weights(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows out,
-                           ColumnEpilogue columns, cudaStream_t stream, unsigned slabs, int cluster) {
-  auto* const kernel = narrow_columns<Out, kMode, 1, true>;
-  const size_t bytes = shared_weight_bytes(K);
-  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-        "projection chain: narrow_columns shared memory");
-  const int64_t blocks = (M + 15) / 16;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeClusterDimension;
-  attribute.val.clusterDim.x = static_cast<unsigned>(cluster);
-  attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(static_cast<unsigned>((blocks + cluster - 1) / cluster * cluster), slabs);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = bytes;
-  config.stream = stream;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
-  check(cudaLaunchKernelEx(&config, kernel, M, N, K, x, weight, out, columns),
-        "projection chain: narrow_columns (shared weights)");
-}
-
 // Blocks of 16 rows while that leaves fewer than about two blocks per SM (2048 tokens: 128
 // blocks), else 32 (half the weight reads per row of x).
 template <class Out, Mode kMode = Mode::forward>
@@ -259,8 +171,6 @@ void launch(int64_t M, int64_t N, int64_t K, Rows x, Rows weight, MutableRows ou
   if (M == 0 || N == 0) return;
   const auto s = static_cast<cudaStream_t>(stream);
   const unsigned slabs = static_cast<unsigned>((N + narrow::kSlabColumns - 1) / narrow::kSlabColumns);
-  if (const int cluster = shared_weight_cluster(); cluster > 0 && shared_weight_bytes(K) <= kSharedWeightMaxBytes)
-    return launch_shared_weights<Out, kMode>(M, N, K, x, weight, out, columns, s, slabs, cluster);
   if (M <= 16 * 264) {
     const dim3 grid(static_cast<unsigned>((M + 15) / 16), slabs);
     narrow_columns<Out, kMode, 1><<<grid, kThreads, 0, s>>>(M, N, K, x, weight, out, columns);

@@ -66,35 +66,6 @@ __device__ inline void load_box(void* dst, const CUtensorMap& map, int c0, int c
       : "memory");
 }
 
-// Copies `bytes` (a multiple of 16, both addresses 16-byte aligned) from global memory to
-// `dst` in the shared memory of every CTA of the cluster in `cta_mask`, completing them on the
-// barrier at `bar`'s offset in each of those CTAs.
-__device__ inline void load_bytes_multicast(void* dst, const void* src, uint32_t bytes, uint64_t* bar,
-                                            uint16_t cta_mask) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1], %2, [%3], "
-      "%4;" ::"r"(shared_address(dst)),
-      "l"(reinterpret_cast<uint64_t>(src)), "r"(bytes), "r"(shared_address(bar)), "h"(cta_mask)
-      : "memory");
-}
-
-// This CTA's rank in its cluster, and the cluster's CTA count.
-__device__ inline uint32_t cluster_rank() {
-  uint32_t rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  return rank;
-}
-__device__ inline uint32_t cluster_size() {
-  uint32_t size;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(size));
-  return size;
-}
-
-// Every thread of every CTA in the cluster: what each did before is visible to all after.
-__device__ inline void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-
 // Copies a box from shared memory to the given coordinates of a 3-D tensor map (elements
 // past the tensor's bounds are not written), as part of this thread's bulk group.
 __device__ inline void store_box(const CUtensorMap& map, const void* src, int x, int y, int z) {
