@@ -117,18 +117,27 @@ __device__ __forceinline__ void load_rows_rolled(E* dst, const E* src, int64_t s
 
 // Rows [0, 64) × cols [0, COLS) of a chunk into a shared tile of pitch PITCH; rows past
 // `valid` are zero-filled (a zero key or value adds nothing, a zero decay keeps e^{g} = 1).
-// kRolled: load_rows_rolled; otherwise unrolled.
+// kRolled: load_rows_rolled; otherwise the same pieces unrolled, the source stepped by a row
+// step a piece and the destinations constant offsets from the first (forming each piece's row
+// and column from its index took a signed division and ~6 integer instructions a piece:
+// NOTES.md v56).
 template <int COLS, int PITCH, bool kRolled = false, class E>
 __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride_time, int valid, int tid) {
   if constexpr (kRolled) {
     load_rows_rolled<kChunk, COLS, PITCH>(dst, row0, stride_time, valid, tid);
   } else {
-    constexpr int kVectors = COLS / 8;
+    using Pieces = RolledPieces<COLS / 8>;
+    constexpr int kRowStep = Pieces::kRowStep;
+    static_assert(kChunk % kRowStep == 0, "whole row steps a chunk");
+    const Pieces pieces(tid);
+    E* const to = dst + pieces.row * PITCH + pieces.col;
+    const E* const first_row = row0 + pieces.col;
+    const E* from = first_row + pieces.row * stride_time;
+    const int64_t step = kRowStep * stride_time;
 #pragma unroll
-    for (int i = tid; i < kChunk * kVectors; i += kThreads) {
-      const int r = i / kVectors, c = (i % kVectors) * 8;
-      const bool ok = r < valid;
-      copy16_async(dst + r * PITCH + c, row0 + (ok ? r * stride_time : 0) + c, ok);
+    for (int j = 0; j < kChunk / kRowStep; ++j, from += step) {
+      const bool ok = pieces.row + j * kRowStep < valid;
+      copy16_async(to + j * kRowStep * PITCH, ok ? from : first_row, ok);
     }
   }
 }
