@@ -104,7 +104,8 @@ struct ChunkTransferConfig {
     else return (k / 32) * kKHalfFloats + col * 32 + ((((k % 32) / 4) ^ (col % 8)) * 4) + k % 4;
   }
   static_assert(kStageA * int(sizeof(T)) % 16 == 0 && kStrideA * int(sizeof(T)) % 16 == 0, "16-byte rows");
-  static_assert(N * kPiecesPerRow % kThreads == 0, "copies spread evenly");
+  static_assert(N * kPiecesPerRow % kThreads == 0 && kThreads % kPiecesPerRow == 0,
+                "copies spread evenly, a thread's pieces in one column");
 };
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
@@ -162,13 +163,20 @@ __device__ __forceinline__ void issue_chunk_step(T* stage, const SeqChain& c, co
                                                  bool in_chunk, int n, int nm, int tid) {
   if (in_chunk) {
     if (!(c.identity_first && s == 0)) {
+      // A thread's pieces share a column and step by whole rows: one offset and a step, not
+      // a row and column formed from each piece's index (a signed division and a multiply a
+      // piece; NOTES.md version 22).
+      constexpr int kRowStep = Cfg::kThreads / Cfg::kPiecesPerRow;
       const T* A_s = A + s * c.a_step;
+      const auto thread = static_cast<unsigned>(opaque(tid));
+      const int row0 = static_cast<int>(thread / Cfg::kPiecesPerRow);
+      const int col = static_cast<int>(thread % Cfg::kPiecesPerRow) * Cfg::kPieceElems;
+      T* const to = stage + row0 * Cfg::kStrideA + col;
+      const T* const from = A_s + row0 * n + col;
 #pragma unroll
       for (int u = 0; u < Cfg::kPiecesPerThread; ++u) {
-        const int idx = tid + u * Cfg::kThreads, row = idx / Cfg::kPiecesPerRow;
-        const int col = (idx % Cfg::kPiecesPerRow) * Cfg::kPieceElems;
-        const bool ok = row < n && col < n;
-        copy_async<16>(stage + row * Cfg::kStrideA + col, ok ? A_s + row * n + col : A_s, ok);
+        const bool ok = row0 + u * kRowStep < n && col < n;
+        copy_async<16>(to + u * kRowStep * Cfg::kStrideA, ok ? from + u * kRowStep * n : A_s, ok);
       }
     }
     const T* b_s = b + s * c.b_step;

@@ -110,12 +110,19 @@ __device__ __forceinline__ void chunk_transfer_transposed(unsigned char* smem, c
     if (i < len) {
       const T* A_s = A + (s_begin + i) * c.a_step;
       constexpr int kPieces = N * L::kUnitsPerRow / 128;
+      // A thread's units share u and step by kRowStep rows, a multiple of 8, so the swizzle
+      // (j mod 8) is the same for all of them: one offset and a step (NOTES.md version 22).
+      constexpr int kRowStep = 128 / L::kUnitsPerRow;
+      static_assert(kRowStep % 8 == 0, "a thread's units keep their swizzle");
+      const auto thread = static_cast<unsigned>(opaque(tid));
+      const int j0 = static_cast<int>(thread / L::kUnitsPerRow);
+      const int u = static_cast<int>(thread % L::kUnitsPerRow), col = u * L::kUnitElems;
+      unsigned char* const to = stage_a(i) + L::unit_offset(j0, u);
+      const T* const from = A_s + j0 * n + col;
 #pragma unroll
       for (int k = 0; k < kPieces; ++k) {
-        const int idx = tid + 128 * k, j = idx / L::kUnitsPerRow, u = idx % L::kUnitsPerRow;
-        const int col = u * L::kUnitElems;
-        const bool ok = j < n && col < n;
-        copy_async<16>(stage_a(i) + L::unit_offset(j, u), ok ? A_s + j * n + col : A_s, ok);
+        const bool ok = j0 + k * kRowStep < n && col < n;
+        copy_async<16>(to + k * kRowStep * 128, ok ? from + k * kRowStep * n : A_s, ok);
       }
       const T* b_s = b + (s_begin + i) * c.b_step;
       for (int e = tid * L::kUnitElems; e < n; e += 128 * L::kUnitElems) copy_async<16>(stage_b(i) + e, b_s + e, true);

@@ -91,17 +91,28 @@ __device__ __forceinline__ void issue_wide_stage(const WideChunkParams& p, const
     const bool identity = c.identity_first && chunk == 0 && s == 0;
     const T* A_s = static_cast<const T*>(c.A) + group * c.a_group + (chunk * p.chunk + s) * c.a_step;
     const T* b_s = static_cast<const T*>(c.b) + group * c.b_group + (chunk * p.chunk + s) * c.b_step;
+    // A thread's units share a column and step by kRowStep rows, a multiple of the swizzle's 8:
+    // one offset and a step each, not a row and column formed from each unit's index (NOTES.md
+    // version 22).
+    constexpr int kRowStep = L::kThreads / L::kUnitsPerRow;
+    static_assert(kRowStep % 8 == 0, "a thread's units keep their swizzle");
+    const auto thread = static_cast<unsigned>(opaque(tid));
+    const int row0 = static_cast<int>(thread / L::kUnitsPerRow);
+    const int col = static_cast<int>(thread % L::kUnitsPerRow) * U;
+    unsigned char* const to = a_stage + L::at(row0, col);
+    const T* const a_from = A_s + row0 * n + col;
+    const T* const b_from = b_s + row0 * m + col;
 #pragma unroll
     for (int k = 0; k < N * L::kUnitsPerRow / L::kThreads; ++k) {
-      const int idx = tid + L::kThreads * k, row = idx / L::kUnitsPerRow, col = (idx % L::kUnitsPerRow) * U;
+      const int row = row0 + k * kRowStep;
       if (identity) {
-        *reinterpret_cast<uint4*>(a_stage + L::at(row, col)) = identity_unit<T>(row, col, n);
+        *reinterpret_cast<uint4*>(to + k * kRowStep * 128) = identity_unit<T>(row, col, n);
       } else {
         const bool a_ok = row < n && col < n;
-        copy_async<16>(a_stage + L::at(row, col), a_ok ? A_s + row * n + col : A_s, a_ok);
+        copy_async<16>(to + k * kRowStep * 128, a_ok ? a_from + k * kRowStep * n : A_s, a_ok);
       }
       const bool b_ok = row < n && col < m;
-      copy_async<16>(a_stage + L::kTileBytes + L::at(row, col), b_ok ? b_s + row * m + col : b_s, b_ok);
+      copy_async<16>(to + L::kTileBytes + k * kRowStep * 128, b_ok ? b_from + k * kRowStep * m : b_s, b_ok);
     }
   }
   copy_async_commit();

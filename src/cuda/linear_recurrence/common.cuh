@@ -79,6 +79,14 @@ __device__ __forceinline__ void copy_async(void* smem, const void* gmem, bool va
                  "r"(src_bytes));
   }
 }
+// v itself, but opaque to the compiler: what is formed from it is formed again at each use
+// instead of being hoisted out of the step loop and held in registers across it (the copies'
+// per-thread offsets, which the step's products need the registers for).
+__device__ __forceinline__ int opaque(int v) {
+  asm volatile("" : "+r"(v));
+  return v;
+}
+
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int pending>
 __device__ __forceinline__ void copy_async_wait() {
