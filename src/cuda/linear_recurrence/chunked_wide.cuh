@@ -271,13 +271,18 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
   // f32 at NP = 64: a loop, not unrolled, so that its addresses do not stay live across the
   // whole step (its re-walk's spills 344 → 184 bytes; G16 T4096 n64 m64 2.53 → 2.37 ms).
   constexpr int kCopyUnroll = kF32 && NP == 64 ? 1 : 64 * L::kUnitsPerRow / L::kThreads;
+  // A thread's units step by whole rows, as issue_wide_stage's do.
   const auto copy_staged = [&](int64_t s, T* dst) {  // step s's staged state to dst [n, m]
+    constexpr int kRowStep = L::kThreads / L::kUnitsPerRow;
+    const auto thread = static_cast<unsigned>(opaque(tid));
+    const int row0 = static_cast<int>(thread / L::kUnitsPerRow);
+    const int col = static_cast<int>(thread % L::kUnitsPerRow) * L::kUnitElems;
+    const unsigned char* const from = staging(s) + L::at(row0, col);
+    T* const to = dst + row0 * m + col;
 #pragma unroll kCopyUnroll
-    for (int e = 0; e < 64 * L::kUnitsPerRow / L::kThreads; ++e) {
-      const int idx = tid + L::kThreads * e, row = idx / L::kUnitsPerRow, col = (idx % L::kUnitsPerRow) * L::kUnitElems;
-      if (row < n && col < m)
-        *reinterpret_cast<uint4*>(dst + row * m + col) = *reinterpret_cast<const uint4*>(staging(s) + L::at(row, col));
-    }
+    for (int e = 0; e < 64 * L::kUnitsPerRow / L::kThreads; ++e)
+      if (row0 + e * kRowStep < n && col < m)
+        *reinterpret_cast<uint4*>(to + e * kRowStep * m) = *reinterpret_cast<const uint4*>(from + e * kRowStep * 128);
   };
 
   for (int64_t s = 0; s < steps; ++s) {
