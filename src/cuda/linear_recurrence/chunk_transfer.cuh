@@ -104,8 +104,7 @@ struct ChunkTransferConfig {
     else return (k / 32) * kKHalfFloats + col * 32 + ((((k % 32) / 4) ^ (col % 8)) * 4) + k % 4;
   }
   static_assert(kStageA * int(sizeof(T)) % 16 == 0 && kStrideA * int(sizeof(T)) % 16 == 0, "16-byte rows");
-  static_assert(N * kPiecesPerRow % kThreads == 0 && kThreads % kPiecesPerRow == 0,
-                "copies spread evenly, a thread's pieces in one column");
+  static_assert(N * kPiecesPerRow % kThreads == 0, "copies spread evenly");
 };
 
 __device__ __forceinline__ unsigned to_tf32(float x) {
@@ -163,14 +162,11 @@ __device__ __forceinline__ void issue_chunk_step(T* stage, const SeqChain& c, co
                                                  bool in_chunk, int n, int nm, int tid) {
   if (in_chunk) {
     if (!(c.identity_first && s == 0)) {
-      // A thread's pieces share a column and step by whole rows: one offset and a step, not
-      // a row and column formed from each piece's index (a signed division and a multiply a
-      // piece; NOTES.md version 22).
-      constexpr int kRowStep = Cfg::kThreads / Cfg::kPiecesPerRow;
+      using Units = ThreadUnits<Cfg::kThreads, Cfg::kPiecesPerRow>;
+      constexpr int kRowStep = Units::kRowStep;
       const T* A_s = A + s * c.a_step;
-      const auto thread = static_cast<unsigned>(opaque(tid));
-      const int row0 = static_cast<int>(thread / Cfg::kPiecesPerRow);
-      const int col = static_cast<int>(thread % Cfg::kPiecesPerRow) * Cfg::kPieceElems;
+      const Units units(tid);
+      const int row0 = units.row0, col = units.unit * Cfg::kPieceElems;
       T* const to = stage + row0 * Cfg::kStrideA + col;
       const T* const from = A_s + row0 * n + col;
 #pragma unroll

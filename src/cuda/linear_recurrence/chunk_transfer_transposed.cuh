@@ -110,13 +110,13 @@ __device__ __forceinline__ void chunk_transfer_transposed(unsigned char* smem, c
     if (i < len) {
       const T* A_s = A + (s_begin + i) * c.a_step;
       constexpr int kPieces = N * L::kUnitsPerRow / 128;
-      // A thread's units share u and step by kRowStep rows, a multiple of 8, so the swizzle
-      // (j mod 8) is the same for all of them: one offset and a step (NOTES.md version 22).
-      constexpr int kRowStep = 128 / L::kUnitsPerRow;
+      // A thread's units step by a multiple of 8 rows, so the swizzle (j mod 8) is the same for
+      // all of them.
+      using Units = ThreadUnits<128, L::kUnitsPerRow>;
+      constexpr int kRowStep = Units::kRowStep;
       static_assert(kRowStep % 8 == 0, "a thread's units keep their swizzle");
-      const auto thread = static_cast<unsigned>(opaque(tid));
-      const int j0 = static_cast<int>(thread / L::kUnitsPerRow);
-      const int u = static_cast<int>(thread % L::kUnitsPerRow), col = u * L::kUnitElems;
+      const Units units(tid);
+      const int j0 = units.row0, u = units.unit, col = u * L::kUnitElems;
       unsigned char* const to = stage_a(i) + L::unit_offset(j0, u);
       const T* const from = A_s + j0 * n + col;
 #pragma unroll

@@ -91,14 +91,12 @@ __device__ __forceinline__ void issue_wide_stage(const WideChunkParams& p, const
     const bool identity = c.identity_first && chunk == 0 && s == 0;
     const T* A_s = static_cast<const T*>(c.A) + group * c.a_group + (chunk * p.chunk + s) * c.a_step;
     const T* b_s = static_cast<const T*>(c.b) + group * c.b_group + (chunk * p.chunk + s) * c.b_step;
-    // A thread's units share a column and step by kRowStep rows, a multiple of the swizzle's 8:
-    // one offset and a step each, not a row and column formed from each unit's index (NOTES.md
-    // version 22).
-    constexpr int kRowStep = L::kThreads / L::kUnitsPerRow;
+    // A thread's units step by a multiple of the swizzle's 8 rows.
+    using Units = ThreadUnits<L::kThreads, L::kUnitsPerRow>;
+    constexpr int kRowStep = Units::kRowStep;
     static_assert(kRowStep % 8 == 0, "a thread's units keep their swizzle");
-    const auto thread = static_cast<unsigned>(opaque(tid));
-    const int row0 = static_cast<int>(thread / L::kUnitsPerRow);
-    const int col = static_cast<int>(thread % L::kUnitsPerRow) * U;
+    const Units units(tid);
+    const int row0 = units.row0, col = units.unit * U;
     unsigned char* const to = a_stage + L::at(row0, col);
     const T* const a_from = A_s + row0 * n + col;
     const T* const b_from = b_s + row0 * m + col;
@@ -273,10 +271,10 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
   constexpr int kCopyUnroll = kF32 && NP == 64 ? 1 : 64 * L::kUnitsPerRow / L::kThreads;
   // A thread's units step by whole rows, as issue_wide_stage's do.
   const auto copy_staged = [&](int64_t s, T* dst) {  // step s's staged state to dst [n, m]
-    constexpr int kRowStep = L::kThreads / L::kUnitsPerRow;
-    const auto thread = static_cast<unsigned>(opaque(tid));
-    const int row0 = static_cast<int>(thread / L::kUnitsPerRow);
-    const int col = static_cast<int>(thread % L::kUnitsPerRow) * L::kUnitElems;
+    using Units = ThreadUnits<L::kThreads, L::kUnitsPerRow>;
+    constexpr int kRowStep = Units::kRowStep;
+    const Units units(tid);
+    const int row0 = units.row0, col = units.unit * L::kUnitElems;
     const unsigned char* const from = staging(s) + L::at(row0, col);
     T* const to = dst + row0 * m + col;
 #pragma unroll kCopyUnroll

@@ -87,6 +87,22 @@ __device__ __forceinline__ int opaque(int v) {
   return v;
 }
 
+// A thread's 16-byte units when kThreads threads copy rows of kUnitsPerRow units: they share a
+// column (unit `unit` of their rows) and step by kRowStep rows from row0, so a copy loop takes
+// one offset and a step, not a row and column formed from each unit's index (a signed division
+// and a multiply a unit; NOTES.md version 22). The thread index goes through `opaque`.
+template <int kThreads, int kUnitsPerRow>
+struct ThreadUnits {
+  static constexpr int kRowStep = kThreads / kUnitsPerRow;
+  static_assert(kThreads % kUnitsPerRow == 0, "a thread's units in one column");
+  int row0, unit;
+  __device__ explicit ThreadUnits(int tid) {
+    const auto thread = static_cast<unsigned>(opaque(tid));
+    row0 = static_cast<int>(thread / kUnitsPerRow);
+    unit = static_cast<int>(thread % kUnitsPerRow);
+  }
+};
+
 __device__ __forceinline__ void copy_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int pending>
 __device__ __forceinline__ void copy_async_wait() {
