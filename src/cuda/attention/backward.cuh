@@ -16,6 +16,7 @@
 
 #include "cuda/attention/forward.cuh"
 #include "cuda/attention/mma.cuh"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/runtime.cuh"
 
 namespace seqmix::cuda::attn {
@@ -102,7 +103,7 @@ __device__ __forceinline__ void probabilities_and_score_grads(float (&s)[8][4], 
       const int q_local = kQueryRows ? row : col, k_local = kQueryRows ? col : row;
       const int q = m0 + q_local, key = n0 + k_local;
       const bool visible = q < seq.len_q && key < seq.len_k && (!causal || key <= q + seq.len_k - seq.len_q);
-      const float prob = visible ? fast_exp2(s[j][e] * scale_log2 - lse2[q_local]) : 0.f;
+      const float prob = visible ? ex2_fast(s[j][e] * scale_log2 - lse2[q_local]) : 0.f;
       s[j][e] = prob * (dp[j][e] - delta[q_local]);
       dp[j][e] = prob;
     }

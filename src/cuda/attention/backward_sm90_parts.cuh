@@ -228,7 +228,7 @@ __device__ __forceinline__ void probabilities_and_grads(float (&s)[32], float (&
       delta_pair = *reinterpret_cast<const float2*>(delta + col);
     }
     const float row_lse2 = (i & 1) ? lse2_pair.y : lse2_pair.x, row_delta = (i & 1) ? delta_pair.y : delta_pair.x;
-    float prob = fast_exp2(s[i] * scale_log2 - row_lse2);
+    float prob = ex2_fast(s[i] * scale_log2 - row_lse2);
     if constexpr (kMask) {  // visible(), written out: through the call ptxas spills 4 bytes in pingpong D = 128
       const int key = key_row0 + 8 * ((i >> 1) & 1), q = m0 + col;
       if (!(q < seq.len_q && key < seq.len_k && (!causal || key <= q + seq.len_k - seq.len_q))) prob = 0.f;
@@ -248,8 +248,8 @@ __device__ __forceinline__ void probabilities(float (&s)[32], const float* lse2,
     const int col = fragment_column(i, lane);
     const float2 lse2_pair = *reinterpret_cast<const float2*>(lse2 + col);
     const int key = key_row0 + fragment_row(i);
-    s[i] = fast_exp2(s[i] * scale_log2 - lse2_pair.x);
-    s[i + 1] = fast_exp2(s[i + 1] * scale_log2 - lse2_pair.y);
+    s[i] = ex2_fast(s[i] * scale_log2 - lse2_pair.x);
+    s[i + 1] = ex2_fast(s[i + 1] * scale_log2 - lse2_pair.y);
     if constexpr (kMask) {
       if (!visible(seq, causal, m0 + col, key)) s[i] = 0.f;
       if (!visible(seq, causal, m0 + col + 1, key)) s[i + 1] = 0.f;

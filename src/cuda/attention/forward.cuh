@@ -27,6 +27,7 @@
 
 #include "cuda/attention/params.hpp"
 #include "cuda/attention/sm90.cuh"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/proxy.cuh"
 
 namespace seqmix::cuda::attn {
@@ -216,12 +217,6 @@ __device__ __forceinline__ int first_block_width(int keys, bool narrow) {
   return kNarrowWidths > 1 && keys <= 112 ? 112 : kBlockN;
 }
 
-__device__ __forceinline__ float fast_exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-
 __device__ __forceinline__ float quad_sum(float x) {
   x += __shfl_xor_sync(0xffffffff, x, 1);
   return x + __shfl_xor_sync(0xffffffff, x, 2);
@@ -267,7 +262,7 @@ __device__ __forceinline__ float advance_row_max(float& row_max, float block_max
   const bool moves = block_max > row_max + threshold;
   const float base_max = moves ? block_max : row_max;
   const float base = base_max == -INFINITY ? 0.f : base_max;
-  correction = moves ? fast_exp2(row_max - base) : 1.f;
+  correction = moves ? ex2_fast(row_max - base) : 1.f;
   row_max = base_max;
   return base;
 }
@@ -289,8 +284,8 @@ __device__ __forceinline__ void softmax_row_by_row(float (&s)[kBlockN / 2], RowS
     float sum = st.sum[r] * correction[r];
 #pragma unroll
     for (int c = 0; c < kBlockN / 8; ++c) {
-      s[4 * c + 2 * r] = fast_exp2(fmaf(s[4 * c + 2 * r], scale_log2, -base));
-      s[4 * c + 2 * r + 1] = fast_exp2(fmaf(s[4 * c + 2 * r + 1], scale_log2, -base));
+      s[4 * c + 2 * r] = ex2_fast(fmaf(s[4 * c + 2 * r], scale_log2, -base));
+      s[4 * c + 2 * r + 1] = ex2_fast(fmaf(s[4 * c + 2 * r + 1], scale_log2, -base));
       sum += s[4 * c + 2 * r] + s[4 * c + 2 * r + 1];
     }
     st.sum[r] = sum;
@@ -326,7 +321,7 @@ __device__ __forceinline__ void softmax_rows_together(float (&s)[kBlockN / 2], R
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         float& x = s[4 * c + 2 * r + j];
-        x = fast_exp2(fmaf(x, scale_log2, -base[r]));
+        x = ex2_fast(fmaf(x, scale_log2, -base[r]));
         sum[r][j] += x;
       }
 #pragma unroll

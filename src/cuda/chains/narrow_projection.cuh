@@ -23,6 +23,7 @@
 #include "cuda/chains/narrow_projection.hpp"
 #include "cuda/chains/params.hpp"
 #include "cuda/common/environment.hpp"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/runtime.cuh"
 #include "cuda/common/vector_store.cuh"
 #include "seqmix/error.hpp"
@@ -70,29 +71,6 @@ __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], 
 #undef SEQMIX_MMA_M16N8K16_BF16
 }
 
-constexpr float kLog2e = 1.44269504f, kLn2 = 0.69314718f;
-
-// The hardware base-2 exponential and logarithm and the reciprocal (one MUFU operation each)
-// with denormals flushed: without .ftz each takes a range fix-up of ~3 instructions, and
-// __frcp_rn a Newton step with its rounding fix-up. Their ~2 ulp sit far below the bounds
-// the outputs are held to (bf16, and 2e-5 relative for f32). exp_fast(x) underflows to 0
-// below −87, where every use here wants 0 or 1 anyway.
-__device__ __forceinline__ float ex2_fast(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float lg2_fast(float x) {
-  float y;
-  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float rcp_fast(float x) {
-  float y;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
-__device__ __forceinline__ float exp_fast(float x) { return ex2_fast(x * kLog2e); }
 __device__ __forceinline__ float sigmoid_fast(float z) { return rcp_fast(1.f + exp_fast(-z)); }
 
 // log(1 + e) for e in [0, 1] (e = exp(−|z|) in the softplus): three terms of the series below

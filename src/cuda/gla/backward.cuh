@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int tt = 0; tt < kSub; ++tt) {
           const int at = (t0 + tt) * PK + tid;
-          e[tt] = __expf(to_float(g[at]));
+          e[tt] = exp_fast(to_float(g[at]));
           qs[tt] = to_float(q[at]);
         }
 #pragma unroll
@@ -1038,8 +1038,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     const uint2 raw = *reinterpret_cast<const uint2*>(s.g + t * PK + c);
     const E* const four = reinterpret_cast<const E*>(&raw);
     *reinterpret_cast<float4*>(s.u.eg + t * KD + c) =
-        make_float4(__expf(to_float(four[0])), __expf(to_float(four[1])), __expf(to_float(four[2])),
-                    __expf(to_float(four[3])));
+        make_float4(exp_fast(to_float(four[0])), exp_fast(to_float(four[1])), exp_fast(to_float(four[2])),
+                    exp_fast(to_float(four[3])));
   }
   if (kWideTail || tid < KD) spans *= s.decay_all[tid % KD];
 

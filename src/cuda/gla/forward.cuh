@@ -14,6 +14,7 @@
 // The next chunk's inputs stream into shared memory (cp.async) while this one multiplies.
 #pragma once
 
+#include "cuda/common/fast_math.cuh"
 #include "cuda/common/proxy.cuh"
 #include "cuda/common/runtime.cuh"
 #include "cuda/common/tma.cuh"
@@ -172,7 +173,7 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
 #pragma unroll
       for (int tt = 0; tt < kSub; ++tt) {
         const int at = (t0 + tt) * PK + c;
-        e[tt] = __expf(to_float(s.g[at]));
+        e[tt] = exp_fast(to_float(s.g[at]));
         if constexpr (kOutput) q[tt] = to_float(s.q[at]);
       }
 #pragma unroll
@@ -204,7 +205,7 @@ __device__ __forceinline__ void decay_operands(S& s, int tid) {
 #pragma unroll
       for (int tt = kSub - 1; tt >= 0; --tt) {
         const int at = (sub * kSub + tt) * PK + c;
-        e[tt] = __expf(to_float(s.g[at]));
+        e[tt] = exp_fast(to_float(s.g[at]));
         k[tt] = to_float(s.k[at]);
       }
 #pragma unroll
@@ -261,7 +262,7 @@ __device__ __forceinline__ void store2(E* p, float2 x) {
   *reinterpret_cast<uint32_t*>(p) = pack2<E>(x.x, x.y);
 }
 __device__ __forceinline__ float2 mul2(float2 a, float2 b) { return make_float2(a.x * b.x, a.y * b.y); }
-__device__ __forceinline__ float2 exp_each(float2 g) { return make_float2(__expf(g.x), __expf(g.y)); }
+__device__ __forceinline__ float2 exp_each(float2 g) { return make_float2(exp_fast(g.x), exp_fast(g.y)); }
 
 // decay_operands<true, S, kQuads = true> with full-width shared accesses (params.hpp
 // GlaForwardWalkers::paired): thread (channel pair cp, half, role) walks channels 2cp, 2cp + 1
@@ -280,7 +281,11 @@ __device__ __forceinline__ void paired_decay_operands(S& s, int tid) {
   const int u = tid % KD, cp = u % kPairs, half = u / kPairs, c = 2 * cp;
   const float2 one = make_float2(1.0f, 1.0f), zero = make_float2(0.0f, 0.0f);
   if (tid < KD) {  // query side: q_sub, q_start, the quad q over q, e^{b_last}
-    float2 from_start = one, from_sub = one, from_quad = one;
+    // One running product a token, within the quad (quad = e^{b_i − b_p}); the three operands
+    // are that times the factors from the quad's start p to the sub-chunk's start i0
+    // (quad_base = e^{b_p − b_{i0}}) and from the chunk's start (sub_base = e^{b_{i0}}), each
+    // formed once a quad or a sub-chunk: q ⊙ e^{b_i − b_p}, then ⊙ quad_base, then ⊙ sub_base.
+    float2 before = one, sub_base = one, quad_base = one, quad = one;  // before: e^{b_{i0 − 1}}
     if (half == 1) {
       float2 sum[2] = {zero, zero};  // two chains of adds
 #pragma unroll 8
@@ -288,37 +293,43 @@ __device__ __forceinline__ void paired_decay_operands(S& s, int tid) {
         const float2 g = load2(s.g + t * PK + c);
         sum[t % 2].x += g.x, sum[t % 2].y += g.y;
       }
-      from_start = exp_each(make_float2(sum[0].x + sum[1].x, sum[0].y + sum[1].y));
+      before = exp_each(make_float2(sum[0].x + sum[1].x, sum[0].y + sum[1].y));
     }
 #pragma unroll 1
-    for (int local = 0; local < 2; ++local)  // rolled over the two sub-chunks
+    for (int local = 0; local < 2; ++local) {  // rolled over the two sub-chunks
 #pragma unroll
-    for (int b = 0; b < kSub / kBatch; ++b) {
-      const int t0 = (2 * half + local) * kSub + b * kBatch;
-      float2 e[kBatch], q[kBatch];
+      for (int b = 0; b < kSub / kBatch; ++b) {
+        const int t0 = (2 * half + local) * kSub + b * kBatch;
+        float2 e[kBatch], q[kBatch];
 #pragma unroll
-      for (int tt = 0; tt < kBatch; ++tt) {
-        const int at = (t0 + tt) * PK + c;
-        e[tt] = exp_each(load2(s.g + at));
-        q[tt] = load2(s.q + at);
+        for (int tt = 0; tt < kBatch; ++tt) {
+          const int at = (t0 + tt) * PK + c;
+          e[tt] = exp_each(load2(s.g + at));
+          q[tt] = load2(s.q + at);
+        }
+#pragma unroll
+        for (int tt = 0; tt < kBatch; ++tt) {
+          const int in_sub = b * kBatch + tt, at = (t0 + tt) * PK + c;
+          if (in_sub == 0) sub_base = mul2(before, e[tt]), quad_base = one, quad = one;
+          else if (in_sub % 4 == 0) quad_base = mul2(quad_base, mul2(quad, e[tt])), quad = one;
+          else quad = mul2(quad, e[tt]);
+          const float2 in_quad = mul2(q[tt], quad), in_sub_chunk = mul2(in_quad, quad_base);
+          store2(s.q + at, in_quad);
+          store2(s.q_sub + at, in_sub_chunk);
+          store2(s.q_start + at, mul2(in_sub_chunk, sub_base));
+        }
       }
-#pragma unroll
-      for (int tt = 0; tt < kBatch; ++tt) {
-        const int in_sub = b * kBatch + tt, at = (t0 + tt) * PK + c;
-        from_start = mul2(from_start, e[tt]);
-        from_sub = in_sub == 0 ? one : mul2(from_sub, e[tt]);
-        from_quad = in_sub % 4 == 0 ? one : mul2(from_quad, e[tt]);
-        store2(s.q_sub + at, mul2(q[tt], from_sub));
-        store2(s.q_start + at, mul2(q[tt], from_start));
-        store2(s.q + at, mul2(q[tt], from_quad));
-      }
+      before = mul2(sub_base, mul2(quad_base, quad));  // e^{b} at the sub-chunk's last token
     }
-    if (half == 1) s.decay_all[c] = from_start.x, s.decay_all[c + 1] = from_start.y;
+    if (half == 1) s.decay_all[c] = before.x, s.decay_all[c + 1] = before.y;
     return;
   }
-  // Key side: k_end, k_pair, the quad keys; sub-chunks latest first.
+  // Key side: k_end, k_pair, the quad keys; sub-chunks latest first. One running product a
+  // token within the sub-chunk (run = e^{b_last(sub) − b_j}, last(sub) its last token); k_end and
+  // each k_pair are k ⊙ run times a factor from last(sub) on (to_end = e^{b_63 − b_last(sub)},
+  // to_sub[I] = e^{b_{i0(I)} − b_last(sub)}), moved to the sub-chunk before once it is walked.
   float2 to_end = one, to_sub[4] = {zero, zero, zero, zero}, to_quad[4] = {zero, zero, zero, zero};
-  if (half == 0) {
+  if (half == 0) {  // the factors from token 31 on
     float2 sum = zero, through_48 = zero, at_32 = zero;
 #pragma unroll 8
     for (int t = kHalf; t < kChunk; ++t) {
@@ -330,43 +341,45 @@ __device__ __forceinline__ void paired_decay_operands(S& s, int tid) {
     to_end = exp_each(sum), to_sub[3] = exp_each(through_48), to_sub[2] = exp_each(at_32);
   }
 #pragma unroll 1
-  for (int local = 1; local >= 0; --local)  // rolled over the two sub-chunks
+  for (int local = 1; local >= 0; --local) {  // rolled over the two sub-chunks
+    const int sub = 2 * half + local;
+    float2 run = one, first = one;  // first: e^{g} of the sub-chunk's first token
 #pragma unroll
-  for (int b = kSub / kBatch - 1; b >= 0; --b) {
-    const int sub = 2 * half + local, t0 = sub * kSub + b * kBatch;
-    float2 e[kBatch], k[kBatch];
+    for (int b = kSub / kBatch - 1; b >= 0; --b) {
+      const int t0 = sub * kSub + b * kBatch;
+      float2 e[kBatch], k[kBatch];
 #pragma unroll
-    for (int tt = kBatch - 1; tt >= 0; --tt) {
-      const int at = (t0 + tt) * PK + c;
-      e[tt] = exp_each(load2(s.g + at));
-      k[tt] = load2(s.k + at);
+      for (int tt = kBatch - 1; tt >= 0; --tt) {
+        const int at = (t0 + tt) * PK + c;
+        e[tt] = exp_each(load2(s.g + at));
+        k[tt] = load2(s.k + at);
+      }
+#pragma unroll
+      for (int tt = kBatch - 1; tt >= 0; --tt) {
+        const int t = t0 + tt, in_sub = b * kBatch + tt, at = t * PK + c;
+        const float2 decayed = mul2(k[tt], run);
+        store2(s.k_end + at, mul2(decayed, to_end));
+#pragma unroll
+        for (int I = 1; I < 4; ++I)  // the later sub-chunks I > sub (predicated on the half)
+          if (I > sub) store2(s.k_pair + (pair_row0(I) + t) * PK + c, mul2(decayed, to_sub[I]));
+        run = mul2(run, e[tt]);
+        if (in_sub == 0) first = e[tt];
+#pragma unroll
+        for (int Q = 1; Q < 4; ++Q) {
+          if (4 * Q <= in_sub) continue;
+          const float2 x = mul2(k[tt], to_quad[Q]);
+          if (Q == 1) store2(quad_key_row<1>(s, sub, in_sub) + c, x);
+          else if (Q == 2) store2(quad_key_row<2>(s, sub, in_sub) + c, x);
+          else store2(quad_key_row<3>(s, sub, in_sub) + c, x);
+          to_quad[Q] = mul2(to_quad[Q], e[tt]);
+        }
+        if (in_sub % 4 == 0 && in_sub > 0) to_quad[in_sub / 4] = e[tt];
+      }
     }
+    // run = e^{b_last(sub) − b_{i0(sub) − 1}}: the factors from the previous sub-chunk's last token.
+    to_end = mul2(to_end, run);
 #pragma unroll
-    for (int tt = kBatch - 1; tt >= 0; --tt) {
-      const int t = t0 + tt, in_sub = b * kBatch + tt, at = t * PK + c;
-      store2(s.k_end + at, mul2(k[tt], to_end));
-      to_end = mul2(to_end, e[tt]);
-#pragma unroll
-      for (int I = 1; I < 4; ++I) {  // the later sub-chunks I > sub (predicated on the half)
-        if (I > sub) store2(s.k_pair + (pair_row0(I) + t) * PK + c, mul2(k[tt], to_sub[I]));
-        to_sub[I] = mul2(to_sub[I], e[tt]);  // read only once I > sub, reset below before that
-      }
-      if (in_sub == 0) {
-#pragma unroll
-        for (int I = 1; I < 4; ++I)
-          if (I == sub) to_sub[I] = e[tt];
-      }
-#pragma unroll
-      for (int Q = 1; Q < 4; ++Q) {
-        if (4 * Q <= in_sub) continue;
-        const float2 x = mul2(k[tt], to_quad[Q]);
-        if (Q == 1) store2(quad_key_row<1>(s, sub, in_sub) + c, x);
-        else if (Q == 2) store2(quad_key_row<2>(s, sub, in_sub) + c, x);
-        else store2(quad_key_row<3>(s, sub, in_sub) + c, x);
-        to_quad[Q] = mul2(to_quad[Q], e[tt]);
-      }
-      if (in_sub % 4 == 0 && in_sub > 0) to_quad[in_sub / 4] = e[tt];
-    }
+    for (int I = 1; I < 4; ++I) to_sub[I] = I > sub ? mul2(to_sub[I], run) : I == sub ? first : to_sub[I];
   }
 }
 
@@ -464,7 +477,7 @@ __device__ __forceinline__ void quad_inner_scores(S& s, int tid) {
       k[r] = load4(s.k + (t0 + r) * PK + c);
       if (r == 0) continue;  // e^{g} of the quad's first token weighs no pair inside it
       const float4 g = load4(s.g + (t0 + r) * PK + c);
-      e[r] = make_float4(__expf(g.x), __expf(g.y), __expf(g.z), __expf(g.w));
+      e[r] = make_float4(exp_fast(g.x), exp_fast(g.y), exp_fast(g.z), exp_fast(g.w));
     }
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
@@ -501,10 +514,14 @@ __device__ __forceinline__ void quad_pair_scores(S& s, int warp, int lane) {
   const int Q = warp < 1 ? 1 : warp < 3 ? 2 : 3, n0 = kSub * (warp - (Q - 1) * Q / 2), width = 4 * Q;
   const int ra = (lane % 8) + 8 * ((lane / 8) % 2);  // the A row this lane addresses
   const E* a_row = s.q + (kSub * (ra / 4) + width + ra % 4) * PK + 8 * (lane / 16);
-  const int nb = n0 + (lane % 8) + 8 * (lane / 16);  // the B column (key row) it addresses
-  const E* b_row = (Q == 1   ? quad_key_row<1>(s, nb / width, nb % width)
-                    : Q == 2 ? quad_key_row<2>(s, nb / width, nb % width)
-                             : quad_key_row<3>(s, nb / width, nb % width)) +
+  // The B column (key row) this lane addresses: key nb_key of sub-chunk nb_sub. The width
+  // differs by warp, so the quotient comes from comparisons (nb < 4·width), not a division
+  // by a run-time divisor (~20 instructions on the phase's path).
+  const int nb = n0 + (lane % 8) + 8 * (lane / 16);
+  const int nb_sub = (nb >= width) + (nb >= 2 * width) + (nb >= 3 * width), nb_key = nb - nb_sub * width;
+  const E* b_row = (Q == 1   ? quad_key_row<1>(s, nb_sub, nb_key)
+                    : Q == 2 ? quad_key_row<2>(s, nb_sub, nb_key)
+                             : quad_key_row<3>(s, nb_sub, nb_key)) +
                    8 * ((lane / 8) % 2);
   float acc[2][4] = {};
 #pragma unroll
@@ -519,7 +536,9 @@ __device__ __forceinline__ void quad_pair_scores(S& s, int warp, int lane) {
 #pragma unroll
     for (int x = 0; x < 4; ++x) {
       const int r = lane / 4 + 8 * (x / 2), n = n0 + 8 * nt + 2 * (lane % 4) + x % 2, I = r / 4;
-      if (n / width == I) s.scores[(kSub * I + width + r % 4) * PA + kSub * I + n % width] = from_float<E>(acc[nt][x]);
+      const int key = n - I * width;  // column n is key `key` of sub-chunk I when 0 ≤ key < width
+      if (key >= 0 && key < width)
+        s.scores[(kSub * I + width + r % 4) * PA + kSub * I + key] = from_float<E>(acc[nt][x]);
     }
 }
 
