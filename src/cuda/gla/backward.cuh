@@ -25,6 +25,7 @@
 #include <utility>
 
 #include "cuda/common/dependent_launch.cuh"
+#include "cuda/common/fast_math.cuh"
 #include "cuda/gla/launch.cuh"
 
 namespace seqmix::cuda::gla {
