@@ -50,11 +50,14 @@ struct TransposedTransfer {
   static constexpr int kBytes = kV + 2 * N * int(sizeof(float));
   static_assert(kStageBytes % 1024 == 0 && kA % 1024 == 0, "swizzle atoms 1024-byte aligned");
   static_assert(kV >= N * (N + 8) * int(sizeof(float)), "v outside the summary the caller writes last");
+  static constexpr int kRowBytes = 128;  // a row of a K half: the hardware's 128-byte swizzle
 
-  __device__ static int unit_offset(int j, int u) { return (u / 8) * (N * 128) + j * 128 + (((u % 8) ^ (j % 8)) * 16); }
+  __device__ static int unit_offset(int j, int u) {
+    return (u / 8) * (N * kRowBytes) + j * kRowBytes + (((u % 8) ^ (j % 8)) * 16);
+  }
   // Byte offset of k-slice ks along the rows: 32 bytes a slice within a K half.
   __device__ static constexpr int slice_offset(int ks) {
-    return (ks * kK * int(sizeof(T)) / 128) * (N * 128) + (ks * kK * int(sizeof(T))) % 128;
+    return (ks * kK * int(sizeof(T)) / kRowBytes) * (N * kRowBytes) + (ks * kK * int(sizeof(T))) % kRowBytes;
   }
 };
 
@@ -122,7 +125,7 @@ __device__ __forceinline__ void chunk_transfer_transposed(unsigned char* smem, c
 #pragma unroll
       for (int k = 0; k < kPieces; ++k) {
         const bool ok = j0 + k * kRowStep < n && col < n;
-        copy_async<16>(to + k * kRowStep * 128, ok ? from + k * kRowStep * n : A_s, ok);
+        copy_async<16>(to + k * kRowStep * L::kRowBytes, ok ? from + k * kRowStep * n : A_s, ok);
       }
       const T* b_s = b + (s_begin + i) * c.b_step;
       for (int e = tid * L::kUnitElems; e < n; e += 128 * L::kUnitElems) copy_async<16>(stage_b(i) + e, b_s + e, true);

@@ -74,6 +74,7 @@ struct WideLayout {
   static constexpr int kStagingTiles = kF32 ? 1 : 2;
   static constexpr int kBytes = kStaging + kStagingTiles * kTileBytes;
   static constexpr int kAlignSlack = 1024;
+  static constexpr int kRowBytes = 128;  // a tile row in at(): the hardware's 128-byte swizzle
   // Byte offset of element (row, col) of a tile of 64 rows in 128-byte swizzled rows (K-major
   // operands: col = k; b_s and the staged outputs: [k][r]).
   __device__ static constexpr int at(int row, int col) { return swizzled_offset<N, int(sizeof(T))>(row, col); }
@@ -104,13 +105,13 @@ __device__ __forceinline__ void issue_wide_stage(const WideChunkParams& p, const
     for (int k = 0; k < N * L::kUnitsPerRow / L::kThreads; ++k) {
       const int row = row0 + k * kRowStep;
       if (identity) {
-        *reinterpret_cast<uint4*>(to + k * kRowStep * 128) = identity_unit<T>(row, col, n);
+        *reinterpret_cast<uint4*>(to + k * kRowStep * L::kRowBytes) = identity_unit<T>(row, col, n);
       } else {
         const bool a_ok = row < n && col < n;
-        copy_async<16>(to + k * kRowStep * 128, a_ok ? a_from + k * kRowStep * n : A_s, a_ok);
+        copy_async<16>(to + k * kRowStep * L::kRowBytes, a_ok ? a_from + k * kRowStep * n : A_s, a_ok);
       }
       const bool b_ok = row < n && col < m;
-      copy_async<16>(to + L::kTileBytes + k * kRowStep * 128, b_ok ? b_from + k * kRowStep * m : b_s, b_ok);
+      copy_async<16>(to + L::kTileBytes + k * kRowStep * L::kRowBytes, b_ok ? b_from + k * kRowStep * m : b_s, b_ok);
     }
   }
   copy_async_commit();
@@ -280,7 +281,8 @@ __device__ __forceinline__ void wide_chain(const WideChunkParams& p, unsigned ch
 #pragma unroll kCopyUnroll
     for (int e = 0; e < 64 * L::kUnitsPerRow / L::kThreads; ++e)
       if (row0 + e * kRowStep < n && col < m)
-        *reinterpret_cast<uint4*>(to + e * kRowStep * m) = *reinterpret_cast<const uint4*>(from + e * kRowStep * 128);
+        *reinterpret_cast<uint4*>(to + e * kRowStep * m) =
+            *reinterpret_cast<const uint4*>(from + e * kRowStep * L::kRowBytes);
   };
 
   for (int64_t s = 0; s < steps; ++s) {
