@@ -3,8 +3,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <cstdio>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -23,11 +25,27 @@ struct GpuGlaCase {
   bool with_state;
   double g_lo, g_hi;        // log decays drawn uniformly from [g_lo, g_hi)
   std::vector<int64_t> cu;  // non-empty: variable length with these offsets (B = 1)
+  // Below zero: the tokens of every odd chunk (t / 64 odd) take log decays from [g_strong, g_lo)
+  // instead, so that one walk mixes chunks the forward factors whole with chunks it cannot.
+  double g_strong = 0.0;
 };
 
 void PrintTo(const GpuGlaCase& c, std::ostream* os) { *os << c.name; }
 
 class GlaCuda : public ::testing::TestWithParam<GpuGlaCase> {};
+
+// The case's log decays [B, T, H, K] (GpuGlaCase::g_lo, g_hi, g_strong).
+HostTensor decays(const GpuGlaCase& c, const std::vector<int64_t>& shape) {
+  HostTensor g = uniform(shape, c.dtype, c.g_lo, c.g_hi);
+  if (c.g_strong >= 0.0) return g;
+  std::vector<double> x = g.values();
+  std::uniform_real_distribution<double> strong(c.g_strong, c.g_lo);
+  const int64_t row = c.H * c.K;  // one token's decays
+  for (size_t i = 0; i < x.size(); ++i)
+    if ((static_cast<int64_t>(i) / row % c.T) / cuda::kGlaChunk % 2 == 1) x[i] = strong(rng());
+  g.set(x);
+  return g;
+}
 
 // One case's fresh random inputs, on the host (for the oracle) and on the device.
 struct GlaCaseInputs {
@@ -46,7 +64,7 @@ struct GlaCaseInputs {
         q(uniform(key_shape, c.dtype)),
         k(uniform(key_shape, c.dtype)),
         v(uniform(value_shape, c.dtype)),
-        g(uniform(key_shape, c.dtype, c.g_lo, c.g_hi)),
+        g(decays(c, key_shape)),
         h0(uniform(state_shape, DType::f32)),
         cu(offsets(c.cu.empty() ? std::vector<int64_t>{0, 1} : c.cu)),
         d_q(q), d_k(k), d_v(v), d_g(g), d_h0(h0), d_cu(cu) {}
@@ -84,6 +102,8 @@ using BackwardTail = Selected<cuda::GlaBackwardTail, cuda::gla_backward_tail, cu
 using ForwardTiling = Selected<cuda::GlaForwardTiling, cuda::gla_forward_tiling, cuda::gla_set_forward_tiling>;
 // The outputs pass's walkers.
 using ForwardWalkers = Selected<cuda::GlaForwardWalkers, cuda::gla_forward_walkers, cuda::gla_set_forward_walkers>;
+// Whether the outputs pass factors chunks whole where their decays allow.
+using ForwardFactored = Selected<bool, cuda::gla_forward_factored, cuda::gla_set_forward_factored>;
 // How the outputs pass writes o.
 using ForwardOutput = Selected<cuda::GlaForwardOutput, cuda::gla_forward_output, cuda::gla_set_forward_output>;
 // The stages of the backward's dL/dS walk.
@@ -191,6 +211,39 @@ TEST_P(GlaCuda, ForwardStagedOutputMatchesOracle) {
     ran_staged = ran_staged || l.kernel == "gla forward (paired walkers, staged output)";
   EXPECT_EQ(staged, direct) << "staged o against direct";
   EXPECT_EQ(ran_staged, c.K <= 128) << "the staged outputs pass";
+}
+
+// The default form with chunks factored whole and without, each against the oracle. Profiled:
+// in f16 no chunk is factored; in bf16 with every log decay ≥ −0.5 (|b| ≤ 46 in log2 units over a
+// chunk) every chunk step of the outputs pass is; with strong decays in every other chunk
+// (g_strong) some are and some are not.
+TEST_P(GlaCuda, ForwardFactoredChunksMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuGlaCase& c = GetParam();
+  const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
+  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
+  const ForwardWalkers walkers(cuda::GlaForwardWalkers::paired);
+  const GlaCaseInputs in(c);
+  const ForwardCheck check(in);
+  {
+    const ForwardFactored factored(false);
+    check.device();
+  }
+  const ForwardFactored factored(true);
+  cuda::gla_profile_start();
+  check.device();
+  const uint64_t steps_factored = cuda::gla_profile_stop().phase_cycles[cuda::kGlaPhaseFactored];
+  // The outputs pass's chunk steps: one walk a (key block, value block, head, sequence) over its chunks.
+  int64_t chunks = 0;
+  for (int64_t n = 0; n < in.N; ++n) {
+    const int64_t length = c.cu.empty() ? c.T : c.cu[n + 1] - c.cu[n];
+    chunks += (length + cuda::kGlaChunk - 1) / cuda::kGlaChunk;
+  }
+  const int64_t value_blocks = c.V % 128 == 0 ? c.V / 128 : c.V / 64, key_blocks = c.K == 256 ? 2 : 1;
+  const uint64_t steps = static_cast<uint64_t>(key_blocks * value_blocks * c.H * chunks);
+  if (c.dtype == DType::f16) EXPECT_EQ(steps_factored, 0u) << "f16 chunks factored";
+  else if (c.g_strong < 0.0) EXPECT_TRUE(steps_factored > 0 && steps_factored < steps) << steps_factored << " of " << steps;
+  else if (c.g_lo >= -0.5) EXPECT_EQ(steps_factored, steps) << "chunk steps factored";
 }
 
 // Every gradient (dq, dk, dv, dg, and d initial state with an initial state) against the
@@ -448,7 +501,9 @@ INSTANTIATE_TEST_SUITE_P(
         GpuGlaCase{"bf16_unsplit_varlen_H20", 1, 1500, 20, 128, 128, DType::bf16, true, -0.3, 0.0,
                    {0, 1, 200, 777, 1500}},
         GpuGlaCase{"f16_unsplit_varlen_H20_no_state", 1, 1500, 20, 128, 128, DType::f16, false, -0.3, 0.0,
-                   {0, 777, 778, 1300, 1500}}),
+                   {0, 777, 778, 1300, 1500}},
+        GpuGlaCase{"bf16_T1000_mixed_chunks", 2, 1000, 2, 128, 128, DType::bf16, true, -0.3, 0.0, {}, -20.0},
+        GpuGlaCase{"Small_bf16_T300_mixed_chunks_K64", 1, 300, 2, 64, 128, DType::bf16, true, -0.2, 0.0, {}, -3.0}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Every pair of head dimensions in {64, 128, 256} (K = 256 runs as two key blocks of 128
@@ -533,10 +588,11 @@ TEST(GlaCudaErrors, UnsupportedInputsAreRefused) {
 // Forward and forward + backward times at the benchmark shapes (H 16, K = V = 128, bf16;
 // B 8 × T 2048 and one sequence of 32768 tokens, which is split), printed; run with
 // --gtest_filter='*GlaCudaTiming*'. Asserts only that the outputs are finite.
-void time_forward(int64_t B, int64_t T, bool with_backward) {
+// g_lo: log decays from [g_lo, 0).
+void time_forward(int64_t B, int64_t T, bool with_backward, double g_lo = -0.2) {
   const int64_t H = 16, K = 128, V = 128;
   HostTensor q = uniform({B, T, H, K}, DType::bf16), k = uniform({B, T, H, K}, DType::bf16),
-             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, -0.2, 0.0);
+             v = uniform({B, T, H, V}, DType::bf16), g = uniform({B, T, H, K}, DType::bf16, g_lo, 0.0);
   HostTensor o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32), d_out = uniform({B, T, H, V}, DType::bf16);
   HostTensor dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16),
       dg({B, T, H, K}, DType::bf16);
@@ -551,9 +607,10 @@ void time_forward(int64_t B, int64_t T, bool with_backward) {
                    options);
   };
   const std::vector<float> times = event_times_ms(run, {.reps = 20, .warmups = 3, .flush_l2 = false});
-  std::printf("gla %s B%lld T%lld H%lld K%lld V%lld bf16: median %.4f ms (min %.4f)\n",
+  std::printf("gla %s B%lld T%lld H%lld K%lld V%lld bf16%s: median %.4f ms (min %.4f)\n",
               with_backward ? "forward+backward" : "forward", static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
-              static_cast<long long>(K), static_cast<long long>(V), times[times.size() / 2], times[0]);
+              static_cast<long long>(K), static_cast<long long>(V), g_lo < -1.0 ? " strong decays" : "",
+              times[times.size() / 2], times[0]);
   const std::vector<double> out = d_o.values(o);
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](double x) { return std::isfinite(x); }));
   if (with_backward) {
@@ -572,6 +629,13 @@ TEST(GlaCudaTiming, ForwardB1T32768) {
   SKIP_WITHOUT_CUDA_DEVICE();
   time_forward(1, 32768, false);
   time_forward(1, 32768, true);
+}
+
+// The forward at B 8 × T 2048 with log decays from [−4, 0): no chunk can be factored whole, so
+// each pays the factored walk and the vote before the sub-chunks and quads.
+TEST(GlaCudaTiming, ForwardStrongDecaysB8T2048) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  time_forward(8, 2048, false, -4.0);
 }
 
 // The backward alone by each diagonal (CUDA cores, tensor-core quads), side by side on the

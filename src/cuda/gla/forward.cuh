@@ -10,9 +10,13 @@
 // is summed exactly on the CUDA cores with running products of e^{g} (diagonal_scores), or
 // (the outputs pass's default, params.hpp GlaForwardDiagonal) factored the same way one
 // level down through 4-token quads on the tensor cores, only the pairs inside a quad on the
-// CUDA cores (quad_*).
+// CUDA cores (quad_*). Where a chunk's decays allow (bf16, GlaParams::factored_chunks), the
+// outputs pass factors the whole chunk through its first token instead: A is one product
+// (factored_operands, factored_scores).
 // The next chunk's inputs stream into shared memory (cp.async) while this one multiplies.
 #pragma once
+
+#include <type_traits>
 
 #include "cuda/common/fast_math.cuh"
 #include "cuda/common/proxy.cuh"
@@ -52,6 +56,9 @@ struct Smem {
   // operands of the quad pairs instead (quad_key_row).
   __device__ E* quad_keys() { return reinterpret_cast<E*>(decay); }
   __device__ const E* quad_keys() const { return reinterpret_cast<const E*>(decay); }
+  // A chunk factored whole (factored_operands) has neither: the same bytes hold k ⊙ 2^{−b}.
+  __device__ E* inverse_keys() { return reinterpret_cast<E*>(decay); }
+  __device__ const E* inverse_keys() const { return reinterpret_cast<const E*>(decay); }
 };
 
 // The tensor-core diagonal cuts each 16-token sub-chunk into four 4-token quads. A pair of
@@ -566,6 +573,116 @@ __device__ __forceinline__ void pair_scores(S& s, int warp, int lane) {
   }
 }
 
+// A chunk factored whole (GlaParams::factored_chunks). With b the running sum of g·log2 e from
+// the chunk's start, e^{b_i − b_j} = 2^{b_i}·2^{−b_j} for every pair, so
+//   A     = (q ⊙ 2^{b})·(k ⊙ 2^{−b})ᵀ with the entries j > i set to zero: one product;
+//   S_end = 2^{b_last} ⊙ (S_0 + (k ⊙ 2^{−b})ᵀ v): the decay applied after the update.
+// These factors are not ≤ 1, so a chunk is factored only if every |b| ≤ kFactoredRange and every
+// key operand stays below kFactoredCeiling: then q ⊙ 2^{b} stays a normal number for any
+// |q| > 2^{−62} and no operand or kept product overflows; the entries above the diagonal (up to
+// 2^{2·64} times q·k) are dropped by a select, so even an infinity there never reaches A. The
+// block votes after the walk; a chunk that fails takes the sub-chunks and quads (NOTES.md v61).
+constexpr float kFactoredRange = 64.0f;
+constexpr float kFactoredCeiling = 0x1p100f;
+constexpr int kFactoredPause = 7;  // chunks not tried after one voted out (the kernel's walk)
+
+// The factored operands: thread (side, half, channel pair cp) walks channels 2cp, 2cp + 1 over its
+// half of the chunk; the query side writes q ⊙ 2^{b} into q_start (and 2^{b_last} into decay_all),
+// the key side k ⊙ 2^{−b} into the inverse keys. The second half first sums the first half's g.
+// The key side runs the negated sums: fma(g, −r, −b) = −fma(g, r, b) and (−r)·x = −(r·x) exactly,
+// so both sides hold the same |b| token by token. Returns whether this thread's operands leave
+// the range above (NaN included): every operand is checked, |b| at every 8th token (with g ≤ 0,
+// DESIGN.md's contract, |b| only grows along the walk).
+template <class S>
+__device__ __forceinline__ bool factored_operands(S& s, int tid) {
+  using E = typename S::Element;
+  constexpr int KD = S::kKeys, PK = S::PK, kPairs = KD / 2, kHalf = kChunk / 2, kBatch = 16;
+  if (tid >= 2 * KD) return false;
+  // The key side's halves the other way round: the second half (which sums the first's g first)
+  // then shares each scheduler (warps w, w + 4) with a first half.
+  const bool query = tid < KD;
+  const int u = tid % KD, half = query ? u / kPairs : 1 - u / kPairs, c = 2 * (u % kPairs);
+  const float rate = query ? kLog2e : -kLog2e;
+  float2 b = make_float2(0.0f, 0.0f);
+  if (half == 1) {
+    float2 sum[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};  // two chains of adds
+#pragma unroll 8
+    for (int t = 0; t < kHalf; ++t) {
+      const float2 g = load2(s.g + t * PK + c);
+      sum[t % 2].x += g.x, sum[t % 2].y += g.y;
+    }
+    b = make_float2((sum[0].x + sum[1].x) * rate, (sum[0].y + sum[1].y) * rate);
+  }
+  const E* const from = query ? s.q : s.k;
+  E* const to = query ? s.q_start : s.inverse_keys();
+  float peak_exponent = 0.0f, peak_operand = 0.0f;
+#pragma unroll 1
+  for (int t0 = half * kHalf; t0 < (half + 1) * kHalf; t0 += kBatch) {
+    float2 g[kBatch], x[kBatch];
+#pragma unroll
+    for (int tt = 0; tt < kBatch; ++tt) {
+      g[tt] = load2(s.g + (t0 + tt) * PK + c);
+      x[tt] = load2(from + (t0 + tt) * PK + c);
+    }
+#pragma unroll
+    for (int tt = 0; tt < kBatch; ++tt) {
+      b.x = fmaf(g[tt].x, rate, b.x), b.y = fmaf(g[tt].y, rate, b.y);
+      const float2 y = make_float2(x[tt].x * ex2_fast(b.x), x[tt].y * ex2_fast(b.y));
+      store2(to + (t0 + tt) * PK + c, y);
+      peak_operand = fmaxf(peak_operand, fmaxf(fabsf(y.x), fabsf(y.y)));
+      if (tt % 8 == 7) peak_exponent = fmaxf(peak_exponent, fmaxf(fabsf(b.x), fabsf(b.y)));
+    }
+  }
+  if (query && half == 1) s.decay_all[c] = ex2_fast(b.x), s.decay_all[c + 1] = ex2_fast(b.y);
+  return !(peak_exponent <= kFactoredRange && peak_operand < kFactoredCeiling);
+}
+
+// Tiles [t0, t0 + kTiles) of 16×8 of row block I of A for a chunk factored whole, the entries
+// j > i set to zero. The count is a constant, so the products need no branch (a run-time count
+// put a branch and a warp sync around each of them).
+template <int kTiles, class S>
+__device__ __forceinline__ void factored_row_tiles(S& s, int I, int t0, int lane) {
+  using E = typename S::Element;
+  constexpr int KD = S::kKeys, PK = S::PK, PA = S::PA, kPairs = (kTiles + 1) / 2;
+  float acc[kTiles][4] = {};
+#pragma unroll
+  for (int kk = 0; kk < KD / 16; ++kk) {
+    uint32_t a[4];
+    load_a(a, s.q_start, PK, kSub * I, 16 * kk, lane);
+#pragma unroll
+    for (int pair = 0; pair < kPairs; ++pair) {
+      uint32_t b[4];  // rows up to 8·(t0 + 2·pair) + 15 ≤ 63: inside the tile
+      load_b_from_rows(b, s.inverse_keys(), PK, 8 * (t0 + 2 * pair), 16 * kk, lane);
+      mma<E>(acc[2 * pair], a, b[0], b[1]);
+      if (2 * pair + 1 < kTiles) mma<E>(acc[2 * pair + 1], a, b[2], b[3]);
+    }
+  }
+  const int row = kSub * I + lane / 4;
+  auto kept = [](int r, int col, float x) { return col <= r ? x : 0.0f; };
+#pragma unroll
+  for (int n = 0; n < kTiles; ++n) {
+    const int col = 8 * (t0 + n) + 2 * (lane % 4);
+    *reinterpret_cast<uint32_t*>(&s.scores[row * PA + col]) =
+        pack2<E>(kept(row, col, acc[n][0]), kept(row, col + 1, acc[n][1]));
+    *reinterpret_cast<uint32_t*>(&s.scores[(row + 8) * PA + col]) =
+        pack2<E>(kept(row + 8, col, acc[n][2]), kept(row + 8, col + 1, acc[n][3]));
+  }
+}
+
+// A of a chunk factored whole. Row block I (16 rows) has 2(I + 1) column tiles of 8 on or left
+// of the diagonal; two warps share a row block, half its tiles each, and the two warps of each
+// scheduler (w, w + 4) take row blocks I and 3 − I: 5 tiles a scheduler.
+template <class S>
+__device__ __forceinline__ void factored_scores(S& s, int warp, int lane) {
+  const int I = warp < 4 ? warp / 2 : 3 - (warp - 4) / 2, t0 = (warp % 2) * (I + 1);
+  switch (I) {
+    case 0: factored_row_tiles<1>(s, 0, t0, lane); break;
+    case 1: factored_row_tiles<2>(s, 1, t0, lane); break;
+    case 2: factored_row_tiles<3>(s, 2, t0, lane); break;
+    default: factored_row_tiles<4>(s, 3, t0, lane); break;
+  }
+}
+
 // The state S [KD, VB] as accumulator fragments: warp w owns kRowBlocks blocks of 16 rows from
 // row 16·kRowBlocks·(w % RB) and the columns of its column split w / RB (the 8 warps tile the
 // state). Two row blocks a warp (params.hpp GlaForwardTiling::tall) halve the column split's
@@ -615,16 +732,21 @@ struct StateTile {
   }
   // As the product operand, rounded to E.
   __device__ void store_operand(E* tile) const { store_pairs(tile, Smem<E, KD, VB>::PV); }
-  // S ← decay ⊙ S + keysᵀ v: keys [64, KD] (pitch KD + 8), v [64, VB] (pitch VB + 8), decay
-  // one factor per key row. The forward passes k ⊙ e^{b_last − b} and e^{b_last}.
-  __device__ void advance(const E* keys, const float* decay, const E* v, int lane) {
-    constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
+  // Each row times its decay (one factor per key row).
+  __device__ void decay_rows(const float* decay) {
 #pragma unroll
     for (int m = 0; m < MB; ++m) {
       const float d0 = decay[row_of(m, 0)], d1 = decay[row_of(m, 2)];
 #pragma unroll
       for (int nt = 0; nt < NT; ++nt) f[m][nt][0] *= d0, f[m][nt][1] *= d0, f[m][nt][2] *= d1, f[m][nt][3] *= d1;
     }
+  }
+  // S ← decay ⊙ S + keysᵀ v, or with decay_after S ← decay ⊙ (S + keysᵀ v): keys [64, KD]
+  // (pitch KD + 8), v [64, VB] (pitch VB + 8), decay one factor per key row. The forward passes
+  // k ⊙ e^{b_last − b} and e^{b_last}, or for a chunk factored whole k ⊙ 2^{−b} and 2^{b_last}.
+  __device__ void advance(const E* keys, const float* decay, const E* v, int lane, bool decay_after = false) {
+    constexpr int PK = Smem<E, KD, VB>::PK, PV = Smem<E, KD, VB>::PV;
+    if (!decay_after) decay_rows(decay);
     const int m0 = row - lane / 4, n0 = col - 2 * (lane % 4);
 #pragma unroll
     for (int kk = 0; kk < kChunk / 16; ++kk) {
@@ -639,6 +761,7 @@ struct StateTile {
         for (int m = 0; m < MB; ++m) mma_pair<E>(f[m][2 * np], f[m][2 * np + 1], a[m], b);
       }
     }
+    if (decay_after) decay_rows(decay);
   }
 };
 
@@ -806,7 +929,7 @@ struct BlockPlan {
 // counters and this thread times.
 struct PhaseClock {
   unsigned long long* counters;
-  unsigned last = 0, sums[kGlaPhaseSteps] = {};
+  unsigned last = 0, sums[kGlaPhaseSteps] = {}, factored = 0;
 
   __device__ PhaseClock(unsigned long long* c, bool timer) : counters(timer ? c : nullptr) {
     if (counters) last = static_cast<unsigned>(clock());
@@ -817,6 +940,9 @@ struct PhaseClock {
     sums[phase] += now - last;
     last = now;
   }
+  __device__ __forceinline__ void count_factored() {
+    if (counters) ++factored;
+  }
   // count_steps: this timer also counts the block's chunk steps and the block itself.
   __device__ void finish(int64_t steps, bool count_steps) const {
     if (!counters) return;
@@ -826,6 +952,7 @@ struct PhaseClock {
     if (!count_steps) return;
     atomicAdd(counters + kGlaPhaseSteps, static_cast<unsigned long long>(steps));
     atomicAdd(counters + kGlaPhaseBlocks, 1ull);
+    if (factored) atomicAdd(counters + kGlaPhaseFactored, static_cast<unsigned long long>(factored));
   }
 };
 
@@ -875,6 +1002,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   constexpr bool kCopyStates = kSaveStates || kPass == Pass::chunk_states;
   static_assert(kQuads || !kPairedWalk, "the paired walkers form the quads' operands");
   static_assert(kQuads || !kStagedOutput, "the staging boxes are released at the quad diagonal's barrier");
+  // A chunk factored whole (factored_operands): bf16 only, whose operands keep fp32's exponent range.
+  constexpr bool kFactorable = kPairedWalk && std::is_same_v<E, __nv_bfloat16>;
   // The kernel has no static shared memory, so the dynamic block starts the CTA's shared
   // window: 1024-aligned, as the staging boxes' swizzle needs (a misplaced box would scramble
   // o, which the oracle tests would see).
@@ -910,16 +1039,21 @@ __global__ void __launch_bounds__(kThreads, 1)
   // has one stage of g, q, k (shared memory is full), copied as soon as each is released.
   auto k_tile = [&](int stage) { return kOutput || stage == 0 ? s.k : s.q_sub; };
   auto g_tile = [&](int stage) { return kOutput || stage == 0 ? s.g : s.q_start; };
+  // Each operand's first row for this block, formed once: a chunk's rows start chunk·64 rows on
+  // (forming the whole offset again at every chunk's copies took ~40 integer instructions).
+  const E *const q_rows = row0(p.q, 0, key0), *const k_rows = row0(p.k, 0, key0);
+  const E *const g_rows = row0(p.g, 0, key0), *const v_rows = row0(p.v, 0, vb0);
+  auto chunk_rows = [](const E* rows, const GlaTokens& x, int64_t chunk) { return rows + chunk * kChunk * x.stride_time; };
   // The decays of a chunk are read first and released first: two groups of copies.
   auto issue_decay_loads = [&](int64_t chunk, int stage) {
-    load_chunk<KD, PK>(g_tile(stage), row0(p.g, chunk * kChunk, key0), p.g.stride_time, plan.valid(chunk), tid);
+    load_chunk<KD, PK>(g_tile(stage), chunk_rows(g_rows, p.g, chunk), p.g.stride_time, plan.valid(chunk), tid);
     copy_async_commit();
   };
   auto issue_token_loads = [&](int64_t chunk, int stage) {
-    const int64_t t = chunk * kChunk;
-    if constexpr (kOutput) load_chunk<KD, PK>(s.q, row0(p.q, t, key0), p.q.stride_time, plan.valid(chunk), tid);
-    load_chunk<KD, PK>(k_tile(stage), row0(p.k, t, key0), p.k.stride_time, plan.valid(chunk), tid);
-    load_chunk<VB, PV>(s.v[stage], row0(p.v, t, vb0), p.v.stride_time, plan.valid(chunk), tid);
+    const int valid = plan.valid(chunk);
+    if constexpr (kOutput) load_chunk<KD, PK>(s.q, chunk_rows(q_rows, p.q, chunk), p.q.stride_time, valid, tid);
+    load_chunk<KD, PK>(k_tile(stage), chunk_rows(k_rows, p.k, chunk), p.k.stride_time, valid, tid);
+    load_chunk<VB, PV>(s.v[stage], chunk_rows(v_rows, p.v, chunk), p.v.stride_time, valid, tid);
     copy_async_commit();
   };
 
@@ -938,6 +1072,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
 
   PhaseClock phases(p.phase_cycles, tid == 0);
+  int paused = 0;  // chunks left before the next try at factoring one whole (block-uniform)
   for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
     const int stage = static_cast<int>((chunk - plan.first_chunk) & 1);
     const bool more = chunk + 1 < plan.end_chunk;
@@ -950,55 +1085,86 @@ __global__ void __launch_bounds__(kThreads, 1)
     if constexpr (kStagedOutput) {
       if (staged_row >= 0 && tid == 0) copy_staged();
     }
-    if constexpr (kQuads) {
-      quad_inner_scores(s, tid);
-      if constexpr (kStagedOutput) {
-        if (staged_row >= 0 && tid == 0) tma::bulk_wait_read();  // before the walkers overwrite the boxes
-      }
-      __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
-      phases.mark(kGlaPhaseDiagonal);
-    }
-    if constexpr (kOutput) {
-      if constexpr (kPairedWalk) paired_decay_operands(s, tid);
-      else decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
-      S.store_operand(s.state);  // with kSaveStates, fenced for its copy with A's tile below
-    } else {
-      if (more) {  // into the stage the last step read
-        issue_decay_loads(chunk + 1, stage ^ 1);
-        issue_token_loads(chunk + 1, stage ^ 1);
-      }
-      StatePassView<E, KD> view{g_tile(stage), k_tile(stage), s.k_end, s.decay_all};
-      decay_operands<false>(view, tid);
-      if constexpr (kCopyStates) {  // s.state is no operand here: only the copies read it
-        S.store_operand(s.state);
-        fence_async_shared();
-      }
-    }
-    __syncthreads();  // g is free: the next chunk's decays stream in from here
-    phases.mark(kGlaPhaseDecays);
     // The state tile, by one tensor copy of thread 0, to the table's rows slot·K + key0, value
-    // block vb0 / VB (launch.cuh state_table_map): here in the chunk-state pass; in the outputs pass
-    // beside A's after the pairs barrier (NOTES.md v52b).
+    // block vb0 / VB (launch.cuh state_table_map): in the chunk-state pass after the decays
+    // barrier; in the outputs pass beside A's after the pairs barrier (NOTES.md v52b).
     const int64_t slot = chunk_slot(p, plan.n, h, chunk);
     auto send_state = [&] {
       tma::store_box(states_map, s.state, 0, static_cast<int>(vb0 / VB), static_cast<int>(slot * p.K + key0));
     };
-    if constexpr (kCopyStates && !kOutput) {
-      if (tid == 0) send_state(), tma::bulk_commit();
+    // A chunk factored whole: its operands, then the block's vote; the raw q, k and g stay as
+    // they came, so a chunk voted out starts the sub-chunks and quads from them. After a chunk
+    // voted out, the next kFactoredPause chunks go straight to the sub-chunks and quads: where
+    // the decays are strong throughout, the failed walks would cost ≈ 20 % (NOTES.md v61).
+    bool factored = false;
+    if constexpr (kFactorable) {
+      if (p.factored_chunks && paused == 0) {
+        const bool outside = factored_operands(s, tid);
+        S.store_operand(s.state);  // with kSaveStates, fenced for its copy with A's tile below
+        factored = !__syncthreads_or(outside);
+        phases.mark(kGlaPhaseDecays);
+        if (!factored) paused = kFactoredPause + 1;
+      }
+      if (paused > 0) --paused;
+    }
+    if (factored) {  // q, k and g are free: the next chunk's copies all go out now
+      if constexpr (kFactorable) {
+        phases.count_factored();
+        if (more) issue_decay_loads(chunk + 1, 0), issue_token_loads(chunk + 1, stage ^ 1);
+        factored_scores(s, warp, lane);
+        if constexpr (kStagedOutput) {
+          if (staged_row >= 0 && tid == 0) tma::bulk_wait_read();  // this step's output rewrites the boxes
+        }
+        if constexpr (kSaveStates) fence_async_shared();
+        __syncthreads();
+        phases.mark(kGlaPhasePairs);
+      }
+    } else {
+      if constexpr (kQuads) {
+        quad_inner_scores(s, tid);
+        if constexpr (kStagedOutput) {
+          if (staged_row >= 0 && tid == 0) tma::bulk_wait_read();  // before the walkers overwrite the boxes
+        }
+        __syncthreads();  // the raw q, k are read: the walkers write the quads' operands over them
+        phases.mark(kGlaPhaseDiagonal);
+      }
+      if constexpr (kOutput) {
+        if constexpr (kPairedWalk) paired_decay_operands(s, tid);
+        else decay_operands<true, Smem<E, KD, VB>, kQuads, false>(s, tid);
+        S.store_operand(s.state);  // with kSaveStates, fenced for its copy with A's tile below
+      } else {
+        if (more) {  // into the stage the last step read
+          issue_decay_loads(chunk + 1, stage ^ 1);
+          issue_token_loads(chunk + 1, stage ^ 1);
+        }
+        StatePassView<E, KD> view{g_tile(stage), k_tile(stage), s.k_end, s.decay_all};
+        decay_operands<false>(view, tid);
+        if constexpr (kCopyStates) {  // s.state is no operand here: only the copies read it
+          S.store_operand(s.state);
+          fence_async_shared();
+        }
+      }
+      __syncthreads();  // g is free: the next chunk's decays stream in from here
+      phases.mark(kGlaPhaseDecays);
+      if constexpr (kCopyStates && !kOutput) {
+        if (tid == 0) send_state(), tma::bulk_commit();
+      }
+      if constexpr (kOutput) {
+        if (more) issue_decay_loads(chunk + 1, 0);
+        if constexpr (kQuads) quad_pair_scores(s, warp, lane);
+        else diagonal_scores(s, warp, lane);
+        __syncthreads();  // q, k are free: the next chunk's tokens stream in behind the products
+        phases.mark(kGlaPhaseDiagonal);
+        if (more) issue_token_loads(chunk + 1, stage ^ 1);
+        pair_scores(s, warp, lane);
+        // The state's tile (stored before the walkers' barrier) and A's may leave by tensor copies
+        // after this barrier: one fence orders both for the copy engine.
+        if constexpr (kSaveStates) fence_async_shared();
+        __syncthreads();
+        phases.mark(kGlaPhasePairs);
+      }
     }
     if constexpr (kOutput) {
-      if (more) issue_decay_loads(chunk + 1, 0);
-      if constexpr (kQuads) quad_pair_scores(s, warp, lane);
-      else diagonal_scores(s, warp, lane);
-      __syncthreads();  // q, k are free: the next chunk's tokens stream in behind the products
-      phases.mark(kGlaPhaseDiagonal);
-      if (more) issue_token_loads(chunk + 1, stage ^ 1);
-      pair_scores(s, warp, lane);
-      // The state's tile (stored before the walkers' barrier) and A's may leave by tensor copies
-      // after this barrier: one fence orders both for the copy engine.
-      if constexpr (kSaveStates) fence_async_shared();
-      __syncthreads();
-      phases.mark(kGlaPhasePairs);
       if constexpr (kSaveStates) {  // read before the next step's walkers rewrite them (its top's wait)
         if (tid == 0) {
           send_state();
@@ -1026,7 +1192,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     } else {
       if (tid < KD) total_decay *= s.decay_all[tid];
     }
-    S.advance(s.k_end, s.decay_all, s.v[stage], lane);
+    S.advance(factored ? s.inverse_keys() : s.k_end, s.decay_all, s.v[stage], lane, factored);
     phases.mark(kGlaPhaseAdvance);
   }
   phases.finish(plan.end_chunk - plan.first_chunk, true);

@@ -221,8 +221,11 @@ void launch_pass(const GlaParams& p, cudaStream_t stream) {
 // entering state, and with p.saved_chunk_scores every chunk's A; the other forms are followed
 // by the chunk-state pass (the same table, the same cost as the backward's: correct, not
 // faster) and cannot save A, so they refuse the scores table.
+// The paired walkers' kernels (bf16) factor each chunk whole where its decays allow
+// (gla_forward_factored).
 template <class E, int KD, int VB>
 void launch_outputs(GlaParams p, cudaStream_t stream) {
+  p.factored_chunks = gla_forward_factored();
   const bool save = p.chunk_states != nullptr;
   const bool tensor_cores = gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores;
   const bool paired_tall = tensor_cores && gla_forward_walkers() == GlaForwardWalkers::paired &&

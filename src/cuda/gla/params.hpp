@@ -77,6 +77,10 @@ struct GlaParams {
   // Forward: written by the form that saves the states (else the launcher throws). Backward:
   // read instead of forming A again (NOTES.md v48); it must be the forward's on these inputs.
   void* saved_chunk_scores = nullptr;
+  // Set by the launcher (gla_forward_factored): the default outputs pass (bf16) forms a chunk's
+  // A as one product factored through the chunk's start wherever the chunk's decays allow
+  // (forward.cuh factored_operands), and by the sub-chunks and quads elsewhere.
+  bool factored_chunks = false;
 };
 
 enum class GlaDtype { bf16, f16 };
@@ -229,6 +233,16 @@ void gla_set_backward_table_copies(bool on);
 // SEQMIX_GLA_BACKWARD_HELD_OPERANDS is "0" when first asked, or a caller set it.
 bool gla_backward_held_operands();
 void gla_set_backward_held_operands(bool on);
+
+// Whether the default outputs pass (bf16) factors a chunk's A through the chunk's first token,
+// A = (q ⊙ 2^{b})·(k ⊙ 2^{−b})ᵀ masked to j ≤ i (b the running log2 decay from the chunk's start),
+// one product instead of the sub-chunk pairs, the quad pairs and the pairs inside each quad, in
+// every chunk whose |b| stays within kFactoredRange at every token and channel (a vote of the
+// block; the others take the sub-chunks and quads as before; forward.cuh factored_operands,
+// NOTES.md v61): process-wide, on unless the environment variable SEQMIX_GLA_FORWARD_FACTORED
+// is "0" when first asked, or a caller (the tests) set it.
+bool gla_forward_factored();
+void gla_set_forward_factored(bool on);
 
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:

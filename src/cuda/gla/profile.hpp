@@ -21,6 +21,7 @@ enum GlaPhase : int {
   kGlaPhaseAdvance,   // S ← e^{b_last} ⊙ S + k_endᵀ v, warp 0's time
   kGlaPhaseSteps,     // chunk steps counted (one per block per chunk)
   kGlaPhaseBlocks,    // blocks counted
+  kGlaPhaseFactored,  // chunk steps whose A was factored whole (GlaParams::factored_chunks)
   // The backward's gradient kernel (one block a chunk, no walk), as its thread 0 sees them
   // up to the barrier that ends each (the last: its own dg sums):
   kGlaGradientLoads,     // zero A, issue q, k, g and the first value slice, wait for q, k, g
