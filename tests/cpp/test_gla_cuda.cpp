@@ -139,6 +139,13 @@ struct ForwardCheck {
   }
 };
 
+// The outputs pass's default form: tall tiling, tensor-core diagonal, paired walkers.
+struct DefaultForwardForm {
+  const ForwardTiling tiling{cuda::GlaForwardTiling::tall};
+  const ForwardDiagonal diagonal{cuda::GlaForwardDiagonal::tensor_cores};
+  const ForwardWalkers walkers{cuda::GlaForwardWalkers::paired};
+};
+
 // The forward (output and final state) against the oracle, by the forms selected.
 void forward_matches_oracle(const GpuGlaCase& c) {
   const GlaCaseInputs in(c);
@@ -193,9 +200,7 @@ TEST_P(GlaCuda, ForwardSingleWalkersMatchesOracle) {
 TEST_P(GlaCuda, ForwardStagedOutputMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const GpuGlaCase& c = GetParam();
-  const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
-  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
-  const ForwardWalkers walkers(cuda::GlaForwardWalkers::paired);
+  const DefaultForwardForm form;
   const GlaCaseInputs in(c);
   const ForwardCheck check(in);
   std::vector<double> direct;
@@ -220,9 +225,7 @@ TEST_P(GlaCuda, ForwardStagedOutputMatchesOracle) {
 TEST_P(GlaCuda, ForwardFactoredChunksMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const GpuGlaCase& c = GetParam();
-  const ForwardTiling tiling(cuda::GlaForwardTiling::tall);
-  const ForwardDiagonal diagonal(cuda::GlaForwardDiagonal::tensor_cores);
-  const ForwardWalkers walkers(cuda::GlaForwardWalkers::paired);
+  const DefaultForwardForm form;
   const GlaCaseInputs in(c);
   const ForwardCheck check(in);
   {
