@@ -245,7 +245,8 @@ TEST_P(GlaCuda, ForwardFactoredChunksMatchesOracle) {
   const int64_t value_blocks = c.V % 128 == 0 ? c.V / 128 : c.V / 64, key_blocks = c.K == 256 ? 2 : 1;
   const uint64_t steps = static_cast<uint64_t>(key_blocks * value_blocks * c.H * chunks);
   if (c.dtype == DType::f16) EXPECT_EQ(steps_factored, 0u) << "f16 chunks factored";
-  else if (c.g_strong < 0.0) EXPECT_TRUE(steps_factored > 0 && steps_factored < steps) << steps_factored << " of " << steps;
+  else if (c.g_strong < 0.0)
+    EXPECT_TRUE(steps_factored > 0 && steps_factored < steps) << steps_factored << " of " << steps;
   else if (c.g_lo >= -0.5) EXPECT_EQ(steps_factored, steps) << "chunk steps factored";
 }
 

@@ -57,8 +57,8 @@ struct Smem {
   __device__ E* quad_keys() { return reinterpret_cast<E*>(decay); }
   __device__ const E* quad_keys() const { return reinterpret_cast<const E*>(decay); }
   // A chunk factored whole (factored_operands) has neither: the same bytes hold k ⊙ 2^{−b}.
-  __device__ E* inverse_keys() { return reinterpret_cast<E*>(decay); }
-  __device__ const E* inverse_keys() const { return reinterpret_cast<const E*>(decay); }
+  __device__ E* inverse_keys() { return quad_keys(); }
+  __device__ const E* inverse_keys() const { return quad_keys(); }
 };
 
 // The tensor-core diagonal cuts each 16-token sub-chunk into four 4-token quads. A pair of
@@ -271,6 +271,20 @@ __device__ __forceinline__ void store2(E* p, float2 x) {
 __device__ __forceinline__ float2 mul2(float2 a, float2 b) { return make_float2(a.x * b.x, a.y * b.y); }
 __device__ __forceinline__ float2 exp_each(float2 g) { return make_float2(exp_fast(g.x), exp_fast(g.y)); }
 
+// Σ g over the chunk's first half for channels c, c + 1 (two chains of adds), which the walkers of
+// the second half start from.
+template <class S>
+__device__ __forceinline__ float2 first_half_sum(const S& s, int c) {
+  constexpr int PK = S::PK, kHalf = kChunk / 2;
+  float2 sum[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};
+#pragma unroll 8
+  for (int t = 0; t < kHalf; ++t) {
+    const float2 g = load2(s.g + t * PK + c);
+    sum[t % 2].x += g.x, sum[t % 2].y += g.y;
+  }
+  return make_float2(sum[0].x + sum[1].x, sum[0].y + sum[1].y);
+}
+
 // decay_operands<true, S, kQuads = true> with full-width shared accesses (params.hpp
 // GlaForwardWalkers::paired): thread (channel pair cp, half, role) walks channels 2cp, 2cp + 1
 // (4-byte loads and stores: a warp, 32 pairs of one half, reads or writes one 128-byte row)
@@ -293,15 +307,7 @@ __device__ __forceinline__ void paired_decay_operands(S& s, int tid) {
     // (quad_base = e^{b_p − b_{i0}}) and from the chunk's start (sub_base = e^{b_{i0}}), each
     // formed once a quad or a sub-chunk: q ⊙ e^{b_i − b_p}, then ⊙ quad_base, then ⊙ sub_base.
     float2 before = one, sub_base = one, quad_base = one, quad = one;  // before: e^{b_{i0 − 1}}
-    if (half == 1) {
-      float2 sum[2] = {zero, zero};  // two chains of adds
-#pragma unroll 8
-      for (int t = 0; t < kHalf; ++t) {
-        const float2 g = load2(s.g + t * PK + c);
-        sum[t % 2].x += g.x, sum[t % 2].y += g.y;
-      }
-      before = exp_each(make_float2(sum[0].x + sum[1].x, sum[0].y + sum[1].y));
-    }
+    if (half == 1) before = exp_each(first_half_sum(s, c));
 #pragma unroll 1
     for (int local = 0; local < 2; ++local) {  // rolled over the two sub-chunks
 #pragma unroll
@@ -605,13 +611,8 @@ __device__ __forceinline__ bool factored_operands(S& s, int tid) {
   const float rate = query ? kLog2e : -kLog2e;
   float2 b = make_float2(0.0f, 0.0f);
   if (half == 1) {
-    float2 sum[2] = {make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)};  // two chains of adds
-#pragma unroll 8
-    for (int t = 0; t < kHalf; ++t) {
-      const float2 g = load2(s.g + t * PK + c);
-      sum[t % 2].x += g.x, sum[t % 2].y += g.y;
-    }
-    b = make_float2((sum[0].x + sum[1].x) * rate, (sum[0].y + sum[1].y) * rate);
+    const float2 sum = first_half_sum(s, c);
+    b = make_float2(sum.x * rate, sum.y * rate);
   }
   const E* const from = query ? s.q : s.k;
   E* const to = query ? s.q_start : s.inverse_keys();
@@ -1043,7 +1044,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (forming the whole offset again at every chunk's copies took ~40 integer instructions).
   const E *const q_rows = row0(p.q, 0, key0), *const k_rows = row0(p.k, 0, key0);
   const E *const g_rows = row0(p.g, 0, key0), *const v_rows = row0(p.v, 0, vb0);
-  auto chunk_rows = [](const E* rows, const GlaTokens& x, int64_t chunk) { return rows + chunk * kChunk * x.stride_time; };
+  auto chunk_rows = [](const E* rows, const GlaTokens& x, int64_t chunk) {
+    return rows + chunk * kChunk * x.stride_time;
+  };
   // The decays of a chunk are read first and released first: two groups of copies.
   auto issue_decay_loads = [&](int64_t chunk, int stage) {
     load_chunk<KD, PK>(g_tile(stage), chunk_rows(g_rows, p.g, chunk), p.g.stride_time, plan.valid(chunk), tid);
