@@ -28,6 +28,7 @@ struct GpuGlaCase {
   // Below zero: the tokens of every odd chunk (t / 64 odd) take log decays from [g_strong, g_lo)
   // instead, so that one walk mixes chunks the forward factors whole with chunks it cannot.
   double g_strong = 0.0;
+  double k_scale = 1.0;  // keys drawn from [−k_scale, k_scale)
 };
 
 void PrintTo(const GpuGlaCase& c, std::ostream* os) { *os << c.name; }
@@ -62,7 +63,7 @@ struct GlaCaseInputs {
         value_shape{c.B, c.T, c.H, c.V},
         state_shape{N, c.H, c.K, c.V},
         q(uniform(key_shape, c.dtype)),
-        k(uniform(key_shape, c.dtype)),
+        k(uniform(key_shape, c.dtype, -c.k_scale, c.k_scale)),
         v(uniform(value_shape, c.dtype)),
         g(decays(c, key_shape)),
         h0(uniform(state_shape, DType::f32)),
@@ -256,10 +257,9 @@ TEST_P(GlaCuda, ForwardFactoredChunksMatchesOracle) {
 // forward_first: the device forward runs first on the same inputs (its o and final state
 // checked against the oracle too) and saves its chunk states into a poisoned table, which the
 // backward reads; the backward's launches are returned (profiled), so a test can see whether
-// it walked its own chunk states. with_scores (with forward_first): the forward also saves its
-// chunk scores into a poisoned table, which the backward reads too.
-std::vector<std::string> backward_matches_oracle(const GpuGlaCase& c, bool forward_first = false,
-                                                 bool with_scores = false) {
+// it walked its own chunk states (and its phase counters). with_scores (with forward_first): the
+// forward also saves its chunk scores into a poisoned table, which the backward reads too.
+cuda::GlaProfile backward_matches_oracle(const GpuGlaCase& c, bool forward_first = false, bool with_scores = false) {
   const GlaCaseInputs in(c);
   const auto &key_shape = in.key_shape, &value_shape = in.value_shape, &state_shape = in.state_shape;
   HostTensor d_o = uniform(value_shape, c.dtype), dhT = uniform(state_shape, DType::f32);
@@ -299,9 +299,7 @@ std::vector<std::string> backward_matches_oracle(const GpuGlaCase& c, bool forwa
     cuda::gla_profile_start();
   }
   gla_backward(device_in, dev_do.view, device_dhT, grads, in.options(Impl::automatic));
-  std::vector<std::string> launches;
-  if (forward_first)
-    for (const auto& l : cuda::gla_profile_stop().launches) launches.push_back(l.kernel);
+  const cuda::GlaProfile profile = forward_first ? cuda::gla_profile_stop() : cuda::GlaProfile{};
 
   const double e_dq = rel_err(dev_dq.values(dq), dq_ref.values()), e_dk = rel_err(dev_dk.values(dk), dk_ref.values()),
                e_dv = rel_err(dev_dv.values(dv), dv_ref.values()), e_dg = rel_err(dev_dg.values(dg), dg_ref.values()),
@@ -313,7 +311,14 @@ std::vector<std::string> backward_matches_oracle(const GpuGlaCase& c, bool forwa
   EXPECT_LT(e_dv, tol) << "dv";
   EXPECT_LT(e_dg, tol) << "dg";
   EXPECT_LT(e_dh0, tol) << "d initial state";
-  return launches;
+  return profile;
+}
+
+// The names of a profile's launches, in order.
+std::vector<std::string> kernels(const cuda::GlaProfile& profile) {
+  std::vector<std::string> names;
+  for (const auto& l : profile.launches) names.push_back(l.kernel);
+  return names;
 }
 
 TEST_P(GlaCuda, BackwardMatchesOracle) {
@@ -367,7 +372,7 @@ TEST_P(GlaCuda, BackwardThreeStateStagesMatchesOracle) {
 // (the split's carried-in parts are added by the gradient kernel).
 TEST_P(GlaCuda, SavedStatesMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  const std::vector<std::string> launches = backward_matches_oracle(GetParam(), true);
+  const std::vector<std::string> launches = kernels(backward_matches_oracle(GetParam(), true));
   EXPECT_FALSE(launches.empty());
   for (const std::string& kernel : launches) {
     EXPECT_NE(kernel, "gla chunk states") << "the backward walked its states";
@@ -396,9 +401,41 @@ TEST_P(GlaCuda, SavedScoresMatchesOracle) {
                         "argument 'chunk_scores': expected none with K = 256 (only K <= 128 saves them)");
     return;
   }
-  const std::vector<std::string> launches = backward_matches_oracle(c, true, true);
+  const std::vector<std::string> launches = kernels(backward_matches_oracle(c, true, true));
   const std::string reader = "gla backward (quad walk, wide tail, saved scores)";
   EXPECT_EQ(std::count(launches.begin(), launches.end(), reader), 1) << "gradient kernels that read the saved scores";
+}
+
+// Whether the gradient kernel factors chunks whole where their decays allow.
+using BackwardFactored = Selected<bool, cuda::gla_backward_factored, cuda::gla_set_backward_factored>;
+
+// The backward given the forward's saved states and scores (the training default), with chunks
+// factored whole and without, each against the oracle. Profiled: in f16 no gradient block is
+// factored, nor with K = 256 (which saves no scores); in bf16 with every log decay ≥ −0.5 every
+// block is; with strong decays in every other chunk (g_strong) some are and some are not, and so
+// with keys of 2^38 whose decays pass the first vote: the full chunks' operands fail the second.
+TEST_P(GlaCuda, BackwardFactoredChunksMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuGlaCase& c = GetParam();
+  const bool scores = c.K <= 128;
+  {
+    const BackwardFactored factored(false);
+    const cuda::GlaProfile profile = backward_matches_oracle(c, true, scores);
+    EXPECT_EQ(profile.phase_cycles[cuda::kGlaGradientFactored], 0u) << "blocks factored with the switch off";
+  }
+  const BackwardFactored factored(true);
+  const cuda::GlaProfile profile = backward_matches_oracle(c, true, scores);
+  const uint64_t blocks_factored = profile.phase_cycles[cuda::kGlaGradientFactored];
+  int64_t chunks = 0;  // the gradient kernel's blocks: one a chunk and head (one key block with the scores)
+  for (int64_t n = 0; n < (c.cu.empty() ? c.B : static_cast<int64_t>(c.cu.size()) - 1); ++n) {
+    const int64_t length = c.cu.empty() ? c.T : c.cu[n + 1] - c.cu[n];
+    chunks += (length + cuda::kGlaChunk - 1) / cuda::kGlaChunk;
+  }
+  const uint64_t blocks = static_cast<uint64_t>(c.H * chunks);
+  if (c.dtype == DType::f16 || !scores) EXPECT_EQ(blocks_factored, 0u) << "blocks factored";
+  else if (c.g_strong < 0.0 || c.k_scale > 1.0)
+    EXPECT_TRUE(blocks_factored > 0 && blocks_factored < blocks) << blocks_factored << " of " << blocks;
+  else if (c.g_lo >= -0.5) EXPECT_EQ(blocks_factored, blocks) << "gradient blocks factored";
 }
 
 // The forward's saved chunk states (GlaOutputs::chunk_states, written a tile a tensor copy)
@@ -487,7 +524,9 @@ TEST_P(GlaCuda, BackwardRowWalkMatchesOracle) {
 // here; the backward's state passes split the same way); T ≤ 192, bf16_unsplit_B4_H17 and
 // the two unsplit varlen cases (uneven sequences, one of length 1) take the unsplit path, the
 // second without a final state's gradient (the gradient kernel's last chunks then start beside
-// the dL/dS walk). Every case runs the forward and the backward.
+// the dL/dS walk). The mixed cases and huge_keys (keys of 2^38, decays near −0.68) mix chunks
+// the forward and the backward factor whole with chunks they cannot. Every case runs the forward
+// and the backward.
 INSTANTIATE_TEST_SUITE_P(
     Cases, GlaCuda,
     ::testing::Values(
@@ -507,7 +546,8 @@ INSTANTIATE_TEST_SUITE_P(
         GpuGlaCase{"f16_unsplit_varlen_H20_no_state", 1, 1500, 20, 128, 128, DType::f16, false, -0.3, 0.0,
                    {0, 777, 778, 1300, 1500}},
         GpuGlaCase{"bf16_T1000_mixed_chunks", 2, 1000, 2, 128, 128, DType::bf16, true, -0.3, 0.0, {}, -20.0},
-        GpuGlaCase{"Small_bf16_T300_mixed_chunks_K64", 1, 300, 2, 64, 128, DType::bf16, true, -0.2, 0.0, {}, -3.0}),
+        GpuGlaCase{"Small_bf16_T300_mixed_chunks_K64", 1, 300, 2, 64, 128, DType::bf16, true, -0.2, 0.0, {}, -3.0},
+        GpuGlaCase{"Small_bf16_T200_huge_keys", 1, 200, 2, 128, 128, DType::bf16, true, -0.69, -0.67, {}, 0.0, 0x1p38}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // Every pair of head dimensions in {64, 128, 256} (K = 256 runs as two key blocks of 128

@@ -71,13 +71,14 @@ void print_gradient_phases(const GlaProfile& profile) {
                          "A: quad and sub-chunk pairs (thread 0)",
                          "wait for value slice 0 (+ barrier)",
                          "value loop (dA, dv, states)",
-                         "dA stored, e^g, factors, quad operands",
-                         "dq, dk products (mma)",
+                         "dA stored, e^g, factors, quad operands",  // factored: the walk and vote
+                         "dq, dk products (mma)",                   // factored: dq, dk written
                          "token walks (dq, dk written)",
                          "dg sums (thread 0)"};
   double total = 0;
   for (int i = cuda::kGlaGradientLoads; i < cuda::kGlaGradientBlocks; ++i) total += static_cast<double>(c[i]);
-  std::printf("  gradient kernel: %.0f blocks, %.0f cycles a block:\n", blocks, total / blocks);
+  std::printf("  gradient kernel: %.0f blocks (%llu factored whole), %.0f cycles a block:\n", blocks,
+              static_cast<unsigned long long>(c[cuda::kGlaGradientFactored]), total / blocks);
   for (int i = cuda::kGlaGradientLoads; i < cuda::kGlaGradientBlocks; ++i)
     std::printf("    %-40s %8.0f cycles  %5.1f%%\n", names[i - cuda::kGlaGradientLoads],
                 static_cast<double>(c[i]) / blocks, 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
@@ -432,39 +433,41 @@ void compare_backward_switch(int64_t B, int64_t T, const char* what, bool (*get)
     }
 }
 
-// Forward+backward with the saved chunk states alone (off) and with the chunk scores beside them
-// (on: GlaOutputs::chunk_scores, which the backward reads instead of forming A), side by side on
-// the same inputs, alternated three times: medians of 30 event-timed forward+backward runs, of 30
-// forwards and of 30 backwards (on the tables of the forward before) after 5 warm-ups, then one
-// profiled forward+backward each (launches and the gradient kernel's phases). Asserts that the
-// gradients agree within the bf16 bound (the forward's A and the backward's own may round apart:
-// the forward forms its operands with the paired walkers).
-void compare_saved_scores(int64_t B, int64_t T) {
+// Forward+backward by two forms side by side on the same inputs (the forward saving its chunk
+// states, which the backward reads), alternated three times: medians of 30 event-timed
+// forward+backward runs, of 30 forwards and of 30 backwards (on the tables of the forward before)
+// after 5 warm-ups, then one profiled forward+backward each (launches and the gradient kernel's
+// phases). `scores(on)`: whether the forward also saves its chunk scores (GlaOutputs::
+// chunk_scores), which the backward then reads instead of forming A; `choose(on)` sets any other
+// switch of the form. Asserts that the gradients agree within the bf16 bound (the two forms may
+// round apart).
+void compare_training_forms(int64_t B, int64_t T, const char* what, bool (*scores)(bool), void (*choose)(bool)) {
   TimingInputs in(B, T);
   DeviceTensor states(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
-  DeviceTensor scores(HostTensor(gla_chunk_scores_shape(in.inputs()), DType::bf16));
+  DeviceTensor saved_scores(HostTensor(gla_chunk_scores_shape(in.inputs()), DType::bf16));
   bool on = false;
-  auto chunk_scores = [&] { return on ? std::optional<Tensor>(scores.view) : std::nullopt; };
+  auto chunk_scores = [&] { return scores(on) ? std::optional<Tensor>(saved_scores.view) : std::nullopt; };
   auto forward = [&] { in.forward(states.view, chunk_scores()); };
   auto backward = [&] { in.backward(states.view, chunk_scores()); };
   auto forward_backward = [&] { forward(), backward(); };
-  std::printf("gla B%lld T%lld H16 K128 V128 bf16 by saved chunk scores (states saved), medians of 30:\n",
-              static_cast<long long>(B), static_cast<long long>(T));
-  std::vector<double> off[4];  // dq, dk, dv, dg without the scores
+  std::printf("gla B%lld T%lld H16 K128 V128 bf16 by the %s (states saved), medians of 30:\n",
+              static_cast<long long>(B), static_cast<long long>(T), what);
+  std::vector<double> off[4];  // dq, dk, dv, dg by the first form
   for (int round = 0; round < 3; ++round)
-    for (const bool saving : {false, true}) {
-      on = saving;
+    for (const bool second : {false, true}) {
+      on = second;
+      choose(on);
       const float both = median_ms(forward_backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
       const float fwd = median_ms(forward, {.reps = 30, .warmups = 5, .flush_l2 = false});
       const float back = median_ms(backward, {.reps = 30, .warmups = 5, .flush_l2 = false});
-      std::printf("  saved scores %-3s: forward+backward %.4f ms, forward %.4f ms, backward %.4f ms\n",
+      std::printf("  %s %-3s: forward+backward %.4f ms, forward %.4f ms, backward %.4f ms\n", what,
                   on ? "on" : "off", both, fwd, back);
       if (round > 0) continue;
       for (DeviceTensor* t : {&in.d_dq, &in.d_dk, &in.d_dv, &in.d_dg}) cuda_ok(cudaMemset(t->ptr, 0xff, t->bytes));
       cuda::gla_profile_start();
       forward_backward();
       const GlaProfile profile = cuda::gla_profile_stop();
-      print_launches(on ? "saved scores on" : "saved scores off", profile);
+      print_launches(on ? "on" : "off", profile);
       print_gradient_phases(profile);
       const std::vector<double> got[4] = {in.d_dq.values(in.dq), in.d_dk.values(in.dk), in.d_dv.values(in.dv),
                                           in.d_dg.values(in.dg)};
@@ -555,7 +558,17 @@ TEST(GlaCudaTiming, FinalState) {
 
 TEST(GlaCudaTiming, SavedScores) {
   SKIP_WITHOUT_CUDA_DEVICE();
-  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}}) compare_saved_scores(B, T);
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
+    compare_training_forms(B, T, "saved scores", [](bool on) { return on; }, [](bool) {});
+}
+
+// The gradient kernel given the saved scores with chunks factored whole where their decays allow
+// and by the sub-chunks and quads everywhere (params.hpp gla_backward_factored).
+TEST(GlaCudaTiming, BackwardFactored) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const Chosen<bool> restore(cuda::gla_backward_factored, cuda::gla_set_backward_factored, true);
+  for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
+    compare_training_forms(B, T, "factored chunks", [](bool) { return true; }, cuda::gla_set_backward_factored);
 }
 
 // The gradient kernel started while the dL/dS walk runs (its blocks of the last chunks first,

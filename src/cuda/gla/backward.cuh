@@ -207,7 +207,7 @@ struct GradSmem {
   static constexpr int kKeys = KD;
   static constexpr int PK = KD + 8, PA = kChunk + 8;
   static constexpr int kSlice = 32, PS = kSlice + 8;  // value slices
-  static constexpr int PF = KD + 4;                   // float [64, KD] tiles
+  static constexpr int PF = KD + 8;  // float [64, KD] tiles: a half warp's float2 fragment rows in distinct banks
   // With the wide tail, Σ_v H ⊙ S_0 of a channel in this many shares of the value columns
   // (thread share·KD + c holds channel c's), summed by dg (decay_gradient_by_runs).
   static constexpr int kSpanShares = kThreads / KD;
@@ -226,6 +226,7 @@ struct GradSmem {
       E v[kChunk * PS], d_o[kChunk * PS], S0[KD * PS], H[KD * PS];
     } slice;                   // in the value loop
     float eg[kChunk * KD];     // after it: e^{g}
+    float factors[kChunk * PF];  // or, in a chunk factored whole, 2^{b} (factored_gradients)
   } u;
   // Per sub-chunk and key channel (I, J sub-chunks, i0 first and r last token of one):
   float start_of_sub[4 * KD];  // e^{b_{i0(I)}}
@@ -234,6 +235,13 @@ struct GradSmem {
   uint64_t table_full[2];      // a value slice's S_0 and H landed, a barrier a stage (TableSlices)
 
   __device__ float* tile(int i) { return reinterpret_cast<float*>(g) + i * kChunk * PF; }
+  // A chunk factored whole, after the value loop (forward.cuh factored_operands<S, true>): q ⊙ 2^{b}
+  // in q_start and what its rounding lost in q_sub, k ⊙ 2^{−b} in the e^{g} tile's bytes and what
+  // its rounding lost in k_end, 2^{b} in u.
+  __device__ E* inverse_keys() { return reinterpret_cast<E*>(decay); }
+  __device__ E* query_low() { return q_sub; }
+  __device__ E* key_low() { return k_end; }
+  __device__ float* factors() { return u.factors; }
   static_assert(kChunk * PF * sizeof(float) <= sizeof(E) * (3 * kChunk * PK + kChunk * PA),
                 "tile(0) fits in the operands the value loop releases");
   static_assert(3 * kChunk * PF * sizeof(float) <= sizeof(E) * ((4 * kChunk + kPairRows) * PK + kChunk * PA),
@@ -685,6 +693,111 @@ __device__ __forceinline__ void decay_gradient_by_runs(Sm& s, int valid, int tid
   }
 }
 
+// A chunk factored whole (GlaParams::factored_chunks, as the forward's; NOTES.md v62). With the
+// walk's q ⊙ 2^{b}, k ⊙ 2^{−b} and 2^{b} (forward.cuh factored_operands<S, true>; b the running
+// log2 decay from the chunk's start) and dA's operand masked to j < i:
+//   dq pairs + dq state = 2^{b} ⊙ (scale·do S_0ᵀ + dA (k ⊙ 2^{−b}))
+//   dk pairs            = 2^{−b} ⊙ dAᵀ (q ⊙ 2^{b})
+//   dk state            = e^{b_last} 2^{−b} ⊙ v Hᵀ
+// two products in place of the sub-chunk pairs, the quad pairs and the token walks. The
+// diagonal (dA_ii, no decay) is added apart, and the tiles dg sums are left as the token walks
+// leave them, so dg keeps its cancellation-free form. The vote that chose this form bounds
+// every |b| by kFactoredRange, every operand by kFactoredCeiling and every |dA| by
+// kFactoredGradientCeiling, so no product's sum of 64 terms overflows.
+constexpr float kFactoredGradientCeiling = 0x1p20f;
+constexpr float kFactoredLeastDecay = 0x1p-64f;  // 2^{−kFactoredRange}
+static_assert(kFactoredRange == 64.0f, "the least decay is 2^{-kFactoredRange}");
+
+// A warp's 16 rows × KD/2 columns of dq or dk on their way out through shared memory: put as
+// 16-bit pairs in fragment layout, then stored a row's 16-byte pieces at a time, so that each
+// store instruction writes whole rows (from the fragments each would touch 8 rows, 16 bytes in
+// each). A row's pieces are swizzled by the row, which puts the lanes of a fragment's put and
+// of a piece's read in distinct banks.
+template <int KD>
+struct WarpRows {
+  static constexpr int kPieces = KD / 16;  // 8 elements a piece, 4 words
+  uint32_t* words;                          // 16 rows × kPieces pieces
+  __device__ static int piece_at(int row, int piece) {
+    return row * kPieces + (piece ^ (row / (8 / kPieces)) % kPieces);
+  }
+  __device__ void put(int row, int column, uint32_t pair) const {  // column even, below KD/2
+    words[4 * piece_at(row, column / 8) + column % 8 / 2] = pair;
+  }
+  template <class E>
+  __device__ void out(E* to, int64_t stride, int rows, int lane) const {
+#pragma unroll
+    for (int at = lane; at < 16 * kPieces; at += 32) {
+      const int row = at / kPieces, piece = at % kPieces;
+      if (row < rows)
+        *reinterpret_cast<uint4*>(to + row * stride + 8 * piece) =
+            *reinterpret_cast<const uint4*>(words + 4 * piece_at(row, piece));
+    }
+  }
+};
+
+// Warp w: rows 16·(w % 4), columns (KD/2)·(w / 4), the value loop's; dq_state and dk_state its
+// do S_0ᵀ and v Hᵀ. Every thread calls it (one barrier).
+template <class E, class Sm, int NK>
+__device__ __forceinline__ void factored_gradients(Sm& s, float scale, float (&dq_state)[NK][4],
+                                                   float (&dk_state)[NK][4], int valid, int warp, int lane, E* dq,
+                                                   int64_t dq_stride, E* dk, int64_t dk_stride, float* q_side,
+                                                   float* k_state, float* k_pairs) {
+  constexpr int KD = Sm::kKeys, PK = Sm::PK, PA = Sm::PA, PF = Sm::PF;
+  static_assert(NK * 16 == KD, "a warp's columns are half the key block");
+  static_assert(offsetof(Sm, decay_all) % 8 == 0 && PF % 2 == 0, "channel pairs are 8-byte aligned");
+  static_assert(offsetof(Sm, decay) % 16 == 0 && 8 * 16 * (KD / 2) * sizeof(E) <= sizeof(Sm::decay),
+                "the warps' rows fit in the inverse keys' bytes");
+  const int rb = warp % 4, side = warp / 4, first = 16 * rb;
+#pragma unroll
+  for (int nt = 0; nt < NK; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dq_state[nt][e] *= scale;
+  // Each operand as its rounded value and what the rounding lost: rounded once, the keys' and
+  // queries' errors, shared by every row, add up coherently in dg's sums (NOTES.md v62).
+  const E* const keys[2] = {s.inverse_keys(), s.key_low()};
+  const E* const queries[2] = {s.q_start, s.query_low()};
+  float pairs[NK][4] = {};
+#pragma unroll
+  for (int part = 0; part < 2; ++part) {
+    mma_block<false, false>(dq_state, s.dA_operand, PA, keys[part], PK, first, (KD / 2) * side, 0, first + 16, lane);
+    mma_block<true, false>(pairs, s.dA_operand, PA, queries[part], PK, first, (KD / 2) * side, first, kChunk, lane);
+  }
+  __syncthreads();  // the operands are read: the float tiles take the queries' bytes, the rows out the keys'
+  const WarpRows<KD> rows{reinterpret_cast<uint32_t*>(s.inverse_keys()) + warp * 4 * KD};
+  uint32_t dk_out[NK][2];
+#pragma unroll
+  for (int nt = 0; nt < NK; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = lane / 4 + 8 * half, column = 8 * nt + 2 * (lane % 4);
+      const int i = first + row, c = (KD / 2) * side + column;
+      const float2 factor = *reinterpret_cast<const float2*>(s.factors() + i * PF + c);
+      const float2 last = *reinterpret_cast<const float2*>(s.decay_all + c);
+      const float2 q = load2(s.q + i * PK + c), k = load2(s.k + i * PK + c);
+      const float diagonal = s.dA[i * PA + i];
+      const float2 inverse = make_float2(rcp_fast(factor.x), rcp_fast(factor.y));
+      const float2 to_q = make_float2(dq_state[nt][2 * half] * factor.x, dq_state[nt][2 * half + 1] * factor.y);
+      const float2 to_k = make_float2(pairs[nt][2 * half] * inverse.x, pairs[nt][2 * half + 1] * inverse.y);
+      const float2 carried = make_float2(dk_state[nt][2 * half] * (last.x * inverse.x),
+                                         dk_state[nt][2 * half + 1] * (last.y * inverse.y));
+      rows.put(row, column, pack2<E>(to_q.x + diagonal * k.x, to_q.y + diagonal * k.y));
+      dk_out[nt][half] = pack2<E>(to_k.x + carried.x + diagonal * q.x, to_k.y + carried.y + diagonal * q.y);
+      // Rows past the sequence's end hold zeros in q, k and dA: their entries are zeros dg never reads.
+      *reinterpret_cast<float2*>(q_side + i * PF + c) = mul2(q, to_q);
+      *reinterpret_cast<float2*>(k_state + i * PF + c) = mul2(k, carried);
+      *reinterpret_cast<float2*>(k_pairs + i * PF + c) = make_float2(-k.x * to_k.x, -k.y * to_k.y);
+    }
+  __syncwarp();
+  rows.out(dq + first * dq_stride + (KD / 2) * side, dq_stride, valid - first, lane);
+  __syncwarp();
+#pragma unroll
+  for (int nt = 0; nt < NK; ++nt)
+#pragma unroll
+    for (int half = 0; half < 2; ++half) rows.put(lane / 4 + 8 * half, 8 * nt + 2 * (lane % 4), dk_out[nt][half]);
+  __syncwarp();
+  rows.out(dk + first * dk_stride + (KD / 2) * side, dk_stride, valid - first, lane);
+}
+
 // The gradient kernel's phase clocks (profile.hpp kGlaGradient*): the timing thread adds each
 // phase's SM cycles to the device counters as it ends (a fire-and-forget atomic, kept out of
 // the next phase by reading the clock again after it). Does nothing unless profiling.
@@ -698,6 +811,9 @@ struct GradientClock {
     if (!counters) return;
     atomicAdd(counters + phase, static_cast<unsigned long long>(static_cast<unsigned>(clock()) - last));
     last = static_cast<unsigned>(clock());
+  }
+  __device__ __forceinline__ void count_factored() {
+    if (counters) atomicAdd(counters + kGlaGradientFactored, 1ull);
   }
 };
 
@@ -813,6 +929,8 @@ __global__ void __launch_bounds__(kThreads, 1)
   static_assert(kQuadWalk || !kWideTail, "the wide tail comes with the quad walk");
   static_assert(kQuads || !kSavedScores, "the saved scores come with the tensor-core diagonal");
   constexpr bool kWalkQuads = kQuads && !kSavedScores;  // the walkers write the quads' operands over q, k
+  // A chunk factored whole (factored_gradients): bf16 only, whose operands keep fp32's exponent range.
+  constexpr bool kFactorable = kSavedScores && std::is_same_v<E, __nv_bfloat16>;
   using Sm = GradSmem<E, KD>;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
   auto& s = *reinterpret_cast<Sm*>(smem_bytes);
@@ -1014,8 +1132,10 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
   phases.mark(kGlaGradientValues);
 
-  // dA into shared memory, e^{g} in float over the released slices.
+  // dA into shared memory (float, with the diagonal); a chunk factored whole needs every |dA|
+  // below kFactoredGradientCeiling.
   const int r = 16 * rb + lane / 4;
+  bool large_dA = false;  // NaN counts as large
 #pragma unroll
   for (int nt = 0; nt < 4; ++nt)
 #pragma unroll
@@ -1023,28 +1143,34 @@ __global__ void __launch_bounds__(kThreads, 1)
       const int i = r + 8 * (e / 2), j = 32 * side + 8 * nt + 2 * (lane % 4) + e % 2;
       const float x = j <= i ? p.scale * dA_acc[nt][e] : 0.0f;
       s.dA[i * PA + j] = x;
-      s.dA_operand[i * PA + j] = from_float<E>(x);
+      large_dA = large_dA || !(fabsf(x) < kFactoredGradientCeiling);
     }
-  // From the g tile still in shared memory (rows past the sequence's end are zeros there:
-  // e^{0} = 1); reading it again from global memory, each load waited behind the previous
-  // iteration's shared store (the compiler cannot tell them apart), cost a memory latency an
-  // iteration.
-  // Four channels a thread a step: one 8-byte read of g, one 16-byte write of e^{g} (the
-  // same exponentials as an element a step, with a quarter of the shared accesses and their
-  // address arithmetic: NOTES.md v26).
-  static_assert(PK % 4 == 0 && offsetof(Sm, g) % 8 == 0 && offsetof(Sm, u) % 16 == 0, "aligned rows");
-#pragma unroll 2
-  for (int i = tid; i < kChunk * KD / 4; i += kThreads) {
-    const int t = i / (KD / 4), c = i % (KD / 4) * 4;
-    const uint2 raw = *reinterpret_cast<const uint2*>(s.g + t * PK + c);
-    const E* const four = reinterpret_cast<const E*>(&raw);
-    *reinterpret_cast<float4*>(s.u.eg + t * KD + c) =
-        make_float4(exp_fast(to_float(four[0])), exp_fast(to_float(four[1])), exp_fast(to_float(four[2])),
-                    exp_fast(to_float(four[3])));
+  // A chunk factored whole (factored_gradients): a first vote on what is known already (every
+  // |dA|, and e^{b_last} ≥ 2^{−kFactoredRange}, which with g ≤ 0 bounds every |b|), then the
+  // walk's operands and a second vote on them. The walk writes over q_sub and k_end: a chunk
+  // voted out by the second vote (operands of 2^{100} and more) walks the walkers' operands again
+  // and, as one voted out by the first, takes the sub-chunks and quads from the raw q, k and g.
+  bool factored = false;
+  if constexpr (kFactorable) {
+    if (p.factored_chunks && !__syncthreads_or(large_dA || !(s.decay_all[tid % KD] >= kFactoredLeastDecay))) {
+      factored = !__syncthreads_or(factored_operands<Sm, true>(s, tid));
+      if (!factored) {
+        decay_operands<true, Sm, kWalkQuads>(s, tid);
+        __syncthreads();
+      }
+    }
   }
+  // dA's operand for the tensor cores, rounded: j < i factored (the diagonal goes apart), j ≤ i
+  // otherwise. Each thread reads back its own floats.
+#pragma unroll
+  for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int i = r + 8 * (e / 2), j = 32 * side + 8 * nt + 2 * (lane % 4) + e % 2;
+      s.dA_operand[i * PA + j] = from_float<E>(j < i || !factored ? s.dA[i * PA + j] : 0.0f);
+    }
   if (kWideTail || tid < KD) spans *= s.decay_all[tid % KD];
-
-  // The per-channel tiles the token walks below finish:
+  // The per-channel tiles the token walks (or factored_gradients) finish and dg sums:
   //   q_side:  the q-side gradient not yet multiplied by the decay inside its sub-chunk;
   //            then q ⊙ (dq pairs + dq state);
   //   k_state: the same for the S_end term of dk; then k ⊙ dk state;
@@ -1053,147 +1179,175 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* const q_side = s.tile(0);
   float* const k_state = s.tile(1);
   float* const k_pairs = s.tile(2);
-  auto for_each_element = [&](auto&& f) {  // (row, column, nt, e) of this lane's KD-wide fragments
-#pragma unroll
-    for (int nt = 0; nt < NK; ++nt)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) f(r + 8 * (e / 2), (KD / 2) * side + 8 * nt + 2 * (lane % 4) + e % 2, nt, e);
-  };
-  {
-    __syncthreads();  // e^{g} is in (and with kWalkQuads the raw q, k)
-    if (tid < KD) sub_chunk_factors(s, tid);
-    if constexpr (kQuads) quad_gradient_operands<Sm, kWideTail>(s, tid);
-    __syncthreads();
+  if (factored) {
+    phases.count_factored();
+    __syncthreads();  // dA's operand is in
     phases.mark(kGlaGradientFactors);
-    // dq: e^{b_{i0}} ⊙ scale·do S_0ᵀ + Σ_{J<I} dA_IJ (k ⊙ e^{b_{i0} − b})_J, for sub-chunk I = rb.
-    for_each_element([&](int, int c, int nt, int e) { dq_state[nt][e] *= p.scale * s.start_of_sub[rb * KD + c]; });
-    if (rb > 0)
-      mma_block<false, false>(dq_state, s.dA_operand, PA, s.k_pair + pair_row0(rb) * PK, PK, 16 * rb,
-                              (KD / 2) * side, 0, 16 * rb, lane);
-    if constexpr (kQuads) {  // moved to the first token of the row's quad, plus the pairs of earlier quads
-      for_each_element([&](int i, int c, int nt, int e) {
-        dq_state[nt][e] *= s.quad_factors()[(4 * rb + (i % kSub) / 4) * KD + c];
-      });
-      quad_gradient_dq(s, dq_state, rb, (KD / 2) * side, lane);
-      __syncthreads();  // dq's quad keys are read: tile(0) takes their place
+    factored_gradients<E>(s, p.scale, dq_state, dk_state, valid, warp, lane, row0(p.dq, key0), p.dq.stride_time,
+                          row0(p.dk, key0), p.dk.stride_time, q_side, k_state, k_pairs);
+    phases.mark(kGlaGradientProducts);
+  } else {
+    // From the g tile still in shared memory (rows past the sequence's end are zeros there:
+    // e^{0} = 1); reading it again from global memory, each load waited behind the previous
+    // iteration's shared store (the compiler cannot tell them apart), cost a memory latency an
+    // iteration.
+    // Four channels a thread a step: one 8-byte read of g, one 16-byte write of e^{g} (the
+    // same exponentials as an element a step, with a quarter of the shared accesses and their
+    // address arithmetic: NOTES.md v26).
+    static_assert(PK % 4 == 0 && offsetof(Sm, g) % 8 == 0 && offsetof(Sm, u) % 16 == 0, "aligned rows");
+#pragma unroll 2
+    for (int i = tid; i < kChunk * KD / 4; i += kThreads) {
+      const int t = i / (KD / 4), c = i % (KD / 4) * 4;
+      const uint2 raw = *reinterpret_cast<const uint2*>(s.g + t * PK + c);
+      const E* const four = reinterpret_cast<const E*>(&raw);
+      *reinterpret_cast<float4*>(s.u.eg + t * KD + c) =
+          make_float4(exp_fast(to_float(four[0])), exp_fast(to_float(four[1])), exp_fast(to_float(four[2])),
+                      exp_fast(to_float(four[3])));
     }
-    for_each_element([&](int i, int c, int nt, int e) { q_side[i * PF + c] = dq_state[nt][e]; });
-    // dk, sub-chunk J = rb: e^{b_last − b_r} ⊙ v Hᵀ, and Σ_{I>J} e^{b_{i0(I)} − b_r} ⊙ dA_IJᵀ (q ⊙ e^{b − b_{i0}})_I.
-    for_each_element([&](int, int c, int nt, int e) { dk_state[nt][e] *= s.end_from_sub[rb * KD + c]; });
-    float later[NK][4] = {};
-    for (int I = rb + 1; I < 4; ++I) {
-      float part[NK][4] = {};
-      mma_block<true, false>(part, s.dA_operand, PA, s.q_sub, PK, 16 * rb, (KD / 2) * side, 16 * I, 16 * I + 16,
-                             lane);
-      const float* const factor = s.across + (I * (I - 1) / 2 + rb) * KD;
-      for_each_element([&](int, int c, int nt, int e) { later[nt][e] += factor[c] * part[nt][e]; });
-    }
-    if constexpr (kQuads) {  // moved to the last token of the row's quad, plus the pairs of later quads
-      for_each_element([&](int i, int c, int nt, int e) {
-        const float to_end = s.quad_factors()[(16 + 4 * rb + (i % kSub) / 4) * KD + c];
-        dk_state[nt][e] *= to_end;
-        later[nt][e] *= to_end;
-      });
-      quad_gradient_dk(s, later, rb, (KD / 2) * side, lane);
-    }
-    __syncthreads();  // q_sub, k_pair (and dk's quad queries) are read: tiles 1 and 2 take their place
-    for_each_element([&](int i, int c, int nt, int e) {
-      k_state[i * PF + c] = dk_state[nt][e];
-      k_pairs[i * PF + c] = later[nt][e];
-    });
-  }
-  __syncthreads();
-  phases.mark(kGlaGradientProducts);
 
-  // The token pairs within one block of kBlock tokens (a sub-chunk, or with kQuads a quad),
-  // a thread per (key channel, side). Weights e^{b_i − b_j} are running products of e^{g}
-  // from the nearer token outwards. The kBlock − 1 distances are unrolled with clamped
-  // indices and a zero weight past the block, so every load is unconditional and they issue
-  // together (a loop that stopped at the sub-chunk's edge waited on each step's loads,
-  // ≈ 100 cycles a step).
-  constexpr int kBlock = kQuads ? 4 : kSub;
-  if constexpr (kQuadWalk) {
-    quad_token_walks(s, valid, tid, row0(p.dq, key0), p.dq.stride_time, row0(p.dk, key0), p.dk.stride_time, q_side,
-                     k_pairs, k_state);
-  } else if (tid < 2 * KD) {
-    const int c = tid % KD;
-    auto eg = [&](int t) { return s.u.eg[t * KD + c]; };
-    auto q_at = [&](int t) { return to_float(s.q[t * PK + c]); };
-    auto k_at = [&](int t) { return to_float(s.k[t * PK + c]); };
-    if (tid < KD) {  // dq
-      E* const dq = row0(p.dq, key0);
-      auto pair_sum = [&](int i) {  // Σ_{j<i, same block} dA_ij k_j e^{b_i − b_j}
-        const int low = i & ~(kBlock - 1), span = i - low;
-        float pairs = 0.0f, w = 1.0f;
+    auto for_each_element = [&](auto&& f) {  // (row, column, nt, e) of this lane's KD-wide fragments
 #pragma unroll
-        for (int d = 1; d < kBlock; ++d) {  // j = i − d
-          const int j = max(i - d, low);
-          w *= d <= span ? eg(j + 1) : 0.0f;
-          pairs += s.dA[i * PA + j] * k_at(j) * w;
-        }
-        return pairs;
-      };
-      // Two rows a step: their sums are independent chains, and everything both read is
-      // read before either stores (same sums as one row a step, checked bit for bit in a
-      // host model).
-      float decay = 1.0f;  // e^{b_i − b_{i0}}, i0 the first token of i's block
-      for (int i = 0; i < valid; i += 2) {
-        const int rows[2] = {i, min(i + 1, valid - 1)};  // the second: the first again past the end
-        float pairs[2], side[2], diagonal[2], q_row[2];
+      for (int nt = 0; nt < NK; ++nt)
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = rows[r];
-          pairs[r] = pair_sum(row);
-          side[r] = q_side[row * PF + c];
-          diagonal[r] = s.dA[row * PA + row] * k_at(row);
-          q_row[r] = q_at(row);
-        }
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = i + r;
-          if (row >= valid) break;
-          decay = row % kBlock == 0 ? 1.0f : decay * eg(row);
-          const float part = pairs[r] + side[r] * decay;
-          dq[row * p.dq.stride_time + c] = from_float<E>(part + diagonal[r]);
-          q_side[row * PF + c] = q_row[r] * part;
-        }
+        for (int e = 0; e < 4; ++e) f(r + 8 * (e / 2), (KD / 2) * side + 8 * nt + 2 * (lane % 4) + e % 2, nt, e);
+    };
+    {
+      __syncthreads();  // e^{g} is in (and with kWalkQuads the raw q, k)
+      if (tid < KD) sub_chunk_factors(s, tid);
+      if constexpr (kQuads) quad_gradient_operands<Sm, kWideTail>(s, tid);
+      __syncthreads();
+      phases.mark(kGlaGradientFactors);
+      // dq: e^{b_{i0}} ⊙ scale·do S_0ᵀ + Σ_{J<I} dA_IJ (k ⊙ e^{b_{i0} − b})_J, for sub-chunk I = rb.
+      for_each_element([&](int, int c, int nt, int e) { dq_state[nt][e] *= p.scale * s.start_of_sub[rb * KD + c]; });
+      if (rb > 0)
+        mma_block<false, false>(dq_state, s.dA_operand, PA, s.k_pair + pair_row0(rb) * PK, PK, 16 * rb,
+                                (KD / 2) * side, 0, 16 * rb, lane);
+      if constexpr (kQuads) {  // moved to the first token of the row's quad, plus the pairs of earlier quads
+        for_each_element([&](int i, int c, int nt, int e) {
+          dq_state[nt][e] *= s.quad_factors()[(4 * rb + (i % kSub) / 4) * KD + c];
+        });
+        quad_gradient_dq(s, dq_state, rb, (KD / 2) * side, lane);
+        __syncthreads();  // dq's quad keys are read: tile(0) takes their place
       }
-    } else {  // dk
-      E* const dk = row0(p.dk, key0);
-      auto pair_sum = [&](int j) {  // Σ_{i>j, same block} dA_ij q_i e^{b_i − b_j}
-        const int top = min((j | (kBlock - 1)) + 1, valid), span = top - 1 - j;
-        float pairs = 0.0f, w = 1.0f;
+      for_each_element([&](int i, int c, int nt, int e) { q_side[i * PF + c] = dq_state[nt][e]; });
+      // dk, sub-chunk J = rb: e^{b_last − b_r} ⊙ v Hᵀ, and
+      // Σ_{I>J} e^{b_{i0(I)} − b_r} ⊙ dA_IJᵀ (q ⊙ e^{b − b_{i0}})_I.
+      for_each_element([&](int, int c, int nt, int e) { dk_state[nt][e] *= s.end_from_sub[rb * KD + c]; });
+      float later[NK][4] = {};
+      for (int I = rb + 1; I < 4; ++I) {
+        float part[NK][4] = {};
+        mma_block<true, false>(part, s.dA_operand, PA, s.q_sub, PK, 16 * rb, (KD / 2) * side, 16 * I, 16 * I + 16,
+                               lane);
+        const float* const factor = s.across + (I * (I - 1) / 2 + rb) * KD;
+        for_each_element([&](int, int c, int nt, int e) { later[nt][e] += factor[c] * part[nt][e]; });
+      }
+      if constexpr (kQuads) {  // moved to the last token of the row's quad, plus the pairs of later quads
+        for_each_element([&](int i, int c, int nt, int e) {
+          const float to_end = s.quad_factors()[(16 + 4 * rb + (i % kSub) / 4) * KD + c];
+          dk_state[nt][e] *= to_end;
+          later[nt][e] *= to_end;
+        });
+        quad_gradient_dk(s, later, rb, (KD / 2) * side, lane);
+      }
+      __syncthreads();  // q_sub, k_pair (and dk's quad queries) are read: tiles 1 and 2 take their place
+      for_each_element([&](int i, int c, int nt, int e) {
+        k_state[i * PF + c] = dk_state[nt][e];
+        k_pairs[i * PF + c] = later[nt][e];
+      });
+    }
+    __syncthreads();
+    phases.mark(kGlaGradientProducts);
+
+    // The token pairs within one block of kBlock tokens (a sub-chunk, or with kQuads a quad),
+    // a thread per (key channel, side). Weights e^{b_i − b_j} are running products of e^{g}
+    // from the nearer token outwards. The kBlock − 1 distances are unrolled with clamped
+    // indices and a zero weight past the block, so every load is unconditional and they issue
+    // together (a loop that stopped at the sub-chunk's edge waited on each step's loads,
+    // ≈ 100 cycles a step).
+    constexpr int kBlock = kQuads ? 4 : kSub;
+    if constexpr (kQuadWalk) {
+      quad_token_walks(s, valid, tid, row0(p.dq, key0), p.dq.stride_time, row0(p.dk, key0), p.dk.stride_time, q_side,
+                       k_pairs, k_state);
+    } else if (tid < 2 * KD) {
+      const int c = tid % KD;
+      auto eg = [&](int t) { return s.u.eg[t * KD + c]; };
+      auto q_at = [&](int t) { return to_float(s.q[t * PK + c]); };
+      auto k_at = [&](int t) { return to_float(s.k[t * PK + c]); };
+      if (tid < KD) {  // dq
+        E* const dq = row0(p.dq, key0);
+        auto pair_sum = [&](int i) {  // Σ_{j<i, same block} dA_ij k_j e^{b_i − b_j}
+          const int low = i & ~(kBlock - 1), span = i - low;
+          float pairs = 0.0f, w = 1.0f;
 #pragma unroll
-        for (int d = 1; d < kBlock; ++d) {  // i = j + d
-          const int i = min(j + d, top - 1);
-          w *= d <= span ? eg(i) : 0.0f;
-          pairs += s.dA[i * PA + j] * q_at(i) * w;
+          for (int d = 1; d < kBlock; ++d) {  // j = i − d
+            const int j = max(i - d, low);
+            w *= d <= span ? eg(j + 1) : 0.0f;
+            pairs += s.dA[i * PA + j] * k_at(j) * w;
+          }
+          return pairs;
+        };
+        // Two rows a step: their sums are independent chains, and everything both read is
+        // read before either stores (same sums as one row a step, checked bit for bit in a
+        // host model).
+        float decay = 1.0f;  // e^{b_i − b_{i0}}, i0 the first token of i's block
+        for (int i = 0; i < valid; i += 2) {
+          const int rows[2] = {i, min(i + 1, valid - 1)};  // the second: the first again past the end
+          float pairs[2], side[2], diagonal[2], q_row[2];
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = rows[r];
+            pairs[r] = pair_sum(row);
+            side[r] = q_side[row * PF + c];
+            diagonal[r] = s.dA[row * PA + row] * k_at(row);
+            q_row[r] = q_at(row);
+          }
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = i + r;
+            if (row >= valid) break;
+            decay = row % kBlock == 0 ? 1.0f : decay * eg(row);
+            const float part = pairs[r] + side[r] * decay;
+            dq[row * p.dq.stride_time + c] = from_float<E>(part + diagonal[r]);
+            q_side[row * PF + c] = q_row[r] * part;
+          }
         }
-        return pairs;
-      };
-      float decay = 1.0f;  // e^{b_r − b_j}, r the last token of j's block
-      for (int j = valid - 1; j >= 0; j -= 2) {
-        const int rows[2] = {j, max(j - 1, 0)};  // the second: the first again past the start
-        float pairs[2], later[2], state[2], diagonal[2], k_row[2];
+      } else {  // dk
+        E* const dk = row0(p.dk, key0);
+        auto pair_sum = [&](int j) {  // Σ_{i>j, same block} dA_ij q_i e^{b_i − b_j}
+          const int top = min((j | (kBlock - 1)) + 1, valid), span = top - 1 - j;
+          float pairs = 0.0f, w = 1.0f;
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = rows[r];
-          pairs[r] = pair_sum(row);
-          later[r] = k_pairs[row * PF + c];
-          state[r] = k_state[row * PF + c];
-          diagonal[r] = s.dA[row * PA + row] * q_at(row);
-          k_row[r] = k_at(row);
-        }
+          for (int d = 1; d < kBlock; ++d) {  // i = j + d
+            const int i = min(j + d, top - 1);
+            w *= d <= span ? eg(i) : 0.0f;
+            pairs += s.dA[i * PA + j] * q_at(i) * w;
+          }
+          return pairs;
+        };
+        float decay = 1.0f;  // e^{b_r − b_j}, r the last token of j's block
+        for (int j = valid - 1; j >= 0; j -= 2) {
+          const int rows[2] = {j, max(j - 1, 0)};  // the second: the first again past the start
+          float pairs[2], later[2], state[2], diagonal[2], k_row[2];
 #pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const int row = j - r;
-          if (row < 0) break;
-          if (row % kBlock == kBlock - 1) decay = 1.0f;
-          const float all_pairs = pairs[r] + later[r] * decay, carried = state[r] * decay;
-          dk[row * p.dk.stride_time + c] = from_float<E>(all_pairs + carried + diagonal[r]);
-          k_state[row * PF + c] = k_row[r] * carried;
-          k_pairs[row * PF + c] = -k_row[r] * all_pairs;
-          decay *= eg(row);
+          for (int r = 0; r < 2; ++r) {
+            const int row = rows[r];
+            pairs[r] = pair_sum(row);
+            later[r] = k_pairs[row * PF + c];
+            state[r] = k_state[row * PF + c];
+            diagonal[r] = s.dA[row * PA + row] * q_at(row);
+            k_row[r] = k_at(row);
+          }
+#pragma unroll
+          for (int r = 0; r < 2; ++r) {
+            const int row = j - r;
+            if (row < 0) break;
+            if (row % kBlock == kBlock - 1) decay = 1.0f;
+            const float all_pairs = pairs[r] + later[r] * decay, carried = state[r] * decay;
+            dk[row * p.dk.stride_time + c] = from_float<E>(all_pairs + carried + diagonal[r]);
+            k_state[row * PF + c] = k_row[r] * carried;
+            k_pairs[row * PF + c] = -k_row[r] * all_pairs;
+            decay *= eg(row);
+          }
         }
       }
     }
@@ -1337,6 +1491,7 @@ void launch_backward(GlaParams p) {
   else state_gradients<E, KD, VB, 2>(p, stream);
 
   p.phase_cycles = profile_counters();  // the gradient kernel's phase clocks while profiling
+  p.factored_chunks = gla_backward_factored();
   const size_t grad_smem = sizeof(GradSmem<E, KD>);
   const dim3 grad_grid(static_cast<unsigned>(p.max_chunks * p.key_blocks), static_cast<unsigned>(p.H),
                        static_cast<unsigned>(p.num_sequences));

@@ -599,7 +599,11 @@ constexpr int kFactoredPause = 7;  // chunks not tried after one voted out (the 
 // so both sides hold the same |b| token by token. Returns whether this thread's operands leave
 // the range above (NaN included): every operand is checked, |b| at every 8th token (with g ≤ 0,
 // DESIGN.md's contract, |b| only grows along the walk).
-template <class S>
+// kGradients (the backward's gradient kernel, backward.cuh factored_gradients): each operand
+// also leaves what its rounding lost, y − bf16(y) rounded again, in s.query_low() or
+// s.key_low() (so hi + lo carries 16 bits), the query side writes the factors 2^{b} as floats into
+// s.factors(), and e^{b_last} stays the walkers' own.
+template <class S, bool kGradients = false>
 __device__ __forceinline__ bool factored_operands(S& s, int tid) {
   using E = typename S::Element;
   constexpr int KD = S::kKeys, PK = S::PK, kPairs = KD / 2, kHalf = kChunk / 2, kBatch = 16;
@@ -628,13 +632,19 @@ __device__ __forceinline__ bool factored_operands(S& s, int tid) {
 #pragma unroll
     for (int tt = 0; tt < kBatch; ++tt) {
       b.x = fmaf(g[tt].x, rate, b.x), b.y = fmaf(g[tt].y, rate, b.y);
-      const float2 y = make_float2(x[tt].x * ex2_fast(b.x), x[tt].y * ex2_fast(b.y));
+      const float2 factor = make_float2(ex2_fast(b.x), ex2_fast(b.y));
+      const float2 y = mul2(x[tt], factor);
       store2(to + (t0 + tt) * PK + c, y);
+      if constexpr (kGradients) {
+        const float2 high = make_float2(to_float(from_float<E>(y.x)), to_float(from_float<E>(y.y)));
+        store2((query ? s.query_low() : s.key_low()) + (t0 + tt) * PK + c, make_float2(y.x - high.x, y.y - high.y));
+        if (query) *reinterpret_cast<float2*>(s.factors() + (t0 + tt) * S::PF + c) = factor;
+      }
       peak_operand = fmaxf(peak_operand, fmaxf(fabsf(y.x), fabsf(y.y)));
       if (tt % 8 == 7) peak_exponent = fmaxf(peak_exponent, fmaxf(fabsf(b.x), fabsf(b.y)));
     }
   }
-  if (query && half == 1) s.decay_all[c] = ex2_fast(b.x), s.decay_all[c + 1] = ex2_fast(b.y);
+  if (!kGradients && query && half == 1) s.decay_all[c] = ex2_fast(b.x), s.decay_all[c + 1] = ex2_fast(b.y);
   return !(peak_exponent <= kFactoredRange && peak_operand < kFactoredCeiling);
 }
 

@@ -77,9 +77,11 @@ struct GlaParams {
   // Forward: written by the form that saves the states (else the launcher throws). Backward:
   // read instead of forming A again (NOTES.md v48); it must be the forward's on these inputs.
   void* saved_chunk_scores = nullptr;
-  // Set by the launcher (gla_forward_factored): the default outputs pass (bf16) forms a chunk's
-  // A as one product factored through the chunk's start wherever the chunk's decays allow
-  // (forward.cuh factored_operands), and by the sub-chunks and quads elsewhere.
+  // Set by the launchers (gla_forward_factored, gla_backward_factored): the default outputs pass
+  // (bf16) forms a chunk's A, and the gradient kernel given the saved scores (bf16) a chunk's dq
+  // and dk, as products factored through the chunk's start wherever the chunk's decays allow
+  // (forward.cuh factored_operands, backward.cuh factored_gradients), and by the sub-chunks and
+  // quads elsewhere.
   bool factored_chunks = false;
 };
 
@@ -243,6 +245,14 @@ void gla_set_backward_held_operands(bool on);
 // is "0" when first asked, or a caller (the tests) set it.
 bool gla_forward_factored();
 void gla_set_forward_factored(bool on);
+
+// The same for the backward's gradient kernel given the forward's saved scores (bf16): a chunk's
+// dq and dk as two products through the factors 2^{±b} instead of the sub-chunk pairs, the quad
+// pairs and the token walks, in every chunk that passes the same vote (backward.cuh
+// factored_gradients, NOTES.md v62): process-wide, on unless the environment variable
+// SEQMIX_GLA_BACKWARD_FACTORED is "0" when first asked, or a caller (the tests) set it.
+bool gla_backward_factored();
+void gla_set_backward_factored(bool on);
 
 // Whether the forward's split (launch.cuh) walks its pass 1 in pieces (only the segments
 // before the last, cut to fill the SMs) or, as the backward does, one block a segment:

@@ -35,6 +35,7 @@ enum GlaPhase : int {
   kGlaGradientWalks,     // the token walks inside a sub-chunk or quad: dq, dk written
   kGlaGradientDecays,    // dg's sums and stores
   kGlaGradientBlocks,    // gradient blocks counted
+  kGlaGradientFactored,  // gradient blocks whose chunk was factored whole (GlaParams::factored_chunks)
   kGlaPhaseCount
 };
 

@@ -1,6 +1,6 @@
 // The process-wide choices of the forward's and the backward's diagonal, the backward's token
 // walk and tail, the stages of its dL/dS walk, the forward walks' tiling, the outputs pass's
-// walkers and output path, the chunks factored whole, the forward's pass 1 in pieces, the
+// walkers and output path, the chunks factored whole (forward and backward), the forward's pass 1 in pieces, the
 // backward's early start and its table copies (params.hpp).
 #include "cuda/common/environment.hpp"
 #include "cuda/gla/params.hpp"
@@ -77,6 +77,12 @@ bool& current_factored() {
   return on;
 }
 
+// On unless SEQMIX_GLA_BACKWARD_FACTORED=0.
+bool& current_backward_factored() {
+  static bool on = flag_from_environment("SEQMIX_GLA_BACKWARD_FACTORED", true);
+  return on;
+}
+
 // On unless SEQMIX_GLA_BACKWARD_EARLY_START=0.
 bool& current_early_start() {
   static bool on = flag_from_environment("SEQMIX_GLA_BACKWARD_EARLY_START", true);
@@ -108,6 +114,9 @@ void gla_set_backward_early_start(bool on) { current_early_start() = on; }
 
 bool gla_forward_factored() { return current_factored(); }
 void gla_set_forward_factored(bool on) { current_factored() = on; }
+
+bool gla_backward_factored() { return current_backward_factored(); }
+void gla_set_backward_factored(bool on) { current_backward_factored() = on; }
 
 bool gla_forward_pieces() { return current_pieces(); }
 void gla_set_forward_pieces(bool on) { current_pieces() = on; }
