@@ -84,16 +84,17 @@ void print_gradient_phases(const GlaProfile& profile) {
                 static_cast<double>(c[i]) / blocks, 100.0 * static_cast<double>(c[i]) / std::max(total, 1.0));
 }
 
-// Random bf16 inputs of a timing shape (H 16, K = V = 128) on the device, with output and
-// gradient buffers, and the forward and backward over them (default options, scale K^-½).
+// Random bf16 inputs of a timing shape (H 16, K = V = 128 unless given) on the device, with output
+// and gradient buffers, and the forward and backward over them (default options, scale K^-½).
 struct TimingInputs {
-  static constexpr int64_t H = 16, K = 128, V = 128;
+  int64_t H, K, V;
   HostTensor q, k, v, g, d_out, o, hT, dq, dk, dv, dg;
   DeviceTensor d_q, d_k, d_v, d_g, d_do, d_o, d_hT, d_dq, d_dk, d_dv, d_dg;
   GlaOptions options;
 
-  TimingInputs(int64_t B, int64_t T)
-      : q(uniform({B, T, H, K}, DType::bf16)), k(uniform({B, T, H, K}, DType::bf16)),
+  TimingInputs(int64_t B, int64_t T, int64_t H_ = 16, int64_t K_ = 128, int64_t V_ = 128)
+      : H(H_), K(K_), V(V_),
+        q(uniform({B, T, H, K}, DType::bf16)), k(uniform({B, T, H, K}, DType::bf16)),
         v(uniform({B, T, H, V}, DType::bf16)), g(uniform({B, T, H, K}, DType::bf16, -0.2, 0.0)),
         d_out(uniform({B, T, H, V}, DType::bf16)), o({B, T, H, V}, DType::bf16), hT({B, H, K, V}, DType::f32),
         dq({B, T, H, K}, DType::bf16), dk({B, T, H, K}, DType::bf16), dv({B, T, H, V}, DType::bf16),
@@ -120,8 +121,8 @@ struct TimingInputs {
 };
 
 void profile_shape(int64_t B, int64_t T) {
-  const int64_t H = TimingInputs::H, K = TimingInputs::K, V = TimingInputs::V;
   TimingInputs in(B, T);
+  const int64_t H = in.H, K = in.K, V = in.V;
   auto forward = [&] { in.forward(); };
   auto backward = [&] { in.backward(); };
   for (int i = 0; i < 3; ++i) forward(), backward();  // warm-up
@@ -441,8 +442,9 @@ void compare_backward_switch(int64_t B, int64_t T, const char* what, bool (*get)
 // chunk_scores), which the backward then reads instead of forming A; `choose(on)` sets any other
 // switch of the form. Asserts that the gradients agree within the bf16 bound (the two forms may
 // round apart).
-void compare_training_forms(int64_t B, int64_t T, const char* what, bool (*scores)(bool), void (*choose)(bool)) {
-  TimingInputs in(B, T);
+void compare_training_forms(int64_t B, int64_t T, const char* what, bool (*scores)(bool), void (*choose)(bool),
+                            int64_t H = 16, int64_t K = 128, int64_t V = 128) {
+  TimingInputs in(B, T, H, K, V);
   DeviceTensor states(HostTensor(gla_chunk_states_shape(in.inputs()), DType::bf16));
   DeviceTensor saved_scores(HostTensor(gla_chunk_scores_shape(in.inputs()), DType::bf16));
   bool on = false;
@@ -450,8 +452,9 @@ void compare_training_forms(int64_t B, int64_t T, const char* what, bool (*score
   auto forward = [&] { in.forward(states.view, chunk_scores()); };
   auto backward = [&] { in.backward(states.view, chunk_scores()); };
   auto forward_backward = [&] { forward(), backward(); };
-  std::printf("gla B%lld T%lld H16 K128 V128 bf16 by the %s (states saved), medians of 30:\n",
-              static_cast<long long>(B), static_cast<long long>(T), what);
+  std::printf("gla B%lld T%lld H%lld K%lld V%lld bf16 by the %s (states saved), medians of 30:\n",
+              static_cast<long long>(B), static_cast<long long>(T), static_cast<long long>(H),
+              static_cast<long long>(K), static_cast<long long>(V), what);
   std::vector<double> off[4];  // dq, dk, dv, dg by the first form
   for (int round = 0; round < 3; ++round)
     for (const bool second : {false, true}) {
@@ -569,6 +572,9 @@ TEST(GlaCudaTiming, BackwardFactored) {
   const Chosen<bool> restore(cuda::gla_backward_factored, cuda::gla_set_backward_factored, true);
   for (const auto& [B, T] : {std::pair<int64_t, int64_t>{8, 2048}, {16, 1024}, {1, 32768}})
     compare_training_forms(B, T, "factored chunks", [](bool) { return true; }, cuda::gla_set_backward_factored);
+  // The seed's configuration: H 32, K = V = 64.
+  compare_training_forms(4, 2048, "factored chunks", [](bool) { return true; }, cuda::gla_set_backward_factored, 32,
+                         64, 64);
 }
 
 // The gradient kernel started while the dL/dS walk runs (its blocks of the last chunks first,

@@ -126,10 +126,10 @@ def test_autograd_matches_oracle(torch, dtype, K, V):
         assert rel_err(a, b) < TOLERANCE[dtype], name
 
 
-@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("D", [64, 128, 256])
 def test_torch_compile_fullgraph_backward_on_cuda(torch, D):
-    """Compiled and eager gradients agree, without (D = 64) and with (D = 128) the forward's
-    kept chunk states."""
+    """Compiled and eager gradients agree, with (D = 64 and 128) and without (D = 256: two key
+    blocks) the forward's kept chunk states and scores."""
     import seqmix
 
     gen = torch.Generator().manual_seed(4)
@@ -154,7 +154,8 @@ def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
     """A fixed-length forward at K = V = 128 that autograd will differentiate keeps the state
     entering every chunk (the first is the initial state, rounded) and every chunk's scores,
     and the backward reading those tables matches both the oracle and the backward that
-    recomputes the states (and the backward given the states alone). K = 64 keeps no table."""
+    recomputes the states (and the backward given the states alone). K = V = 64 keeps both
+    tables too, K = 64 with V = 128 neither."""
     import seqmix
     from seqmix._ops import gla as ops
     from seqmix.torch._common import XP
@@ -194,5 +195,9 @@ def test_training_forward_saves_chunk_states_for_the_backward(torch, dtype):
         assert rel_err(b.cpu(), c.cpu()) < TOLERANCE[dtype], name
 
     narrow = [x[..., :64].contiguous().cuda().requires_grad_() for x in stored]
+    o, _ = seqmix.chunk_gla(*narrow)
+    assert o.grad_fn.saved_tensors[-2].shape == (B, H, 5, 64, 64)
+    assert o.grad_fn.saved_tensors[-1].shape == (B, H, 5, 64, 64)
+    narrow[2] = stored[2].cuda().requires_grad_()  # V = 128
     o, _ = seqmix.chunk_gla(*narrow)
     assert o.grad_fn.saved_tensors[-1].numel() == 0 and o.grad_fn.saved_tensors[-2].numel() == 0

@@ -14,12 +14,14 @@ from ._common import XP, TorchOp, absent, contiguous_or_none, fake_grad, present
 # A, which the backward reads instead of walking the sequence again and forming A again;
 # otherwise empty tensors stand for them (see ``present``). chunk_gla asks for them when a
 # backward will follow, on CUDA, for fixed-length batches (the fake kernel sizes the table
-# from T alone), where it measured faster: K = 128
-# with V a multiple of 128 (forward+backward −8 to −15 % on the H100). At K = 64 it measured
-# −4 to +2 %, and K = 256's key blocks make the table by the backward's own walk anyway, so
-# those keep the backward's walk (src/cuda/gla/NOTES.md, v19).
+# from T alone), where it measured faster: K = 128 with V a multiple of 128 (forward+backward
+# −8 to −15 % on the H100, src/cuda/gla/NOTES.md v19), and K = V = 64 since the gradient kernel
+# reads the saved scores and factors its chunks (NOTES.md v62). K = 256's key blocks make the
+# table by the backward's own walk anyway, so it keeps the backward's walk, as do the other
+# K = 64 widths (not measured).
 def _saves_states(q, v, cu_seqlens) -> bool:
-    return q.is_cuda and cu_seqlens is None and q.shape[-1] == 128 and v.shape[-1] % 128 == 0
+    K, V = q.shape[-1], v.shape[-1]
+    return q.is_cuda and cu_seqlens is None and ((K == 128 and V % 128 == 0) or (K == 64 and V == 64))
 
 
 # keep_final_state: without it the final state is neither allocated nor written (an empty
