@@ -632,10 +632,10 @@ __device__ __forceinline__ bool factored_operands(S& s, int tid) {
 #pragma unroll
     for (int tt = 0; tt < kBatch; ++tt) {
       b.x = fmaf(g[tt].x, rate, b.x), b.y = fmaf(g[tt].y, rate, b.y);
-      const float2 factor = make_float2(ex2_fast(b.x), ex2_fast(b.y));
-      const float2 y = mul2(x[tt], factor);
+      const float2 y = make_float2(x[tt].x * ex2_fast(b.x), x[tt].y * ex2_fast(b.y));
       store2(to + (t0 + tt) * PK + c, y);
       if constexpr (kGradients) {
+        const float2 factor = make_float2(ex2_fast(b.x), ex2_fast(b.y));  // the same exponentials (one MUFU each)
         const float2 high = make_float2(to_float(from_float<E>(y.x)), to_float(from_float<E>(y.y)));
         store2((query ? s.query_low() : s.key_low()) + (t0 + tt) * PK + c, make_float2(y.x - high.x, y.y - high.y));
         if (query) *reinterpret_cast<float2*>(s.factors() + (t0 + tt) * S::PF + c) = factor;
