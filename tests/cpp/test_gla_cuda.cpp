@@ -48,6 +48,17 @@ HostTensor decays(const GpuGlaCase& c, const std::vector<int64_t>& shape) {
   return g;
 }
 
+// The chunks of all of one case's sequences together.
+int64_t sequence_chunks(const GpuGlaCase& c) {
+  const int64_t sequences = c.cu.empty() ? c.B : static_cast<int64_t>(c.cu.size()) - 1;
+  int64_t chunks = 0;
+  for (int64_t n = 0; n < sequences; ++n) {
+    const int64_t length = c.cu.empty() ? c.T : c.cu[n + 1] - c.cu[n];
+    chunks += (length + cuda::kGlaChunk - 1) / cuda::kGlaChunk;
+  }
+  return chunks;
+}
+
 // One case's fresh random inputs, on the host (for the oracle) and on the device.
 struct GlaCaseInputs {
   const GpuGlaCase& c;
@@ -238,11 +249,7 @@ TEST_P(GlaCuda, ForwardFactoredChunksMatchesOracle) {
   check.device();
   const uint64_t steps_factored = cuda::gla_profile_stop().phase_cycles[cuda::kGlaPhaseFactored];
   // The outputs pass's chunk steps: one walk a (key block, value block, head, sequence) over its chunks.
-  int64_t chunks = 0;
-  for (int64_t n = 0; n < in.N; ++n) {
-    const int64_t length = c.cu.empty() ? c.T : c.cu[n + 1] - c.cu[n];
-    chunks += (length + cuda::kGlaChunk - 1) / cuda::kGlaChunk;
-  }
+  const int64_t chunks = sequence_chunks(c);
   const int64_t value_blocks = c.V % 128 == 0 ? c.V / 128 : c.V / 64, key_blocks = c.K == 256 ? 2 : 1;
   const uint64_t steps = static_cast<uint64_t>(key_blocks * value_blocks * c.H * chunks);
   if (c.dtype == DType::f16) EXPECT_EQ(steps_factored, 0u) << "f16 chunks factored";
@@ -426,12 +433,8 @@ TEST_P(GlaCuda, BackwardFactoredChunksMatchesOracle) {
   const BackwardFactored factored(true);
   const cuda::GlaProfile profile = backward_matches_oracle(c, true, scores);
   const uint64_t blocks_factored = profile.phase_cycles[cuda::kGlaGradientFactored];
-  int64_t chunks = 0;  // the gradient kernel's blocks: one a chunk and head (one key block with the scores)
-  for (int64_t n = 0; n < (c.cu.empty() ? c.B : static_cast<int64_t>(c.cu.size()) - 1); ++n) {
-    const int64_t length = c.cu.empty() ? c.T : c.cu[n + 1] - c.cu[n];
-    chunks += (length + cuda::kGlaChunk - 1) / cuda::kGlaChunk;
-  }
-  const uint64_t blocks = static_cast<uint64_t>(c.H * chunks);
+  // The gradient kernel's blocks: one a chunk and head (one key block with the scores).
+  const uint64_t blocks = static_cast<uint64_t>(c.H * sequence_chunks(c));
   if (c.dtype == DType::f16 || !scores) EXPECT_EQ(blocks_factored, 0u) << "blocks factored";
   else if (c.g_strong < 0.0 || c.k_scale > 1.0)
     EXPECT_TRUE(blocks_factored > 0 && blocks_factored < blocks) << blocks_factored << " of " << blocks;
