@@ -12,23 +12,46 @@
 
 namespace seqmix::cuda::gla {
 
+// The chains below give each thread four adjacent state elements of one row (V is a multiple
+// of 64): 16-byte loads and stores, a quarter of the threads and blocks of one an element
+// (NOTES.md v64b).
+constexpr int kChainElements = 4;
+
+__device__ __forceinline__ float4 decayed_plus(float decay, float4 S, float4 own) {
+  return make_float4(decay * S.x + own.x, decay * S.y + own.y, decay * S.z + own.z, decay * S.w + own.w);
+}
+
+// The initial state's four elements from `element` of pair `pair` (zeros without one); read a
+// float at a time, since the caller's tensor need not be 16-byte aligned.
+__device__ __forceinline__ float4 initial_elements(const GlaParams& p, int64_t pair, int64_t element) {
+  if (!p.initial_state) return make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  const float* at = p.initial_state + pair * p.K * p.V + element;
+  return make_float4(at[0], at[1], at[2], at[3]);
+}
+
+inline dim3 chain_grid(const GlaParams& p) {
+  const int64_t threads = p.K * p.V / kChainElements;
+  return dim3(static_cast<unsigned>((threads + 255) / 256), static_cast<unsigned>(p.H),
+              static_cast<unsigned>(p.num_sequences));
+}
+
 // Chains the segments of each (sequence, head): slot s of the workspace holds segment s's
 // own end state on entry and the state entering it on exit,
 //   S_in(0) = initial state,  S_in(s+1) = e^{Σg over s} ⊙ S_in(s) + own(s).
-// One thread per state element, walking the segments in order.
+// Each thread walks its four elements through the segments in order.
 static __global__ void chain_segments_kernel(const GlaParams p) {
-  const int64_t element = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t element = kChainElements * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (element >= p.K * p.V) return;
   const int64_t pair = static_cast<int64_t>(blockIdx.z) * p.H + blockIdx.y;  // n·H + h
   const int64_t row = element / p.V;
   const float* decays = segment_decay_table(p);
-  float S = p.initial_state ? p.initial_state[pair * p.K * p.V + element] : 0.0f;
+  float4 S = initial_elements(p, pair, element);
   for (int64_t seg = 0; seg < p.segments; ++seg) {
     const int64_t slot = pair * p.segments + seg;
-    float* at = p.workspace + slot * p.K * p.V + element;
-    const float own = *at;
+    float4* at = reinterpret_cast<float4*>(p.workspace + slot * p.K * p.V + element);
+    const float4 own = *at;
     *at = S;
-    S = decays[slot * p.K + row] * S + own;
+    S = decayed_plus(decays[slot * p.K + row], S, own);
   }
 }
 
@@ -37,20 +60,21 @@ static __global__ void chain_segments_kernel(const GlaParams p) {
 // of the pieces that cut the segments before the last one, `per_segment` a segment
 // ([N, H, (segments − 1)·per_segment, K, V] states, then [.., K] decays),
 //   S_in(0) = initial state,  S_in(s+1) = the pieces of s applied in order to S_in(s),
-// a piece applied as S ← e^{Σg over it} ⊙ S + own. One thread per state element.
+// a piece applied as S ← e^{Σg over it} ⊙ S + own. Four elements a thread, as above.
 static __global__ void chain_pieces_kernel(const GlaParams p, const float* pieces, int64_t per_segment) {
-  const int64_t element = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t element = kChainElements * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (element >= p.K * p.V) return;
   const int64_t pair = static_cast<int64_t>(blockIdx.z) * p.H + blockIdx.y;  // n·H + h
   const int64_t row = element / p.V, piece_count = (p.segments - 1) * per_segment;
   const float* decays = pieces + p.num_sequences * p.H * piece_count * p.K * p.V;
-  float S = p.initial_state ? p.initial_state[pair * p.K * p.V + element] : 0.0f;
+  float4 S = initial_elements(p, pair, element);
   for (int64_t seg = 0; seg < p.segments; ++seg) {
-    p.workspace[(pair * p.segments + seg) * p.K * p.V + element] = S;
+    *reinterpret_cast<float4*>(p.workspace + (pair * p.segments + seg) * p.K * p.V + element) = S;
     if (seg + 1 == p.segments) break;
     for (int64_t i = 0; i < per_segment; ++i) {
       const int64_t slot = pair * piece_count + seg * per_segment + i;
-      S = decays[slot * p.K + row] * S + pieces[slot * p.K * p.V + element];
+      S = decayed_plus(decays[slot * p.K + row], S,
+                       *reinterpret_cast<const float4*>(pieces + slot * p.K * p.V + element));
     }
   }
 }
@@ -257,9 +281,8 @@ inline size_t segment_table_floats(const GlaParams& p) {
 template <class E, int KD, int VB>
 void segment_entering_states(const GlaParams& p, cudaStream_t stream) {
   launch_pass<E, KD, VB, Pass::segment_ends>(p, stream);
-  const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
-                  static_cast<unsigned>(p.num_sequences));
-  timed_launch(stream, "gla chain segments", [&] { chain_segments_kernel<<<grid, 256, 0, stream>>>(p); });
+  timed_launch(stream, "gla chain segments",
+               [&] { chain_segments_kernel<<<chain_grid(p), 256, 0, stream>>>(p); });
 }
 
 // The forward's pass 1 when split. Only the segments before the last need their own end
@@ -300,10 +323,8 @@ void piece_entering_states(const GlaParams& p, const PiecePlan& plan, float* pie
   walk.segment_chunks = plan.piece_chunks;
   walk.workspace = pieces;
   launch_pass<E, KD, VB, Pass::segment_ends>(walk, stream);
-  const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
-                  static_cast<unsigned>(p.num_sequences));
   timed_launch(stream, "gla chain segments",
-               [&] { chain_pieces_kernel<<<grid, 256, 0, stream>>>(p, pieces, plan.per_segment); });
+               [&] { chain_pieces_kernel<<<chain_grid(p), 256, 0, stream>>>(p, pieces, plan.per_segment); });
 }
 
 template <class E, int KD, int VB>
