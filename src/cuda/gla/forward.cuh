@@ -597,8 +597,9 @@ constexpr int kFactoredPause = 7;  // chunks not tried after one voted out (the 
 // the key side k ⊙ 2^{−b} into the inverse keys. The second half first sums the first half's g.
 // The key side runs the negated sums: fma(g, −r, −b) = −fma(g, r, b) and (−r)·x = −(r·x) exactly,
 // so both sides hold the same |b| token by token. Returns whether this thread's operands leave
-// the range above (NaN included): every operand is checked, |b| at every 8th token (with g ≤ 0,
-// DESIGN.md's contract, |b| only grows along the walk).
+// the range above: every operand is checked, |b| at every 8th token (with g ≤ 0, DESIGN.md's
+// contract, |b| only grows along the walk). A NaN in q, k or g does not vote the chunk out (the
+// peaks are fmaxf's, which drop NaN); either form then carries it into the same outputs.
 // kGradients (the backward's gradient kernel, backward.cuh factored_gradients): each operand
 // also leaves what its rounding lost, y − bf16(y) rounded again, in s.query_low() or
 // s.key_low() (so hi + lo carries 16 bits), the query side writes the factors 2^{b} as floats into
