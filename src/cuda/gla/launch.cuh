@@ -13,8 +13,8 @@
 namespace seqmix::cuda::gla {
 
 // The chains below give each thread four adjacent state elements of one row (V is a multiple
-// of 64): 16-byte loads and stores, a quarter of the threads and blocks of one an element
-// (NOTES.md v64b).
+// of 64): 16-byte loads and stores, and a quarter of the threads and blocks that one element a
+// thread took (NOTES.md v64b).
 constexpr int kChainElements = 4;
 
 __device__ __forceinline__ float4 decayed_plus(float decay, float4 S, float4 own) {
@@ -29,6 +29,7 @@ __device__ __forceinline__ float4 initial_elements(const GlaParams& p, int64_t p
   return make_float4(at[0], at[1], at[2], at[3]);
 }
 
+// (state elements / 4 / 256, heads, sequences): a chain's grid.
 inline dim3 chain_grid(const GlaParams& p) {
   const int64_t threads = p.K * p.V / kChainElements;
   return dim3(static_cast<unsigned>((threads + 255) / 256), static_cast<unsigned>(p.H),
