@@ -182,21 +182,26 @@ __global__ void __launch_bounds__(kThreads, 1)
 // own walk (from zero at its end; the last segment's from d final state), and on exit (s below
 // the last) dL/dS at its end:
 //   end(last − 1) = start(last),  end(s − 1) = D(s) ⊙ end(s) + start(s),  d initial = D(0) ⊙ end(0) + start(0),
-// D(s) the segment's total decay. One thread per state element.
+// D(s) the segment's total decay. Four adjacent elements of a row a thread, as the forward's
+// chains (launch.cuh kChainElements).
 static __global__ void chain_segment_grads_kernel(const GlaParams p) {
-  const int64_t element = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t element = kChainElements * (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
   if (element >= p.K * p.V) return;
   const int64_t n = blockIdx.z, h = blockIdx.y, row = element / p.V;
   const float* decays = segment_decay_table(p);
-  float D = p.workspace[segment_slot(p, n, h, p.segments - 1) * p.K * p.V + element];
+  auto slot_elements = [&](int64_t slot) { return reinterpret_cast<float4*>(p.workspace + slot * p.K * p.V + element); };
+  float4 D = *slot_elements(segment_slot(p, n, h, p.segments - 1));
   for (int64_t seg = p.segments - 2; seg >= 0; --seg) {
     const int64_t slot = segment_slot(p, n, h, seg);
-    float* at = p.workspace + slot * p.K * p.V + element;
-    const float own = *at;
+    float4* const at = slot_elements(slot);
+    const float4 own = *at;
     *at = D;
-    D = decays[slot * p.K + row] * D + own;
+    D = decayed_plus(decays[slot * p.K + row], D, own);
   }
-  if (p.d_initial_state) p.d_initial_state[(n * p.H + h) * p.K * p.V + element] = D;
+  if (!p.d_initial_state) return;
+  // A float at a time: the caller's tensor need not be 16-byte aligned.
+  float* const out = p.d_initial_state + (n * p.H + h) * p.K * p.V + element;
+  out[0] = D.x, out[1] = D.y, out[2] = D.z, out[3] = D.w;
 }
 
 // ---- Pass 3: the gradients of one chunk ----
@@ -1440,10 +1445,8 @@ void state_gradients(const GlaParams& p, cudaStream_t stream) {
   timed_launch(stream, "gla backward state gradients",
                [&] { walk<<<state_grid, kThreads, state_smem, stream>>>(p, grads_map); });
   if (p.segments > 1) {
-    const dim3 grid(static_cast<unsigned>((p.K * p.V + 255) / 256), static_cast<unsigned>(p.H),
-                    static_cast<unsigned>(p.num_sequences));
     timed_launch(stream, "gla backward chain segments",
-                 [&] { chain_segment_grads_kernel<<<grid, 256, 0, stream>>>(p); });
+                 [&] { chain_segment_grads_kernel<<<chain_grid(p), 256, 0, stream>>>(p); });
   }
 }
 
