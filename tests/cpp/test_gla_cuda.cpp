@@ -116,6 +116,8 @@ using ForwardTiling = Selected<cuda::GlaForwardTiling, cuda::gla_forward_tiling,
 using ForwardWalkers = Selected<cuda::GlaForwardWalkers, cuda::gla_forward_walkers, cuda::gla_set_forward_walkers>;
 // Whether the outputs pass factors chunks whole where their decays allow.
 using ForwardFactored = Selected<bool, cuda::gla_forward_factored, cuda::gla_set_forward_factored>;
+// Whether the outputs pass runs with two chunks in flight (forward_pipelined.cuh).
+using ForwardPipelined = Selected<bool, cuda::gla_forward_pipelined, cuda::gla_set_forward_pipelined>;
 // How the outputs pass writes o.
 using ForwardOutput = Selected<cuda::GlaForwardOutput, cuda::gla_forward_output, cuda::gla_set_forward_output>;
 // The stages of the backward's dL/dS walk.
@@ -151,11 +153,14 @@ struct ForwardCheck {
   }
 };
 
-// The outputs pass's default form: tall tiling, tensor-core diagonal, paired walkers.
+// The outputs pass's default form: tall tiling, tensor-core diagonal, paired walkers; the form
+// with two chunks in flight (which takes its place where it applies) off, so that the tests
+// that name this form run its kernels.
 struct DefaultForwardForm {
   const ForwardTiling tiling{cuda::GlaForwardTiling::tall};
   const ForwardDiagonal diagonal{cuda::GlaForwardDiagonal::tensor_cores};
   const ForwardWalkers walkers{cuda::GlaForwardWalkers::paired};
+  const ForwardPipelined pipelined{false};
 };
 
 // The forward (output and final state) against the oracle, by the forms selected.
@@ -256,6 +261,36 @@ TEST_P(GlaCuda, ForwardFactoredChunksMatchesOracle) {
   else if (c.g_strong < 0.0)
     EXPECT_TRUE(steps_factored > 0 && steps_factored < steps) << steps_factored << " of " << steps;
   else if (c.g_lo >= -0.5) EXPECT_EQ(steps_factored, steps) << "chunk steps factored";
+}
+
+// The outputs pass with two chunks in flight against the oracle where it applies (bf16, K = 128,
+// V a multiple of 128): every chunk of the mild cases walked by it, and in the cases with chunks
+// it cannot factor (strong decays, huge keys) the rest of a segment by the outputs pass after it,
+// from the chunk it stopped at. The chunk steps left to that pass, profiled: the steps with it
+// less those of the default form's passes (pass 1 of a split, then every outputs step).
+TEST_P(GlaCuda, ForwardPipelinedMatchesOracle) {
+  SKIP_WITHOUT_CUDA_DEVICE();
+  const GpuGlaCase& c = GetParam();
+  const DefaultForwardForm form;
+  const ForwardFactored factored(true);
+  const GlaCaseInputs in(c);
+  const ForwardCheck check(in);
+  cuda::gla_profile_start();
+  check.device();
+  const uint64_t default_steps = cuda::gla_profile_stop().phase_cycles[cuda::kGlaPhaseSteps];
+  const ForwardPipelined pipelined(true);
+  cuda::gla_profile_start();
+  check.device();
+  const cuda::GlaProfile profile = cuda::gla_profile_stop();
+  const bool applies = c.dtype == DType::bf16 && c.K == 128 && c.V % 128 == 0;
+  bool ran = false;
+  for (const auto& launch : profile.launches) ran = ran || launch.kernel == "gla forward (two chunks in flight)";
+  EXPECT_EQ(ran, applies);
+  if (!applies) return;
+  const uint64_t outputs_steps = static_cast<uint64_t>((c.V / 128) * c.H * sequence_chunks(c));
+  const uint64_t left = profile.phase_cycles[cuda::kGlaPhaseSteps] + outputs_steps - default_steps;
+  if (c.g_strong < 0.0 || c.g_lo <= -5.0 || c.k_scale > 1e6) EXPECT_GT(left, 0u) << "no chunk left to the next pass";
+  else if (c.g_lo >= -0.5) EXPECT_EQ(left, 0u) << "chunks left to the next pass";
 }
 
 // Every gradient (dq, dk, dv, dg, and d initial state with an initial state) against the

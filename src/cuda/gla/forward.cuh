@@ -699,9 +699,10 @@ __device__ __forceinline__ void factored_scores(S& s, int warp, int lane) {
 // row 16·kRowBlocks·(w % RB) and the columns of its column split w / RB (the 8 warps tile the
 // state). Two row blocks a warp (params.hpp GlaForwardTiling::tall) halve the column split's
 // width, so each warp reads half as many fragments of v in advance() for the same products.
-template <class E, int KD, int VB, int kRowBlocks = 1>
+// kWarps: the warps that hold the state (all of the block's but in the pipelined outputs pass,
+// forward_pipelined.cuh, whose state side is one warpgroup).
+template <class E, int KD, int VB, int kRowBlocks = 1, int kWarps = kThreads / 32>
 struct StateTile {
-  static constexpr int kWarps = kThreads / 32;
   static constexpr int MB = kRowBlocks, RB = KD / (16 * MB), CS = kWarps / RB, CW = VB / CS, NT = CW / 8;
   static_assert(KD % (16 * MB) == 0 && RB * CS == kWarps && CW % 16 == 0, "the warps tile the state");
   float f[MB][NT][4];
@@ -809,15 +810,15 @@ struct KeyBlock {
 
 // o = (q_start·S_0 + A·v)·scale. Warp w takes kRowBlocks 16-row blocks from row block
 // kRowBlocks·(w % RG) (RG = 4 / kRowBlocks warps down the chunk) and the value block's column
-// split w / RG (8 / RG splits). Two row blocks a warp (GlaForwardTiling::tall) read half
+// split w / RG (kWarps / RG splits). Two row blocks a warp (GlaForwardTiling::tall) read half
 // as many fragments of the state and of v for the same products.
 // S: Smem, or any layout with q_start, state and scores members and Smem's pitches.
 // put(r, c, x0, x1) takes o's columns c, c + 1 of the chunk's row r (r < valid), scaled.
-template <int kRowBlocks = 1, class S, class E = typename S::Element, class Put>
+template <int kRowBlocks = 1, int kWarps = kThreads / 32, class S, class E = typename S::Element, class Put>
 __device__ __forceinline__ void chunk_output(const S& s, const E* v, int warp, int lane, int valid, float scale,
                                              Put&& put) {
   constexpr int KD = S::kKeys, VB = S::kValues, PK = S::PK, PV = S::PV, PA = S::PA;
-  constexpr int MB = kRowBlocks, RG = 4 / MB, CS = kThreads / 32 / RG, NT = VB / (8 * CS);  // NT: 8-column tiles
+  constexpr int MB = kRowBlocks, RG = 4 / MB, CS = kWarps / RG, NT = VB / (8 * CS);  // NT: 8-column tiles
   static_assert(RG * MB == 4 && NT % 2 == 0, "the warps tile o in pairs of 8-column tiles");
   const int rb0 = MB * (warp % RG), n0 = (warp / RG) * (VB / CS);
   float acc[MB][NT][4] = {};
@@ -935,6 +936,12 @@ struct BlockPlan {
   }
 };
 
+// A block's entry of GlaParams::resume_chunks: its segment slot times the value blocks, plus its
+// value block (the outputs pass with two chunks in flight has no key blocks).
+__device__ __forceinline__ int64_t resume_index(const BlockPlan& plan) {
+  return plan.state_slot * gridDim.x + blockIdx.x;
+}
+
 // The phase clocks of profile.hpp: one timing thread of a block marks the end of each phase
 // of a chunk step (SM cycles, 32-bit: a block's sums stay far below 2^32 cycles) and adds
 // its sums to the device counters at the end. Does nothing unless the launcher passed
@@ -1028,11 +1035,24 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const KeyBlock kb = KeyBlock::of_block<KD, VB>(p);
   const int64_t vb0 = kb.vb0, key0 = kb.key0;
-  const BlockPlan plan(p);
+  BlockPlan plan(p);
   const int64_t h = plan.h;
   float* const segment_state = p.workspace ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
   float* const segment_decay =
       p.workspace ? segment_decay_table(p) + plan.state_slot * p.K + key0 : nullptr;
+  // The state entering the block's first chunk.
+  const float* entering = p.segments > 1    ? segment_state
+                          : p.initial_state ? p.initial_state + kb.state(p, plan.n * p.H + h)
+                                            : nullptr;
+  // After the outputs pass with two chunks in flight (forward_pipelined.cuh): the chunks it left.
+  if constexpr (kOutput) {
+    if (p.resume_chunks) {
+      const int64_t resume = p.resume_chunks[resume_index(plan)];
+      if (resume >= plan.end_chunk) return;
+      plan.first_chunk = resume;
+      entering = p.resume_states + kb.state(p, plan.state_slot);
+    }
+  }
   StateTile<E, KD, VB, kRowBlocks> S(warp, lane);
   if (plan.first_chunk >= plan.end_chunk) {  // a segment past a short sequence's end
     if constexpr (kEnds) {
@@ -1074,7 +1094,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int i = tid; i < kChunk * Smem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
   const int64_t state_offset = kb.state(p, plan.n * p.H + h);
   if constexpr (kEnds) S.load(nullptr, p.V);
-  else S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
+  else S.load(entering, p.V);
   float total_decay = 1.0f;  // threads < KD: e^{Σ g} of channel tid over the segment
   issue_decay_loads(plan.first_chunk, 0);
   issue_token_loads(plan.first_chunk, 0);

@@ -7,6 +7,7 @@
 
 #include "cuda/common/tensor_map.hpp"
 #include "cuda/gla/forward.cuh"
+#include "cuda/gla/forward_pipelined.cuh"
 #include "cuda/gla/profile.cuh"
 #include "seqmix/error.hpp"
 
@@ -237,6 +238,38 @@ void launch_pass(const GlaParams& p, cudaStream_t stream) {
   launch_walk<E, KD, VB, kPass, kQuads, 1>(p, stream);
 }
 
+// The outputs pass with two chunks in flight (forward_pipelined.cuh).
+template <class E, int KD, int VB>
+void launch_pipelined(GlaParams p, cudaStream_t stream) {
+  const size_t smem = sizeof(PipelinedSmem<E, KD, VB>);
+  auto kernel = pipelined_forward_kernel<E, KD, VB>;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
+        "gla pipelined forward shared memory");
+  const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
+                  static_cast<unsigned>(p.num_sequences * p.segments));
+  timed_launch(stream, "gla forward (two chunks in flight)",
+               [&] { kernel<<<grid, kPipelinedThreads, smem, stream>>>(p); });
+}
+
+// The outputs pass as gla_forward_diagonal, gla_forward_walkers, gla_forward_tiling and
+// gla_forward_output ask (params.hpp), then the chunk-state pass where the chosen form saves no
+// states.
+template <class E, int KD, int VB>
+void launch_default_outputs(const GlaParams& p, cudaStream_t stream, bool save,
+                            const std::optional<CUtensorMap>& o_map) {
+  const bool tensor_cores = gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores;
+  const bool paired_tall = tensor_cores && gla_forward_walkers() == GlaForwardWalkers::paired &&
+                           gla_forward_tiling() == GlaForwardTiling::tall;
+  if (o_map) {
+    if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true, true>(p, stream, *o_map);
+    return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true>(p, stream, *o_map);
+  }
+  if (paired_tall) launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
+  else if (tensor_cores) launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
+  else launch_pass<E, KD, VB, Pass::outputs>(p, stream);
+  if (save) launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
+}
+
 // The outputs pass, forming A's diagonal sub-chunks as gla_forward_diagonal says (params.hpp).
 // The paired walkers (gla_forward_walkers) only with the tensor-core diagonal and the tall
 // tiling, the defaults: one more kernel a shape and dtype.
@@ -262,14 +295,21 @@ void launch_outputs(GlaParams p, cudaStream_t stream) {
         "seqmix.chunk_gla: argument 'chunk_scores': expected none with this forward (the chunk scores are saved "
         "only with chunk_states by the default outputs pass: tensor-core diagonal, paired walkers, tall tiling, "
         "staged output, K <= 128, o writable by the copy engine), got a tensor");
-  if (o_map) {
-    if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true, true>(p, stream, *o_map);
-    return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true>(p, stream, *o_map);
+  // In place of the default form (inference, bf16, K = 128): the outputs pass with two chunks in
+  // flight, then the default form for the chunks it refused (none where every chunk factors).
+  void* resume_scratch = nullptr;
+  if constexpr (std::is_same_v<E, __nv_bfloat16> && KD == 128 && VB == 128) {
+    if (gla_forward_pipelined() && paired_tall && !save && p.key_blocks == 1 && p.factored_chunks) {
+      const int64_t slots = p.num_sequences * p.H * p.segments;
+      const size_t chunk_bytes = slots * column_blocks<VB>(p) * sizeof(int64_t);
+      resume_scratch = stream_scratch(chunk_bytes + slots * p.K * p.V * sizeof(float), stream, "gla resume tables");
+      p.resume_chunks = static_cast<int64_t*>(resume_scratch);
+      p.resume_states = reinterpret_cast<float*>(static_cast<unsigned char*>(resume_scratch) + chunk_bytes);
+      launch_pipelined<E, KD, VB>(p, stream);
+    }
   }
-  if (paired_tall) launch_walk<E, KD, VB, Pass::outputs, true, 2, true>(p, stream);
-  else if (tensor_cores) launch_pass<E, KD, VB, Pass::outputs, true>(p, stream);
-  else launch_pass<E, KD, VB, Pass::outputs>(p, stream);
-  if (save) launch_pass<E, KD, VB, Pass::chunk_states>(p, stream);
+  launch_default_outputs<E, KD, VB>(p, stream, save, o_map);
+  if (resume_scratch) check(cudaFreeAsync(resume_scratch, stream), "gla resume tables");
 }
 
 // Floats of the segment tables in p.workspace: states, then decays.

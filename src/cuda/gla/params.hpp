@@ -40,6 +40,12 @@ struct GlaParams {
   // float [key_blocks, partial_rows, H, V] with partial_rows = B·T, and are summed after.
   int64_t key_blocks = 1, partial_rows = 0;
   float* partial = nullptr;
+  // Set by the launcher after the outputs pass with two chunks in flight (forward_pipelined.cuh):
+  // per block (segment slot · value blocks + value block) the chunk it stopped at (its end when
+  // it walked them all), and [N, H, segments, K, V] the state entering that chunk; the outputs
+  // pass after it walks each block's rest from there. nullptr otherwise.
+  int64_t* resume_chunks = nullptr;
+  float* resume_states = nullptr;
   // Set by the launchers while profiling (profile.hpp): device counters [kGlaPhaseCount]
   // the chunk walks add their phase cycles to; nullptr otherwise.
   unsigned long long* phase_cycles = nullptr;
@@ -245,6 +251,14 @@ void gla_set_backward_held_operands(bool on);
 // is "0" when first asked, or a caller (the tests) set it.
 bool gla_forward_factored();
 void gla_set_forward_factored(bool on);
+
+// The outputs pass with two chunks in flight (forward_pipelined.cuh: a state side and a chunk
+// side on two slots) in place of the default form where it applies (bf16, K = 128, V a multiple
+// of 128, no states saved; chunks it cannot factor whole go to the default form after it):
+// process-wide, on unless the environment variable SEQMIX_GLA_FORWARD_PIPELINED is "0" when
+// first asked, or a caller (the tests) set it.
+bool gla_forward_pipelined();
+void gla_set_forward_pipelined(bool on);
 
 // The same for the backward's gradient kernel given the forward's saved scores (bf16): a chunk's
 // dq and dk as two products through the factors 2^{±b} instead of the sub-chunk pairs, the quad

@@ -77,6 +77,12 @@ bool& current_factored() {
   return on;
 }
 
+// On unless SEQMIX_GLA_FORWARD_PIPELINED=0.
+bool& current_pipelined() {
+  static bool on = flag_from_environment("SEQMIX_GLA_FORWARD_PIPELINED", true);
+  return on;
+}
+
 // On unless SEQMIX_GLA_BACKWARD_FACTORED=0.
 bool& current_backward_factored() {
   static bool on = flag_from_environment("SEQMIX_GLA_BACKWARD_FACTORED", true);
@@ -114,6 +120,9 @@ void gla_set_backward_early_start(bool on) { current_early_start() = on; }
 
 bool gla_forward_factored() { return current_factored(); }
 void gla_set_forward_factored(bool on) { current_factored() = on; }
+
+bool gla_forward_pipelined() { return current_pipelined(); }
+void gla_set_forward_pipelined(bool on) { current_pipelined() = on; }
 
 bool gla_backward_factored() { return current_backward_factored(); }
 void gla_set_backward_factored(bool on) { current_backward_factored() = on; }

@@ -1,0 +1,167 @@
+// The outputs pass with two chunks in flight (NOTES.md, "The outputs pass with two chunks in
+// flight"): of a chunk's work only o's q_start·S term and the state update need the state S;
+// the walk over the decays, the vote and A need the chunk alone. So one block of three
+// warpgroups runs them side by side on two slots of shared memory:
+//   warpgroup 0, the state side: S (4 warps' accumulators, 32 rows each), o = (q_start·S_0 + A·v)
+//     and S ← 2^{b_last} ⊙ (S + (k ⊙ 2^{−b})ᵀ v) for chunk c;
+//   warpgroups 1–2, the chunk side: chunk c + 1's copies, its factored operands (in place over
+//     q and k) and A, with the tid and warp indices factored_operands and factored_scores take.
+// A slot is handed over by two barriers: `full` (the chunk side's 256 threads, once A is written)
+// and `empty` (the state side's 128, after their last read of the slot).
+// Chunks factored whole only (bf16, K = 128, VB = 128, no key blocks, nothing saved): where the
+// chunk side's vote refuses a chunk (strong decays, huge keys), the block stops there, leaves the
+// state entering it in p.resume_states and the chunk in p.resume_chunks, and the outputs pass
+// launched after this kernel walks the rest (forward.cuh forward_kernel).
+#pragma once
+
+#include "cuda/common/tma.cuh"
+#include "cuda/gla/forward.cuh"
+
+namespace seqmix::cuda::gla {
+
+constexpr int kPipelinedThreads = 384, kChunkSideThreads = 256, kStateSideThreads = 128;
+constexpr int kStateSideRegisters = 232, kChunkSideRegisters = 136;
+
+__device__ __forceinline__ void side_barrier(int id, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
+}
+// The same barrier, returning whether any of its threads passed `x`.
+__device__ __forceinline__ bool side_barrier_any(int id, int threads, bool x) {
+  uint32_t any;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
+      : "=r"(any)
+      : "r"(static_cast<uint32_t>(x)), "r"(id), "r"(threads)
+      : "memory");
+  return any != 0;
+}
+
+template <class E, int KD, int VB>
+struct PipelinedSmem {
+  static constexpr int PK = KD + 8, PV = VB + 8, PA = kChunk + 8;
+  struct Slot {
+    E q[kChunk * PK];  // raw q, then q ⊙ 2^{b} (q_start)
+    E k[kChunk * PK];  // raw k, then k ⊙ 2^{−b}
+    E g[kChunk * PK];
+    E v[kChunk * PV];
+    E scores[kChunk * PA];
+    float decay_all[KD];  // 2^{b_last}
+  };
+  Slot slot[2];
+  E state[KD * PV];  // S entering the state side's chunk, as the product's operand
+  uint64_t full[2], empty[2];
+  int64_t refused;  // the first chunk the chunk side's vote refused (−1: none yet)
+};
+
+// What factored_operands and factored_scores read and write, over one slot.
+template <class E, int KD>
+struct ChunkSideView {
+  using Element = E;
+  static constexpr int kKeys = KD, PK = KD + 8, PA = kChunk + 8;
+  E *q, *k, *g, *q_start, *scores;
+  float* decay_all;
+  __device__ E* inverse_keys() const { return k; }
+};
+
+// What chunk_output reads.
+template <class E, int KD, int VB>
+struct StateSideView {
+  using Element = E;
+  static constexpr int kKeys = KD, kValues = VB, PK = KD + 8, PV = VB + 8, PA = kChunk + 8;
+  const E *q_start, *state, *scores;
+};
+
+template <class E, int KD, int VB>
+__global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel(const GlaParams p) {
+  static_assert(std::is_same_v<E, __nv_bfloat16>, "chunks factored whole: bf16");
+  using Sm = PipelinedSmem<E, KD, VB>;
+  constexpr int PK = Sm::PK, PV = Sm::PV;
+  extern __shared__ __align__(128) unsigned char smem_bytes[];
+  auto& s = *reinterpret_cast<Sm*>(smem_bytes);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const KeyBlock kb = KeyBlock::of_block<KD, VB>(p);
+  const int64_t vb0 = kb.vb0, key0 = kb.key0;
+  const BlockPlan plan(p);
+  const int64_t h = plan.h;
+  if (tid == 0) {
+    for (int i = 0; i < 2; ++i) {
+      tma::barrier_init(&s.full[i], kChunkSideThreads);
+      tma::barrier_init(&s.empty[i], kStateSideThreads);
+    }
+    s.refused = -1;
+  }
+  __syncthreads();
+  if (plan.first_chunk >= plan.end_chunk) {
+    if (tid == 0) p.resume_chunks[resume_index(plan)] = plan.end_chunk;
+    return;
+  }
+  auto row0 = [&](const GlaTokens& x, int64_t t, int64_t col) {
+    return static_cast<E*>(x.data) + plan.seq.batch * x.stride_batch + (plan.seq.start + t) * x.stride_time +
+           h * x.stride_head + col;
+  };
+
+  if (warp >= kStateSideThreads / 32) {  // the chunk side
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kChunkSideRegisters));
+    const int ctid = tid - kStateSideThreads, cwarp = ctid / 32;
+    const E *const q_rows = row0(p.q, 0, key0), *const k_rows = row0(p.k, 0, key0);
+    const E *const g_rows = row0(p.g, 0, key0), *const v_rows = row0(p.v, 0, vb0);
+    for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
+      const int64_t i = chunk - plan.first_chunk;
+      auto& slot = s.slot[i & 1];
+      tma::wait(&s.empty[i & 1], ((i >> 1) & 1) ^ 1);  // the state side is done with the slot's last chunk
+      const int valid = plan.valid(chunk);
+      const int64_t rows = chunk * kChunk;
+      load_chunk<KD, PK>(slot.q, q_rows + rows * p.q.stride_time, p.q.stride_time, valid, ctid);
+      load_chunk<KD, PK>(slot.k, k_rows + rows * p.k.stride_time, p.k.stride_time, valid, ctid);
+      load_chunk<KD, PK>(slot.g, g_rows + rows * p.g.stride_time, p.g.stride_time, valid, ctid);
+      load_chunk<VB, PV>(slot.v, v_rows + rows * p.v.stride_time, p.v.stride_time, valid, ctid);
+      copy_async_commit();
+      copy_async_wait_all();
+      side_barrier(1, kChunkSideThreads);  // the chunk is in
+      ChunkSideView<E, KD> view{slot.q, slot.k, slot.g, slot.q, slot.scores, slot.decay_all};
+      // The operands are written; a refused chunk goes to the next kernel (its raw q and k are
+      // gone, so it reads them again).
+      if (side_barrier_any(1, kChunkSideThreads, factored_operands(view, ctid))) {
+        if (ctid == 0) s.refused = chunk;
+        tma::arrive(&s.full[i & 1]);
+        return;
+      }
+      factored_scores(view, cwarp, lane);
+      tma::arrive(&s.full[i & 1]);
+    }
+    return;
+  }
+
+  // The state side.
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kStateSideRegisters));
+  constexpr int kStateWarps = kStateSideThreads / 32;
+  StateTile<E, KD, VB, 2, kStateWarps> S(warp, lane);
+  float* const segment_state = p.workspace ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
+  const int64_t state_offset = kb.state(p, plan.n * p.H + h);
+  S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
+  for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
+    const int64_t i = chunk - plan.first_chunk;
+    const auto& slot = s.slot[i & 1];
+    S.store_pairs(s.state, PV);
+    side_barrier(2, kStateSideThreads);  // the operand is whole
+    tma::wait(&s.full[i & 1], (i >> 1) & 1);
+    if (s.refused == chunk) {  // the state entering it, for the next kernel
+      S.store(p.resume_states + kb.state(p, plan.state_slot), p.V);
+      if (tid == 0) p.resume_chunks[resume_index(plan)] = chunk;
+      return;
+    }
+    const int valid = plan.valid(chunk);
+    E* const out = row0(p.o, chunk * kChunk, vb0);
+    const StateSideView<E, KD, VB> view{slot.q, s.state, slot.scores};
+    chunk_output<1, kStateWarps>(view, slot.v, warp, lane, valid, p.scale, [&](int r, int c, float a, float b) {
+      store_pair(out, static_cast<float*>(nullptr), r * p.o.stride_time + c, a, b);
+    });
+    S.advance(slot.k, slot.decay_all, slot.v, lane, true);
+    tma::arrive(&s.empty[i & 1]);
+    side_barrier(2, kStateSideThreads);  // every warp's products read the operand before it is rewritten
+  }
+  if (tid == 0) p.resume_chunks[resume_index(plan)] = plan.end_chunk;
+  if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);
+}
+
+}  // namespace seqmix::cuda::gla
