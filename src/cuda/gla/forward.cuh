@@ -18,6 +18,7 @@
 
 #include <type_traits>
 
+#include "cuda/common/dependent_launch.cuh"
 #include "cuda/common/fast_math.cuh"
 #include "cuda/common/proxy.cuh"
 #include "cuda/common/runtime.cuh"
@@ -1045,8 +1046,10 @@ __global__ void __launch_bounds__(kThreads, 1)
                           : p.initial_state ? p.initial_state + kb.state(p, plan.n * p.H + h)
                                             : nullptr;
   // After the outputs pass with two chunks in flight (forward_pipelined.cuh): the chunks it left.
+  // This kernel is then its programmatic dependent (launch_walk), so it waits for it first.
   if constexpr (kOutput) {
     if (p.resume_chunks) {
+      wait_for_previous_grid();
       const int64_t resume = p.resume_chunks[resume_index(plan)];
       if (resume >= plan.end_chunk) return;
       plan.first_chunk = resume;

@@ -224,7 +224,12 @@ void launch_walk(GlaParams p, cudaStream_t stream, const CUtensorMap& o_map = CU
                : kPass == Pass::outputs      ? "gla forward"
                : kPass == Pass::segment_ends ? "gla forward segment states"
                                              : "gla chunk states",
-               [&] { kernel<<<grid, kThreads, smem, stream>>>(p, o_map, tables.first, tables.second); });
+               [&] {
+                 // After the outputs pass with two chunks in flight, as its programmatic dependent:
+                 // most blocks find nothing left and exit, so the launch's own gap is what it costs.
+                 launch_maybe_programmatic(p.resume_chunks != nullptr, kernel, grid, dim3(kThreads), smem, stream,
+                                           "gla forward walk", p, o_map, tables.first, tables.second);
+               });
 }
 
 // A walk in the tiling gla_forward_tiling() asks for (params.hpp): 16-row blocks a warp of the
