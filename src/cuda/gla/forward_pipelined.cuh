@@ -22,6 +22,8 @@ namespace seqmix::cuda::gla {
 constexpr int kPipelinedThreads = 384, kChunkSideThreads = 256, kStateSideThreads = 128;
 constexpr int kStateSideRegisters = 232, kChunkSideRegisters = 136;
 
+// Named barriers inside one side: 1 the chunk side's 256 threads, 2 the state side's 128 (0 is
+// __syncthreads, which neither side may reach once they part).
 __device__ __forceinline__ void side_barrier(int id, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
 }
