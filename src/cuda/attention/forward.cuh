@@ -86,13 +86,6 @@ inline constexpr int kTurnBarrier = 1;
 // the turn barriers of up to three warpgroups.
 inline constexpr int kStageBarrier = kTurnBarrier + 3;
 
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-
 // One tile of work: 128 query rows of one query head of one sequence.
 struct ForwardTile {
   int m_block, head, sequence;

@@ -1,6 +1,7 @@
-// Hopper building blocks for the attention kernels (beside cuda/common/tma.cuh): wgmma
-// shared-memory descriptors and calls, register reallocation, tensor-map prefetch. Thin PTX wrappers; the
-// wgmma instructions themselves come from CuTe's atoms (cute/arch/mma_sm90_gmma.hpp).
+// Hopper building blocks for the attention kernels (beside cuda/common/tma.cuh, and
+// cuda/common/warp_roles.cuh for named barriers and register reallocation): wgmma shared-memory
+// descriptors and calls, tensor-map prefetch. Thin PTX wrappers; the wgmma instructions
+// themselves come from CuTe's atoms (cute/arch/mma_sm90_gmma.hpp).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -13,6 +14,7 @@
 #include <cute/arch/mma_sm90_gmma_ext.hpp>  // N = 112 and 176 (not powers of two)
 
 #include "cuda/common/tma.cuh"
+#include "cuda/common/warp_roles.cuh"
 
 namespace seqmix::cuda::attn {
 
@@ -20,17 +22,6 @@ namespace seqmix::cuda::attn {
 
 __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
   asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
-}
-
-// --- register reallocation between warpgroups ------------------------------------------
-
-template <int kRegisters>
-__device__ __forceinline__ void release_registers() {
-  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kRegisters));
-}
-template <int kRegisters>
-__device__ __forceinline__ void claim_registers() {
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kRegisters));
 }
 
 // --- wgmma -----------------------------------------------------------------------------

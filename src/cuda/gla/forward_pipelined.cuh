@@ -15,6 +15,7 @@
 #pragma once
 
 #include "cuda/common/tma.cuh"
+#include "cuda/common/warp_roles.cuh"
 #include "cuda/gla/forward.cuh"
 
 namespace seqmix::cuda::gla {
@@ -22,21 +23,9 @@ namespace seqmix::cuda::gla {
 constexpr int kPipelinedThreads = 384, kChunkSideThreads = 256, kStateSideThreads = 128;
 constexpr int kStateSideRegisters = 232, kChunkSideRegisters = 136;
 
-// Named barriers inside one side: 1 the chunk side's 256 threads, 2 the state side's 128 (0 is
-// __syncthreads, which neither side may reach once they part).
-__device__ __forceinline__ void side_barrier(int id, int threads) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(threads) : "memory");
-}
-// The same barrier, returning whether any of its threads passed `x`.
-__device__ __forceinline__ bool side_barrier_any(int id, int threads, bool x) {
-  uint32_t any;
-  asm volatile(
-      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, %2, %3, p;\n selp.u32 %0, 1, 0, q;\n}\n"
-      : "=r"(any)
-      : "r"(static_cast<uint32_t>(x)), "r"(id), "r"(threads)
-      : "memory");
-  return any != 0;
-}
+// Named barriers inside one side (cuda/common/warp_roles.cuh): 1 the chunk side's 256 threads, 2 the
+// state side's 128 (0 is __syncthreads, which neither side may reach once they part).
+constexpr int kChunkSideBarrier = 1, kStateSideBarrier = 2;
 
 template <class E, int KD, int VB>
 struct PipelinedSmem {
@@ -103,7 +92,7 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
   };
 
   if (warp >= kStateSideThreads / 32) {  // the chunk side
-    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kChunkSideRegisters));
+    release_registers<kChunkSideRegisters>();
     const int ctid = tid - kStateSideThreads, cwarp = ctid / 32;
     const E *const q_rows = row0(p.q, 0, key0), *const k_rows = row0(p.k, 0, key0);
     const E *const g_rows = row0(p.g, 0, key0), *const v_rows = row0(p.v, 0, vb0);
@@ -119,11 +108,11 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
       load_chunk<VB, PV>(slot.v, v_rows + rows * p.v.stride_time, p.v.stride_time, valid, ctid);
       copy_async_commit();
       copy_async_wait_all();
-      side_barrier(1, kChunkSideThreads);  // the chunk is in
+      named_barrier_sync(kChunkSideBarrier, kChunkSideThreads);  // the chunk is in
       ChunkSideView<E, KD> view{slot.q, slot.k, slot.g, slot.q, slot.scores, slot.decay_all};
       // The operands are written; a refused chunk goes to the next kernel (its raw q and k are
       // gone, so it reads them again).
-      if (side_barrier_any(1, kChunkSideThreads, factored_operands(view, ctid))) {
+      if (named_barrier_any(kChunkSideBarrier, kChunkSideThreads, factored_operands(view, ctid))) {
         if (ctid == 0) s.refused = chunk;
         tma::arrive(&s.full[i & 1]);
         return;
@@ -135,7 +124,7 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
   }
 
   // The state side.
-  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kStateSideRegisters));
+  claim_registers<kStateSideRegisters>();
   constexpr int kStateWarps = kStateSideThreads / 32;
   StateTile<E, KD, VB, 2, kStateWarps> S(warp, lane);
   float* const segment_state = p.workspace ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
@@ -145,7 +134,7 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
     const int64_t i = chunk - plan.first_chunk;
     const auto& slot = s.slot[i & 1];
     S.store_pairs(s.state, PV);
-    side_barrier(2, kStateSideThreads);  // the operand is whole
+    named_barrier_sync(kStateSideBarrier, kStateSideThreads);  // the operand is whole
     tma::wait(&s.full[i & 1], (i >> 1) & 1);
     if (s.refused == chunk) {  // the state entering it, for the next kernel
       S.store(p.resume_states + kb.state(p, plan.state_slot), p.V);
@@ -160,7 +149,8 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
     });
     S.advance(slot.k, slot.decay_all, slot.v, lane, true);
     tma::arrive(&s.empty[i & 1]);
-    side_barrier(2, kStateSideThreads);  // every warp's products read the operand before it is rewritten
+    // Every warp's products have read the operand before it is rewritten.
+    named_barrier_sync(kStateSideBarrier, kStateSideThreads);
   }
   if (tid == 0) p.resume_chunks[resume_index(plan)] = plan.end_chunk;
   if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);

@@ -257,14 +257,11 @@ void launch_pipelined(GlaParams p, cudaStream_t stream) {
 }
 
 // The outputs pass as gla_forward_diagonal, gla_forward_walkers, gla_forward_tiling and
-// gla_forward_output ask (params.hpp), then the chunk-state pass where the chosen form saves no
-// states.
+// gla_forward_output ask (params.hpp; launch_outputs reads them: tensor_cores, paired_tall, o_map),
+// then the chunk-state pass where the chosen form saves no states.
 template <class E, int KD, int VB>
-void launch_default_outputs(const GlaParams& p, cudaStream_t stream, bool save,
+void launch_default_outputs(const GlaParams& p, cudaStream_t stream, bool save, bool tensor_cores, bool paired_tall,
                             const std::optional<CUtensorMap>& o_map) {
-  const bool tensor_cores = gla_forward_diagonal() == GlaForwardDiagonal::tensor_cores;
-  const bool paired_tall = tensor_cores && gla_forward_walkers() == GlaForwardWalkers::paired &&
-                           gla_forward_tiling() == GlaForwardTiling::tall;
   if (o_map) {
     if (save) return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, true, true>(p, stream, *o_map);
     return launch_walk<E, KD, VB, Pass::outputs, true, 2, true, false, true>(p, stream, *o_map);
@@ -313,7 +310,7 @@ void launch_outputs(GlaParams p, cudaStream_t stream) {
       launch_pipelined<E, KD, VB>(p, stream);
     }
   }
-  launch_default_outputs<E, KD, VB>(p, stream, save, o_map);
+  launch_default_outputs<E, KD, VB>(p, stream, save, tensor_cores, paired_tall, o_map);
   if (resume_scratch) check(cudaFreeAsync(resume_scratch, stream), "gla resume tables");
 }
 
