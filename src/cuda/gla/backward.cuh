@@ -803,25 +803,6 @@ __device__ __forceinline__ void factored_gradients(Sm& s, float scale, float (&d
   rows.out(dk + first * dk_stride + (KD / 2) * side, dk_stride, valid - first, lane);
 }
 
-// The gradient kernel's phase clocks (profile.hpp kGlaGradient*): the timing thread adds each
-// phase's SM cycles to the device counters as it ends (a fire-and-forget atomic, kept out of
-// the next phase by reading the clock again after it). Does nothing unless profiling.
-struct GradientClock {
-  unsigned long long* counters;
-  unsigned last = 0;
-  __device__ GradientClock(unsigned long long* c, bool timer) : counters(timer ? c : nullptr) {
-    if (counters) last = static_cast<unsigned>(clock());
-  }
-  __device__ __forceinline__ void mark(int phase) {
-    if (!counters) return;
-    atomicAdd(counters + phase, static_cast<unsigned long long>(static_cast<unsigned>(clock()) - last));
-    last = static_cast<unsigned>(clock());
-  }
-  __device__ __forceinline__ void count_factored() {
-    if (counters) atomicAdd(counters + kGlaGradientFactored, 1ull);
-  }
-};
-
 // Split sequences (NOTES.md v34): a chunk before its sequence's last segment has dL/dS at its
 // end from a walk that started the segment from zero. The part carried in from the later
 // segments, e^{Σ g from the chunk's end to the segment's} ⊙ dL/dS at the segment's end (per key
@@ -1001,7 +982,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   // sequence's end and above the diagonal).
   // (Asked for later, after q, k, g's commit or once they are in, A's copies measured no faster:
   // NOTES.md v48b, v48c.)
-  GradientClock phases(p.phase_cycles, tid == 0);
+  PhaseEvents phases(p.phase_cycles, tid == 0);
   if constexpr (kSavedScores) {
     const E* const scores = static_cast<const E*>(p.saved_chunk_scores) + slot * kScoreTile;
     load_chunk<kChunk, PA, true>(s.scores, scores, kChunk, kChunk, tid);
@@ -1185,7 +1166,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   float* const k_state = s.tile(1);
   float* const k_pairs = s.tile(2);
   if (factored) {
-    phases.count_factored();
+    phases.count(kGlaGradientFactored);
     __syncthreads();  // dA's operand is in
     phases.mark(kGlaGradientFactors);
     factored_gradients<E>(s, p.scale, dq_state, dk_state, valid, warp, lane, row0(p.dq, key0), p.dq.stride_time,

@@ -976,6 +976,26 @@ struct PhaseClock {
   }
 };
 
+// Phase clocks that add each phase's SM cycles to the device counters as it ends (a
+// fire-and-forget atomic, kept out of the next phase by reading the clock again after it): the
+// backward's gradient kernel (profile.hpp kGlaGradient*) and the pipelined outputs pass
+// (kGlaPipelined*), whose steps are not one block-wide sequence. Does nothing unless profiling.
+struct PhaseEvents {
+  unsigned long long* counters;
+  unsigned last = 0;
+  __device__ PhaseEvents(unsigned long long* c, bool timer) : counters(timer ? c : nullptr) {
+    if (counters) last = static_cast<unsigned>(clock());
+  }
+  __device__ __forceinline__ void mark(int phase) {
+    if (!counters) return;
+    atomicAdd(counters + phase, static_cast<unsigned long long>(static_cast<unsigned>(clock()) - last));
+    last = static_cast<unsigned>(clock());
+  }
+  __device__ __forceinline__ void count(int counter) {
+    if (counters) atomicAdd(counters + counter, 1ull);
+  }
+};
+
 // What decay_operands<false> reads and writes in the state passes: one stage of g and k.
 template <class E, int KD>
 struct StatePassView {

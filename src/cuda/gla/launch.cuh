@@ -252,6 +252,7 @@ void launch_pipelined(GlaParams p, cudaStream_t stream) {
         "gla pipelined forward shared memory");
   const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
+  p.phase_cycles = profile_counters();
   timed_launch(stream, "gla forward (two chunks in flight)",
                [&] { kernel<<<grid, kPipelinedThreads, smem, stream>>>(p); });
 }

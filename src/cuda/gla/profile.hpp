@@ -36,6 +36,17 @@ enum GlaPhase : int {
   kGlaGradientDecays,    // dg's sums and stores
   kGlaGradientBlocks,    // gradient blocks counted
   kGlaGradientFactored,  // gradient blocks whose chunk was factored whole (GlaParams::factored_chunks)
+  // The outputs pass with two chunks in flight (forward_pipelined.cuh), as the first thread of
+  // each side sees it, a chunk step:
+  kGlaPipelinedSlotWait,     // chunk side: wait for the state side to empty the slot
+  kGlaPipelinedCopyWait,     // chunk side: issue the chunk's copies, wait for them (+ barrier)
+  kGlaPipelinedWalk,         // chunk side: the factored operands and the vote
+  kGlaPipelinedScores,       // chunk side: A, and the arrival on `full`
+  kGlaPipelinedOperand,      // state side: S stored as the product's operand (+ barrier)
+  kGlaPipelinedFullWait,     // state side: wait for the chunk side
+  kGlaPipelinedOutput,       // state side: o = scale·(q_start·S + A·v), stored
+  kGlaPipelinedAdvance,      // state side: S's update, the arrival on `empty` (+ barrier)
+  kGlaPipelinedSteps,        // chunk steps counted by the state side
   kGlaPhaseCount
 };
 
