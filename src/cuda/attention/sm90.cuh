@@ -1,8 +1,7 @@
-// Hopper building blocks for the attention kernels (beside cuda/common/tma.cuh,
-// cuda/common/warp_roles.cuh for named barriers and register reallocation, and
-// cuda/common/wgmma.cuh for shared-memory descriptors and fences): wgmma calls, tensor-map
-// prefetch. Thin PTX wrappers; the wgmma instructions themselves come from CuTe's atoms
-// (cute/arch/mma_sm90_gmma.hpp).
+// Hopper building blocks for the attention kernels (beside cuda/common/tma.cuh, and
+// cuda/common/warp_roles.cuh for named barriers and register reallocation): wgmma shared-memory
+// descriptors and calls, tensor-map prefetch. Thin PTX wrappers; the wgmma instructions
+// themselves come from CuTe's atoms (cute/arch/mma_sm90_gmma.hpp).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -16,7 +15,6 @@
 
 #include "cuda/common/tma.cuh"
 #include "cuda/common/warp_roles.cuh"
-#include "cuda/common/wgmma.cuh"
 
 namespace seqmix::cuda::attn {
 
@@ -28,13 +26,40 @@ __device__ __forceinline__ void prefetch_tensor_map(const void* map) {
 
 // --- wgmma -----------------------------------------------------------------------------
 
-// The descriptor, fences, commit and wait live in cuda/common/wgmma.cuh; named here too, so
-// that callers outside this namespace may keep writing attn::.
-using cuda::fence_registers;
-using cuda::smem_descriptor;
-using cuda::wgmma_commit;
-using cuda::wgmma_fence;
-using cuda::wgmma_wait;
+// Descriptor of a shared-memory operand stored in 128-byte swizzled atoms (what TMA
+// writes with CU_TENSOR_MAP_SWIZZLE_128B): rows of 128 bytes, 8-row groups 1024 bytes
+// apart (stride offset). `leading` is the byte distance between 64-element column chunks
+// for MN-major operands; K-major operands never cross a chunk within one instruction.
+__device__ __forceinline__ uint64_t smem_descriptor(const void* p, uint32_t leading_bytes) {
+  const uint32_t addr = tma::shared_address(p);
+  uint64_t desc = (addr & 0x3FFFF) >> 4;
+  desc |= static_cast<uint64_t>((leading_bytes >> 4) & 0x3FFF) << 16;
+  desc |= static_cast<uint64_t>(1024 >> 4) << 32;
+  desc |= 1ull << 62;  // 128-byte swizzle
+  return desc;
+}
+
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+
+// Keeps the compiler from moving reads or writes of accumulators across a wgmma wait.
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+template <int N, int M>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[N][M]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < M; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
 
 // The m64nNk16 instructions for element type T: SS (A and B K-major in shared memory)
 // and RS (A in registers, B MN-major in shared memory).
