@@ -263,12 +263,11 @@ TEST_P(GlaCuda, ForwardFactoredChunksMatchesOracle) {
   else if (c.g_lo >= -0.5) EXPECT_EQ(steps_factored, steps) << "chunk steps factored";
 }
 
-// The passes with two chunks in flight (the outputs pass, and a split's pass 1) against the oracle
-// where they apply (bf16, K = 128, V a multiple of 128): every chunk of the mild cases walked by
-// them, and in the cases with chunks they cannot factor (strong decays, huge keys) the rest of a
-// segment by the default form's pass after each, from the chunk it stopped at. Profiled, every
-// chunk step is taken once: the default form's steps alone equal the pipelined passes' steps
-// plus the steps left to the passes after them.
+// The outputs pass with two chunks in flight against the oracle where it applies (bf16, K = 128,
+// V a multiple of 128): every chunk of the mild cases walked by it, and in the cases with chunks
+// it cannot factor (strong decays, huge keys) the rest of a segment by the outputs pass after it,
+// from the chunk it stopped at. The chunk steps left to that pass, profiled: the steps with it
+// less those of the default form's passes (pass 1 of a split, then every outputs step).
 TEST_P(GlaCuda, ForwardPipelinedMatchesOracle) {
   SKIP_WITHOUT_CUDA_DEVICE();
   const GpuGlaCase& c = GetParam();
@@ -278,23 +277,18 @@ TEST_P(GlaCuda, ForwardPipelinedMatchesOracle) {
   const ForwardCheck check(in);
   cuda::gla_profile_start();
   check.device();
-  const cuda::GlaProfile default_profile = cuda::gla_profile_stop();
-  const uint64_t default_steps = default_profile.phase_cycles[cuda::kGlaPhaseSteps];
-  auto launched = [](const cuda::GlaProfile& profile, const char* kernel) {
-    return std::any_of(profile.launches.begin(), profile.launches.end(),
-                       [&](const cuda::GlaLaunchTime& launch) { return launch.kernel == kernel; });
-  };
-  const bool split = launched(default_profile, "gla forward segment states");
+  const uint64_t default_steps = cuda::gla_profile_stop().phase_cycles[cuda::kGlaPhaseSteps];
   const ForwardPipelined pipelined(true);
   cuda::gla_profile_start();
   check.device();
   const cuda::GlaProfile profile = cuda::gla_profile_stop();
   const bool applies = c.dtype == DType::bf16 && c.K == 128 && c.V % 128 == 0;
-  EXPECT_EQ(launched(profile, "gla forward (two chunks in flight)"), applies);
-  EXPECT_EQ(launched(profile, "gla forward segment states (two chunks in flight)"), applies && split);
+  bool ran = false;
+  for (const auto& launch : profile.launches) ran = ran || launch.kernel == "gla forward (two chunks in flight)";
+  EXPECT_EQ(ran, applies);
   if (!applies) return;
-  const uint64_t left = profile.phase_cycles[cuda::kGlaPhaseSteps];
-  EXPECT_EQ(profile.phase_cycles[cuda::kGlaPipelinedSteps] + left, default_steps) << "a chunk step taken twice or never";
+  const uint64_t outputs_steps = static_cast<uint64_t>((c.V / 128) * c.H * sequence_chunks(c));
+  const uint64_t left = profile.phase_cycles[cuda::kGlaPhaseSteps] + outputs_steps - default_steps;
   if (c.g_strong < 0.0 || c.g_lo <= -5.0 || c.k_scale > 1e6) EXPECT_GT(left, 0u) << "no chunk left to the next pass";
   else if (c.g_lo >= -0.5) EXPECT_EQ(left, 0u) << "chunks left to the next pass";
 }

@@ -1065,9 +1065,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   const float* entering = p.segments > 1    ? segment_state
                           : p.initial_state ? p.initial_state + kb.state(p, plan.n * p.H + h)
                                             : nullptr;
-  // After the outputs pass or pass 1 with two chunks in flight (forward_pipelined.cuh): the chunks
-  // it left. This kernel is then its programmatic dependent (launch_walk), so it waits for it first.
-  if constexpr (kOutput || kEnds) {
+  // After the outputs pass with two chunks in flight (forward_pipelined.cuh): the chunks it left.
+  // This kernel is then its programmatic dependent (launch_walk), so it waits for it first.
+  if constexpr (kOutput) {
     if (p.resume_chunks) {
       wait_for_previous_grid();
       const int64_t resume = p.resume_chunks[resume_index(plan)];
@@ -1116,13 +1116,9 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   for (int i = tid; i < kChunk * Smem<E, KD, VB>::PA; i += kThreads) s.scores[i] = from_float<E>(0.0f);
   const int64_t state_offset = kb.state(p, plan.n * p.H + h);
-  // Pass 1 starts from zero, or where the pipelined pass stopped, with its decay product so far.
-  if constexpr (kEnds) S.load(p.resume_chunks ? entering : nullptr, p.V);
+  if constexpr (kEnds) S.load(nullptr, p.V);
   else S.load(entering, p.V);
   float total_decay = 1.0f;  // threads < KD: e^{Σ g} of channel tid over the segment
-  if constexpr (kEnds) {
-    if (p.resume_chunks && tid < KD) total_decay = p.resume_decays[plan.state_slot * p.K + key0 + tid];
-  }
   issue_decay_loads(plan.first_chunk, 0);
   issue_token_loads(plan.first_chunk, 0);
 

@@ -16,10 +16,6 @@
 // chunk side's vote refuses a chunk (strong decays, huge keys), the block stops there, leaves the
 // state entering it in p.resume_states and the chunk in p.resume_chunks, and the outputs pass
 // launched after this kernel walks the rest (forward.cuh forward_kernel).
-// kEnds: a split's pass 1 the same way (NOTES.md v72): no q and no A on the chunk side (the walk's
-// query side reads k, for 2^{b_last} and the vote), no o on the state side, which ends with the
-// segment's own end state and decay product in the segment tables (pass 1's resume also leaves
-// the decay product so far in p.resume_decays).
 #pragma once
 
 #include "cuda/common/tma.cuh"
@@ -73,10 +69,9 @@ struct StateSideView {
   const E *q_start, *state, *scores;
 };
 
-template <class E, int KD, int VB, bool kEnds>
+template <class E, int KD, int VB>
 __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel(const GlaParams p) {
   static_assert(std::is_same_v<E, __nv_bfloat16>, "chunks factored whole: bf16");
-  static_assert(!kEnds || KD == kStateSideThreads, "pass 1: a key channel's decay a state-side thread");
   using Sm = PipelinedSmem<E, KD, VB>;
   constexpr int PK = Sm::PK, PV = Sm::PV;
   extern __shared__ __align__(128) unsigned char smem_bytes[];
@@ -94,14 +89,8 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
     s.refused = -1;
   }
   __syncthreads();
-  float* const segment_state = p.workspace ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
-  float* const segment_decay = p.workspace ? segment_decay_table(p) + plan.state_slot * p.K + key0 : nullptr;
-  if (plan.first_chunk >= plan.end_chunk) {  // a segment past a short sequence's end
+  if (plan.first_chunk >= plan.end_chunk) {
     if (tid == 0) p.resume_chunks[resume_index(plan)] = plan.end_chunk;
-    if constexpr (kEnds) {  // its own end state is zero, its decay 1 (the pass after returns at once)
-      for (int e = tid; e < KD * VB; e += kPipelinedThreads) segment_state[(e / VB) * p.V + e % VB] = 0.0f;
-      if (vb0 == 0 && tid < KD) segment_decay[tid] = 1.0f;
-    }
     return;
   }
   auto row0 = [&](const GlaTokens& x, int64_t t, int64_t col) {
@@ -118,7 +107,7 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
     auto load_raw = [&](int64_t chunk) {
       const int valid = plan.valid(chunk);
       const int64_t rows = chunk * kChunk;
-      if constexpr (!kEnds) load_chunk<KD, PK>(s.raw.q, q_rows + rows * p.q.stride_time, p.q.stride_time, valid, ctid);
+      load_chunk<KD, PK>(s.raw.q, q_rows + rows * p.q.stride_time, p.q.stride_time, valid, ctid);
       load_chunk<KD, PK>(s.raw.k, k_rows + rows * p.k.stride_time, p.k.stride_time, valid, ctid);
       load_chunk<KD, PK>(s.raw.g, g_rows + rows * p.g.stride_time, p.g.stride_time, valid, ctid);
     };
@@ -135,8 +124,7 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
       copy_async_wait_pending<1>();          // the raw tiles (v may still be in flight)
       named_barrier_sync(kChunkSideBarrier, kChunkSideThreads);  // the raw tiles are in
       phases.mark(kGlaPipelinedCopyWait);
-      ChunkSideView<E, KD> view{kEnds ? s.raw.k : s.raw.q, s.raw.k,     s.raw.g, slot.q_start, slot.inverse,
-                                slot.scores,                  slot.decay_all};
+      ChunkSideView<E, KD> view{s.raw.q, s.raw.k, s.raw.g, slot.q_start, slot.inverse, slot.scores, slot.decay_all};
       // The operands are written and the raw tiles read by every thread; a refused chunk goes to
       // the next kernel, which reads its raw tiles again.
       const bool refused = named_barrier_any(kChunkSideBarrier, kChunkSideThreads, factored_operands(view, ctid));
@@ -149,7 +137,7 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
       }
       if (chunk + 1 < plan.end_chunk) load_raw(chunk + 1);
       copy_async_commit();  // (empty at the last chunk: the groups stay one a chunk)
-      if constexpr (!kEnds) factored_scores(view, cwarp, lane);
+      factored_scores(view, cwarp, lane);
       tma::arrive(&s.full[i & 1]);
       phases.mark(kGlaPipelinedScores);
     }
@@ -161,56 +149,39 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
   claim_registers<kStateSideRegisters>();
   constexpr int kStateWarps = kStateSideThreads / 32;
   StateTile<E, KD, VB, 2, kStateWarps> S(warp, lane);
+  float* const segment_state = p.workspace ? p.workspace + kb.state(p, plan.state_slot) : nullptr;
   const int64_t state_offset = kb.state(p, plan.n * p.H + h);
-  // Pass 1 from zero; the outputs pass from the state entering its segment.
-  S.load(kEnds                ? nullptr
-         : p.segments > 1     ? segment_state
-         : p.initial_state    ? p.initial_state + state_offset
-                              : nullptr,
-         p.V);
-  float total_decay = 1.0f;  // kEnds: 2^{Σ b_last} of channel tid (the state side's 128 = K) so far
+  S.load(p.segments > 1 ? segment_state : p.initial_state ? p.initial_state + state_offset : nullptr, p.V);
   PhaseEvents phases(p.phase_cycles, tid == 0);
   for (int64_t chunk = plan.first_chunk; chunk < plan.end_chunk; ++chunk) {
     const int64_t i = chunk - plan.first_chunk;
     const auto& slot = s.slot[i & 1];
-    if constexpr (!kEnds) {
-      S.store_pairs(s.state, PV);
-      named_barrier_sync(kStateSideBarrier, kStateSideThreads);  // the operand is whole
-    }
+    S.store_pairs(s.state, PV);
+    named_barrier_sync(kStateSideBarrier, kStateSideThreads);  // the operand is whole
     phases.mark(kGlaPipelinedOperand);
     tma::wait(&s.full[i & 1], (i >> 1) & 1);
     phases.mark(kGlaPipelinedFullWait);
-    if (s.refused == chunk) {  // the state entering it (and pass 1's decay so far), for the next kernel
+    if (s.refused == chunk) {  // the state entering it, for the next kernel
       S.store(p.resume_states + kb.state(p, plan.state_slot), p.V);
-      if (kEnds && vb0 == 0) p.resume_decays[plan.state_slot * p.K + key0 + tid] = total_decay;
       if (tid == 0) p.resume_chunks[resume_index(plan)] = chunk;
       return;
     }
-    if constexpr (kEnds) {
-      total_decay *= slot.decay_all[tid];
-    } else {
-      const int valid = plan.valid(chunk);
-      E* const out = row0(p.o, chunk * kChunk, vb0);
-      const StateSideView<E, KD, VB> view{slot.q_start, s.state, slot.scores};
-      chunk_output<1, kStateWarps>(view, slot.v, warp, lane, valid, p.scale, [&](int r, int c, float a, float b) {
-        store_pair(out, static_cast<float*>(nullptr), r * p.o.stride_time + c, a, b);
-      });
-    }
+    const int valid = plan.valid(chunk);
+    E* const out = row0(p.o, chunk * kChunk, vb0);
+    const StateSideView<E, KD, VB> view{slot.q_start, s.state, slot.scores};
+    chunk_output<1, kStateWarps>(view, slot.v, warp, lane, valid, p.scale, [&](int r, int c, float a, float b) {
+      store_pair(out, static_cast<float*>(nullptr), r * p.o.stride_time + c, a, b);
+    });
     phases.mark(kGlaPipelinedOutput);
     S.advance(slot.inverse, slot.decay_all, slot.v, lane, true);
     tma::arrive(&s.empty[i & 1]);
     // Every warp's products have read the operand before it is rewritten.
-    if constexpr (!kEnds) named_barrier_sync(kStateSideBarrier, kStateSideThreads);
+    named_barrier_sync(kStateSideBarrier, kStateSideThreads);
     phases.mark(kGlaPipelinedAdvance);
     phases.count(kGlaPipelinedSteps);
   }
   if (tid == 0) p.resume_chunks[resume_index(plan)] = plan.end_chunk;
-  if constexpr (kEnds) {
-    S.store(segment_state, p.V);
-    if (vb0 == 0) segment_decay[tid] = total_decay;
-  } else if (p.final_state && plan.end_chunk == plan.chunks) {
-    S.store(p.final_state + state_offset, p.V);
-  }
+  if (p.final_state && plan.end_chunk == plan.chunks) S.store(p.final_state + state_offset, p.V);
 }
 
 }  // namespace seqmix::cuda::gla

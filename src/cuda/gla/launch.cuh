@@ -243,56 +243,18 @@ void launch_pass(const GlaParams& p, cudaStream_t stream) {
   launch_walk<E, KD, VB, kPass, kQuads, 1>(p, stream);
 }
 
-// The outputs pass, or with kEnds a split's pass 1, with two chunks in flight (forward_pipelined.cuh).
-template <class E, int KD, int VB, bool kEnds>
+// The outputs pass with two chunks in flight (forward_pipelined.cuh).
+template <class E, int KD, int VB>
 void launch_pipelined(GlaParams p, cudaStream_t stream) {
   const size_t smem = sizeof(PipelinedSmem<E, KD, VB>);
-  auto kernel = pipelined_forward_kernel<E, KD, VB, kEnds>;
+  auto kernel = pipelined_forward_kernel<E, KD, VB>;
   check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)),
         "gla pipelined forward shared memory");
   const dim3 grid(column_blocks<VB>(p), static_cast<unsigned>(p.H),
                   static_cast<unsigned>(p.num_sequences * p.segments));
   p.phase_cycles = profile_counters();
-  timed_launch(stream, kEnds ? "gla forward segment states (two chunks in flight)" : "gla forward (two chunks in flight)",
+  timed_launch(stream, "gla forward (two chunks in flight)",
                [&] { kernel<<<grid, kPipelinedThreads, smem, stream>>>(p); });
-}
-
-// Whether the passes with two chunks in flight take this launch: bf16, K = 128, V a multiple of
-// 128 (the kernels' one shape), one key block, chunks factored whole, the switch on.
-template <class E, int KD, int VB>
-bool pipelined_applies(const GlaParams& p) {
-  return std::is_same_v<E, __nv_bfloat16> && KD == 128 && VB == 128 && p.key_blocks == 1 && gla_forward_pipelined() &&
-         gla_forward_factored();
-}
-
-// The resume tables of a pass with two chunks in flight (GlaParams::resume_chunks), from the
-// stream's scratch; the caller frees the returned block after the default pass behind it.
-inline void* take_resume_tables(GlaParams& p, int64_t value_blocks, bool decays, cudaStream_t stream) {
-  const int64_t slots = p.num_sequences * p.H * p.segments;
-  const size_t chunk_bytes = slots * value_blocks * sizeof(int64_t), state_bytes = slots * p.K * p.V * sizeof(float);
-  void* const scratch =
-      stream_scratch(chunk_bytes + state_bytes + (decays ? slots * p.K * sizeof(float) : 0), stream, "gla resume tables");
-  auto* const base = static_cast<unsigned char*>(scratch);
-  p.resume_chunks = reinterpret_cast<int64_t*>(base);
-  p.resume_states = reinterpret_cast<float*>(base + chunk_bytes);
-  p.resume_decays = decays ? reinterpret_cast<float*>(base + chunk_bytes + state_bytes) : nullptr;
-  return scratch;
-}
-
-// A split's pass 1 (each segment's or piece's own end state and decay): with two chunks in flight
-// where it applies, then the default form's pass for the chunks it refused (none where every
-// chunk factors), as its programmatic dependent.
-template <class E, int KD, int VB>
-void launch_segment_ends(GlaParams p, cudaStream_t stream) {
-  void* resume_scratch = nullptr;
-  if constexpr (std::is_same_v<E, __nv_bfloat16> && KD == 128 && VB == 128) {
-    if (pipelined_applies<E, KD, VB>(p)) {
-      resume_scratch = take_resume_tables(p, column_blocks<VB>(p), true, stream);
-      launch_pipelined<E, KD, VB, true>(p, stream);
-    }
-  }
-  launch_pass<E, KD, VB, Pass::segment_ends>(p, stream);
-  if (resume_scratch) check(cudaFreeAsync(resume_scratch, stream), "gla resume tables");
 }
 
 // The outputs pass as gla_forward_diagonal, gla_forward_walkers, gla_forward_tiling and
@@ -340,9 +302,13 @@ void launch_outputs(GlaParams p, cudaStream_t stream) {
   // flight, then the default form for the chunks it refused (none where every chunk factors).
   void* resume_scratch = nullptr;
   if constexpr (std::is_same_v<E, __nv_bfloat16> && KD == 128 && VB == 128) {
-    if (pipelined_applies<E, KD, VB>(p) && paired_tall && !save) {
-      resume_scratch = take_resume_tables(p, column_blocks<VB>(p), false, stream);
-      launch_pipelined<E, KD, VB, false>(p, stream);
+    if (gla_forward_pipelined() && paired_tall && !save && p.key_blocks == 1 && p.factored_chunks) {
+      const int64_t slots = p.num_sequences * p.H * p.segments;
+      const size_t chunk_bytes = slots * column_blocks<VB>(p) * sizeof(int64_t);
+      resume_scratch = stream_scratch(chunk_bytes + slots * p.K * p.V * sizeof(float), stream, "gla resume tables");
+      p.resume_chunks = static_cast<int64_t*>(resume_scratch);
+      p.resume_states = reinterpret_cast<float*>(static_cast<unsigned char*>(resume_scratch) + chunk_bytes);
+      launch_pipelined<E, KD, VB>(p, stream);
     }
   }
   launch_default_outputs<E, KD, VB>(p, stream, save, tensor_cores, paired_tall, o_map);
@@ -358,7 +324,7 @@ inline size_t segment_table_floats(const GlaParams& p) {
 // end state, then the chain).
 template <class E, int KD, int VB>
 void segment_entering_states(const GlaParams& p, cudaStream_t stream) {
-  launch_segment_ends<E, KD, VB>(p, stream);
+  launch_pass<E, KD, VB, Pass::segment_ends>(p, stream);
   timed_launch(stream, "gla chain segments",
                [&] { chain_segments_kernel<<<chain_grid(p), 256, 0, stream>>>(p); });
 }
@@ -400,7 +366,7 @@ void piece_entering_states(const GlaParams& p, const PiecePlan& plan, float* pie
   walk.segments = (p.segments - 1) * plan.per_segment;
   walk.segment_chunks = plan.piece_chunks;
   walk.workspace = pieces;
-  launch_segment_ends<E, KD, VB>(walk, stream);
+  launch_pass<E, KD, VB, Pass::segment_ends>(walk, stream);
   timed_launch(stream, "gla chain segments",
                [&] { chain_pieces_kernel<<<chain_grid(p), 256, 0, stream>>>(p, pieces, plan.per_segment); });
 }

@@ -40,14 +40,12 @@ struct GlaParams {
   // float [key_blocks, partial_rows, H, V] with partial_rows = B·T, and are summed after.
   int64_t key_blocks = 1, partial_rows = 0;
   float* partial = nullptr;
-  // Set by the launcher after a pass with two chunks in flight (forward_pipelined.cuh: the outputs
-  // pass, or a split's pass 1): per block (segment slot · value blocks + value block) the chunk it
-  // stopped at (its end when it walked them all), and [N, H, segments, K, V] the state entering
-  // that chunk; for pass 1 also [N, H, segments, K] the segment's decay product up to that chunk.
-  // The default form's pass after it walks each block's rest from there. nullptr otherwise.
+  // Set by the launcher after the outputs pass with two chunks in flight (forward_pipelined.cuh):
+  // per block (segment slot · value blocks + value block) the chunk it stopped at (its end when
+  // it walked them all), and [N, H, segments, K, V] the state entering that chunk; the outputs
+  // pass after it walks each block's rest from there. nullptr otherwise.
   int64_t* resume_chunks = nullptr;
   float* resume_states = nullptr;
-  float* resume_decays = nullptr;
   // Set by the launchers while profiling (profile.hpp): device counters [kGlaPhaseCount]
   // the chunk walks add their phase cycles to; nullptr otherwise.
   unsigned long long* phase_cycles = nullptr;
