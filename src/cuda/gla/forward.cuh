@@ -151,6 +151,13 @@ __device__ __forceinline__ void load_chunk(E* dst, const E* row0, int64_t stride
   }
 }
 
+// Chunk `chunk`'s first row of an operand, from the block's first row of it (which the kernels
+// form once a block).
+template <class E>
+__device__ __forceinline__ const E* chunk_rows(const E* rows, const GlaTokens& x, int64_t chunk) {
+  return rows + chunk * kChunk * x.stride_time;
+}
+
 // The decayed operands of one chunk. Thread (channel c, role): role 0 walks the tokens
 // forward (q_sub, q_start, e^{g}, e^{b_last}), role 1 backward (k_end, k_pair); both take
 // e^{g} from g and multiply, so each factor is a product of values ≤ 1.
@@ -1098,9 +1105,6 @@ __global__ void __launch_bounds__(kThreads, 1)
   // (forming the whole offset again at every chunk's copies took ~40 integer instructions).
   const E *const q_rows = row0(p.q, 0, key0), *const k_rows = row0(p.k, 0, key0);
   const E *const g_rows = row0(p.g, 0, key0), *const v_rows = row0(p.v, 0, vb0);
-  auto chunk_rows = [](const E* rows, const GlaTokens& x, int64_t chunk) {
-    return rows + chunk * kChunk * x.stride_time;
-  };
   // The decays of a chunk are read first and released first: two groups of copies.
   auto issue_decay_loads = [&](int64_t chunk, int stage) {
     load_chunk<KD, PK>(g_tile(stage), chunk_rows(g_rows, p.g, chunk), p.g.stride_time, plan.valid(chunk), tid);

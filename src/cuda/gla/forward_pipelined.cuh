@@ -106,10 +106,9 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
     PhaseEvents phases(p.phase_cycles, ctid == 0);
     auto load_raw = [&](int64_t chunk) {
       const int valid = plan.valid(chunk);
-      const int64_t rows = chunk * kChunk;
-      load_chunk<KD, PK>(s.raw.q, q_rows + rows * p.q.stride_time, p.q.stride_time, valid, ctid);
-      load_chunk<KD, PK>(s.raw.k, k_rows + rows * p.k.stride_time, p.k.stride_time, valid, ctid);
-      load_chunk<KD, PK>(s.raw.g, g_rows + rows * p.g.stride_time, p.g.stride_time, valid, ctid);
+      load_chunk<KD, PK>(s.raw.q, chunk_rows(q_rows, p.q, chunk), p.q.stride_time, valid, ctid);
+      load_chunk<KD, PK>(s.raw.k, chunk_rows(k_rows, p.k, chunk), p.k.stride_time, valid, ctid);
+      load_chunk<KD, PK>(s.raw.g, chunk_rows(g_rows, p.g, chunk), p.g.stride_time, valid, ctid);
     };
     load_raw(plan.first_chunk);
     copy_async_commit();
@@ -118,10 +117,10 @@ __global__ void __launch_bounds__(kPipelinedThreads, 1) pipelined_forward_kernel
       auto& slot = s.slot[i & 1];
       tma::wait(&s.empty[i & 1], ((i >> 1) & 1) ^ 1);  // the state side is done with the slot's last chunk
       phases.mark(kGlaPipelinedSlotWait);
-      load_chunk<VB, PV>(slot.v, v_rows + chunk * kChunk * p.v.stride_time, p.v.stride_time, plan.valid(chunk), ctid);
+      load_chunk<VB, PV>(slot.v, chunk_rows(v_rows, p.v, chunk), p.v.stride_time, plan.valid(chunk), ctid);
       copy_async_commit();
-      copy_async_arrive(&s.full[i & 1]);     // the second arrival, once v (and all before it) has landed
-      copy_async_wait_pending<1>();          // the raw tiles (v may still be in flight)
+      copy_async_arrive(&s.full[i & 1]);  // the second arrival, once v (and all before it) has landed
+      copy_async_wait_pending<1>();       // the raw tiles (v may still be in flight)
       named_barrier_sync(kChunkSideBarrier, kChunkSideThreads);  // the raw tiles are in
       phases.mark(kGlaPipelinedCopyWait);
       ChunkSideView<E, KD> view{s.raw.q, s.raw.k, s.raw.g, slot.q_start, slot.inverse, slot.scores, slot.decay_all};
